@@ -1,0 +1,715 @@
+"""Post-hoc calibrators: temperature, vector, Platt, isotonic and histogram-binning scaling.
+
+Each calibrator is a scikit-learn-style object with ``fit`` / ``transform`` / ``fit_transform``,
+fitted on a labelled validation split and applied unchanged to new data. Two kinds of input exist,
+named by the class attribute ``input_kind`` so that callers (the CLI) know what to feed:
+
+- ``"logits"`` (:class:`TemperatureScaler`, :class:`VectorScaler`): option logits of shape
+  (n, K) and integer labels in [0, K); ``transform`` returns probabilities of shape (n, K).
+- ``"confidence"`` (:class:`PlattScaler`, :class:`IsotonicCalibrator`,
+  :class:`HistogramBinningCalibrator`): a confidence in [0, 1] of shape (n,) and binary
+  correctness of shape (n,); ``transform`` returns the calibrated probability of being correct,
+  shape (n,), in [0, 1].
+
+Inputs may be numpy arrays, nested lists or torch tensors; outputs are numpy float64 arrays.
+Hyperparameters are validated in ``fit`` (the scikit-learn convention), data in every call.
+
+A fitted calibrator is saved as one small JSON file::
+
+    {"format_version": 1, "method": "temperature", "params": {...}, "state": {...}}
+
+``params`` holds the constructor arguments and ``state`` the fitted values (plain floats and lists;
+Python's float repr round-trips exactly, so a loaded calibrator reproduces the saved one's outputs
+bit for bit). :func:`load_calibrator` dispatches on ``"method"`` through :data:`CALIBRATORS`.
+
+:class:`TemperatureScalingLogitsProcessor` applies a fitted temperature inside
+``model.generate``, optionally only to the option tokens.
+
+References: Guo, Pleiss, Sun, Weinberger, "On Calibration of Modern Neural Networks", ICML 2017
+(temperature and vector scaling); Platt, "Probabilistic Outputs for Support Vector Machines", 1999;
+Zadrozny & Elkan, "Obtaining calibrated probability estimates from decision trees and naive
+Bayesian classifiers", ICML 2001 (histogram binning); Zadrozny & Elkan, KDD 2002 (isotonic).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from numbers import Integral, Real
+
+import numpy as np
+import torch
+from scipy.optimize import minimize
+from scipy.special import expit, log_softmax, logit, softmax
+from sklearn.base import BaseEstimator
+from sklearn.exceptions import ConvergenceWarning, NotFittedError
+from sklearn.isotonic import IsotonicRegression
+from transformers import LogitsProcessor
+
+__all__ = [
+    "CALIBRATORS",
+    "FORMAT_VERSION",
+    "HistogramBinningCalibrator",
+    "IsotonicCalibrator",
+    "NotFittedError",
+    "PlattScaler",
+    "TemperatureScaler",
+    "TemperatureScalingLogitsProcessor",
+    "VectorScaler",
+    "load_calibrator",
+]
+
+FORMAT_VERSION = 1
+
+# Bounds on log(temperature) for TemperatureScaler, as scikit-learn bounds log(1/T): they keep the
+# optimiser finite when the NLL is monotone in T (e.g. every argmax is correct, so T -> 0).
+_LOG_TEMPERATURE_BOUNDS = (-10.0, 10.0)
+# PlattScaler clips confidences to [eps, 1 - eps] before the logit; float32 softmax outputs reach
+# exactly 1.0, and 1e-6 is coarser than float32 resolution near 1 (6e-8), so all of them tie.
+PLATT_EPS = 1e-6
+
+
+# --------------------------------------------------------------------------------------------------
+# Input validation
+# --------------------------------------------------------------------------------------------------
+def _to_numpy(x, name):
+    if isinstance(x, torch.Tensor):
+        x = x.detach().cpu()
+        if x.is_floating_point() and x.dtype not in (torch.float32, torch.float64):
+            x = x.float()  # numpy has no bfloat16
+        return x.numpy()
+    try:
+        arr = np.asarray(x)
+    except ValueError as exc:  # ragged nested lists
+        raise ValueError(f"`{name}` must be a rectangular array, got {_short(x)}: {exc}") from None
+    return arr
+
+
+def _short(value, limit=80):
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _numeric(x, name):
+    arr = _to_numpy(x, name)
+    if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == bool):
+        raise TypeError(f"`{name}` must be numeric, got dtype {arr.dtype} ({_short(x)})")
+    return arr
+
+
+def _first_bad(arr, mask):
+    idx = tuple(int(i) for i in np.argwhere(mask)[0])
+    return (idx[0] if len(idx) == 1 else idx), arr[idx]
+
+
+def _check_logits(logits, name="logits"):
+    """float64 array of shape (n, K) with K >= 2, n >= 1, all finite."""
+    arr = _numeric(logits, name)
+    if arr.dtype == bool:
+        raise TypeError(f"`{name}` must be real-valued logits, got dtype bool")
+    if arr.ndim != 2:
+        raise ValueError(f"`{name}` must have shape (n, K), got shape {arr.shape}")
+    n, k = arr.shape
+    if n == 0:
+        raise ValueError(f"`{name}` is empty (shape {arr.shape}); need at least 1 sample")
+    if k < 2:
+        raise ValueError(f"`{name}` has {k} class column(s) (shape {arr.shape}); need at least 2 classes")
+    arr = arr.astype(np.float64)
+    bad = ~np.isfinite(arr)
+    if bad.any():
+        where, value = _first_bad(arr, bad)
+        raise ValueError(
+            f"`{name}` must be finite; found {int(bad.sum())} NaN/inf value(s), first {value} at {where}"
+        )
+    return arr
+
+
+def _check_labels(labels, n_samples, n_classes, name="labels"):
+    """int64 array of shape (n,) with values in [0, n_classes)."""
+    arr = _numeric(labels, name)
+    if arr.ndim != 1:
+        raise ValueError(f"`{name}` must have shape (n,), got shape {arr.shape}")
+    if arr.shape[0] != n_samples:
+        raise ValueError(f"`{name}` has {arr.shape[0]} entries but `logits` has {n_samples} rows")
+    if np.issubdtype(arr.dtype, np.floating):
+        bad = ~np.isfinite(arr) | (arr != np.round(arr))
+        if bad.any():
+            where, value = _first_bad(arr, bad)
+            raise ValueError(f"`{name}` must be integer class indices, got {value} at {where}")
+    arr = arr.astype(np.int64)
+    bad = (arr < 0) | (arr >= n_classes)
+    if bad.any():
+        where, value = _first_bad(arr, bad)
+        raise ValueError(f"`{name}` must lie in [0, {n_classes - 1}] (K={n_classes}), got {value} at {where}")
+    return arr
+
+
+def _check_confidence(confidence, name="confidence"):
+    """float64 array of shape (n,) with values in [0, 1]."""
+    arr = _numeric(confidence, name)
+    if arr.ndim != 1:
+        raise ValueError(f"`{name}` must have shape (n,), got shape {arr.shape}")
+    if arr.shape[0] == 0:
+        raise ValueError(f"`{name}` is empty; need at least 1 sample")
+    arr = arr.astype(np.float64)
+    bad = ~np.isfinite(arr) | (arr < 0.0) | (arr > 1.0)
+    if bad.any():
+        where, value = _first_bad(arr, bad)
+        raise ValueError(f"`{name}` must be finite and in [0, 1], got {value} at {where}")
+    return arr
+
+
+def _check_correct(correct, n_samples, name="correct"):
+    """float64 array of shape (n,) with values in {0, 1}, both present."""
+    arr = _numeric(correct, name)
+    if arr.ndim != 1:
+        raise ValueError(f"`{name}` must have shape (n,), got shape {arr.shape}")
+    if arr.shape[0] != n_samples:
+        raise ValueError(f"`{name}` has {arr.shape[0]} entries but `confidence` has {n_samples}")
+    arr = arr.astype(np.float64)
+    bad = (arr != 0.0) & (arr != 1.0)
+    if bad.any():
+        where, value = _first_bad(arr, bad)
+        raise ValueError(f"`{name}` must be binary (0/1 or bool), got {value} at {where}")
+    if np.unique(arr).size < 2:
+        raise ValueError(
+            f"`{name}` contains only one class ({arr[0]:g} for all {n_samples} samples); "
+            "need both correct and wrong examples to fit a calibrator"
+        )
+    return arr
+
+
+def _check_int_param(value, name, low):
+    if isinstance(value, bool) or not isinstance(value, Integral):
+        raise TypeError(f"`{name}` must be an int, got {_short(value)}")
+    if value < low:
+        raise ValueError(f"`{name}` must be >= {low}, got {value}")
+
+
+def _check_real_param(value, name, *, positive):
+    if isinstance(value, bool) or not isinstance(value, Real):
+        raise TypeError(f"`{name}` must be a real number, got {_short(value)}")
+    value = float(value)
+    if not np.isfinite(value) or (value <= 0 if positive else value < 0):
+        raise ValueError(f"`{name}` must be finite and {'> 0' if positive else '>= 0'}, got {value}")
+
+
+def _lbfgs(fun, x0, *, max_iter, name, bounds=None):
+    """L-BFGS-B on ``fun(x) -> (loss, grad)``, tolerances tight enough for 1e-6-level parameters."""
+    result = minimize(
+        fun, x0, jac=True, method="L-BFGS-B", bounds=bounds,
+        options={"maxiter": max_iter, "ftol": 1e-15, "gtol": 1e-10},
+    )
+    # ABNORMAL line-search ends at the floating-point floor are a converged optimum; only report
+    # hitting the iteration cap.
+    if result.nit >= max_iter:
+        warnings.warn(
+            f"{name} did not converge in max_iter={max_iter} L-BFGS iterations ({result.message}); "
+            "increase `max_iter`",
+            ConvergenceWarning,
+            stacklevel=3,
+        )
+    return result.x
+
+
+# --------------------------------------------------------------------------------------------------
+# Base class: fit_transform, fitted check, JSON save / load
+# --------------------------------------------------------------------------------------------------
+class _PosthocCalibrator(BaseEstimator):
+    """Shared plumbing. Subclasses set ``method``, ``input_kind`` and ``_state_attrs``."""
+
+    method: str = ""
+    input_kind: str = ""
+    _state_attrs: tuple[str, ...] = ()
+
+    def fit_transform(self, X, y):
+        """``fit(X, y)`` then ``transform(X)``; see the subclass's ``fit`` for shapes."""
+        return self.fit(X, y).transform(X)
+
+    def _check_is_fitted(self):
+        if not all(hasattr(self, attr) for attr in self._state_attrs):
+            raise NotFittedError(
+                f"This {type(self).__name__} is not fitted yet; call `fit` before `transform` or `save`."
+            )
+
+    # JSON round trip ----------------------------------------------------------------------------
+    def _state_to_json(self):
+        return {attr: np.asarray(getattr(self, attr)).tolist() for attr in self._state_attrs}
+
+    def _state_from_json(self, state):
+        for attr in self._state_attrs:
+            if attr not in state:
+                raise ValueError(f"saved {self.method!r} calibrator lacks state field {attr!r}")
+            value = np.asarray(state[attr], dtype=np.float64)
+            setattr(self, attr, float(value) if value.ndim == 0 else value)
+
+    def save(self, path):
+        """Write the fitted calibrator to ``path`` as JSON (see the module docstring for the format).
+
+        Raises ``NotFittedError`` (a ``ValueError``) if the calibrator is unfitted.
+        """
+        self._check_is_fitted()
+        payload = {
+            "format_version": FORMAT_VERSION,
+            "method": self.method,
+            "params": self.get_params(),
+            "state": self._state_to_json(),
+        }
+        with open(os.fspath(path), "w", encoding="utf-8") as fh:
+            json.dump(payload, fh, indent=2)
+            fh.write("\n")
+
+    @classmethod
+    def load(cls, path):
+        """Read a calibrator written by ``save``.
+
+        Raises ``ValueError`` if the file's ``"method"`` is not this class's (use
+        :func:`load_calibrator` to dispatch) or its ``"format_version"`` is unknown.
+        """
+        payload = _read_payload(path)
+        if payload["method"] != cls.method:
+            raise ValueError(
+                f"{os.fspath(path)!r} holds a {payload['method']!r} calibrator, not {cls.method!r}; "
+                "use hf_calibration.posthoc.load_calibrator to load any method"
+            )
+        return cls._from_payload(payload)
+
+    @classmethod
+    def _from_payload(cls, payload):
+        obj = cls(**payload.get("params", {}))
+        obj._state_from_json(payload["state"])
+        return obj
+
+
+def _read_payload(path):
+    with open(os.fspath(path), encoding="utf-8") as fh:
+        payload = json.load(fh)
+    if not isinstance(payload, dict) or "method" not in payload or "state" not in payload:
+        raise ValueError(f"{os.fspath(path)!r} is not a saved hf_calibration calibrator (no 'method'/'state')")
+    version = payload.get("format_version")
+    if version != FORMAT_VERSION:
+        raise ValueError(
+            f"{os.fspath(path)!r} has format_version={version!r}; this version reads {FORMAT_VERSION}"
+        )
+    if payload["method"] not in CALIBRATORS:
+        raise ValueError(
+            f"{os.fspath(path)!r} has unknown method {payload['method']!r}; known: {sorted(CALIBRATORS)}"
+        )
+    return payload
+
+
+# --------------------------------------------------------------------------------------------------
+# Multiclass: temperature and vector scaling on logits
+# --------------------------------------------------------------------------------------------------
+class TemperatureScaler(_PosthocCalibrator):
+    """Temperature scaling (Guo et al., ICML 2017, §4.2): ``p = softmax(z / T)`` with one scalar T > 0.
+
+    T minimises the mean negative log-likelihood of the labels on the fitting set. The optimiser
+    is L-BFGS-B over log T (so T stays positive) with the analytic gradient
+    ``d NLL / d log T = -(1/T) * mean_i (E_{p_i}[z_i] - z_{i,y_i})``; log T is bounded to
+    [-10, 10]. When the NLL keeps falling as T -> 0 (every argmax correct) the fit stops where the
+    loss is flat to float precision, at a small T. Scaling does not change the argmax, so accuracy
+    is unchanged.
+
+    Parameters
+    ----------
+    max_iter : int, default 100
+        L-BFGS iteration cap; a ``ConvergenceWarning`` is raised when it is reached.
+    init_temperature : float, default 1.0
+        Starting T (> 0).
+
+    Attributes
+    ----------
+    temperature_ : float
+        Fitted T; T > 1 softens (less confident), T < 1 sharpens.
+
+    ``input_kind = "logits"``: ``fit(logits, labels)`` with logits (n, K), K >= 2, and integer
+    labels (n,) in [0, K); ``transform(logits)`` returns probabilities (n, K) summing to 1.
+    """
+
+    method = "temperature"
+    input_kind = "logits"
+    _state_attrs = ("temperature_",)
+
+    def __init__(self, *, max_iter=100, init_temperature=1.0):
+        self.max_iter = max_iter
+        self.init_temperature = init_temperature
+
+    def fit(self, logits, labels):
+        """Fit T on ``logits`` (n, K) and ``labels`` (n,); returns ``self``.
+
+        Raises ``TypeError`` for non-numeric input and ``ValueError`` for a wrong shape, K < 2,
+        NaN/inf logits, labels outside [0, K) or of a different length, or bad hyperparameters.
+        """
+        _check_int_param(self.max_iter, "max_iter", 1)
+        _check_real_param(self.init_temperature, "init_temperature", positive=True)
+        z = _check_logits(logits)
+        y = _check_labels(labels, z.shape[0], z.shape[1])
+        z_true = z[np.arange(z.shape[0]), y]
+
+        def nll_and_grad(params):
+            inv_t = np.exp(-params[0])
+            scaled = z * inv_t
+            log_p = log_softmax(scaled, axis=1)
+            nll = -np.mean(log_p[np.arange(z.shape[0]), y])
+            expected_z = np.sum(np.exp(log_p) * z, axis=1)
+            grad = -inv_t * np.mean(expected_z - z_true)
+            return nll, np.array([grad])
+
+        lo, hi = _LOG_TEMPERATURE_BOUNDS
+        x0 = np.clip(np.log(float(self.init_temperature)), lo, hi)
+        (log_t,) = _lbfgs(nll_and_grad, np.array([x0]), max_iter=self.max_iter,
+                          name="TemperatureScaler", bounds=[_LOG_TEMPERATURE_BOUNDS])
+        self.temperature_ = float(np.exp(log_t))
+        return self
+
+    def transform(self, logits):
+        """Calibrated probabilities ``softmax(logits / temperature_)``, shape (n, K), float64."""
+        self._check_is_fitted()
+        return softmax(_check_logits(logits) / self.temperature_, axis=1)
+
+
+class VectorScaler(_PosthocCalibrator):
+    """Vector scaling (Guo et al., ICML 2017, §4.2): ``p = softmax(z * w + b)``, w, b in R^K.
+
+    Fitted by L-BFGS on ``mean NLL + l2 * (||w - 1||^2 + ||b||^2)`` with the analytic gradient,
+    starting from the identity (w = 1, b = 0); the penalty pulls towards the identity, so a huge
+    ``l2`` leaves the logits unchanged. w is unconstrained (it may change the argmax, unlike
+    temperature scaling). Softmax ignores a common shift of b, so the fitted b is centred to
+    mean 0 (with ``l2 > 0`` the optimum already is).
+
+    Parameters
+    ----------
+    l2 : float, default 0.0
+        Penalty strength (>= 0).
+    max_iter : int, default 1000
+        L-BFGS iteration cap; a ``ConvergenceWarning`` is raised when it is reached.
+
+    Attributes
+    ----------
+    coef_ : ndarray (K,)
+        Per-class multiplier w.
+    intercept_ : ndarray (K,)
+        Per-class bias b.
+
+    ``input_kind = "logits"``: ``fit(logits, labels)`` as :class:`TemperatureScaler`;
+    ``transform`` requires the same K as ``fit``.
+    """
+
+    method = "vector"
+    input_kind = "logits"
+    _state_attrs = ("coef_", "intercept_")
+
+    def __init__(self, *, l2=0.0, max_iter=1000):
+        self.l2 = l2
+        self.max_iter = max_iter
+
+    def fit(self, logits, labels):
+        """Fit w, b on ``logits`` (n, K) and ``labels`` (n,); returns ``self``.
+
+        Raises as :meth:`TemperatureScaler.fit`, and ``ValueError`` for ``l2 < 0``.
+        """
+        _check_real_param(self.l2, "l2", positive=False)
+        _check_int_param(self.max_iter, "max_iter", 1)
+        l2 = float(self.l2)
+        z = _check_logits(logits)
+        n, k = z.shape
+        y = _check_labels(labels, n, k)
+        onehot = np.zeros_like(z)
+        onehot[np.arange(n), y] = 1.0
+
+        def loss_and_grad(params):
+            w, b = params[:k], params[k:]
+            log_p = log_softmax(z * w + b, axis=1)
+            residual = (np.exp(log_p) - onehot) / n  # d mean-NLL / d adjusted logits
+            loss = -np.sum(log_p * onehot) / n + l2 * (np.sum((w - 1.0) ** 2) + np.sum(b**2))
+            grad_w = np.sum(residual * z, axis=0) + 2.0 * l2 * (w - 1.0)
+            grad_b = np.sum(residual, axis=0) + 2.0 * l2 * b
+            return loss, np.concatenate([grad_w, grad_b])
+
+        x0 = np.concatenate([np.ones(k), np.zeros(k)])
+        params = _lbfgs(loss_and_grad, x0, max_iter=self.max_iter, name="VectorScaler")
+        self.coef_ = params[:k].copy()
+        self.intercept_ = params[k:] - params[k:].mean()
+        return self
+
+    def transform(self, logits):
+        """Calibrated probabilities ``softmax(logits * coef_ + intercept_)``, shape (n, K), float64."""
+        self._check_is_fitted()
+        z = _check_logits(logits)
+        if z.shape[1] != self.coef_.shape[0]:
+            raise ValueError(
+                f"`logits` has K={z.shape[1]} columns but this VectorScaler was fitted with "
+                f"K={self.coef_.shape[0]}"
+            )
+        return softmax(z * self.coef_ + self.intercept_, axis=1)
+
+
+# --------------------------------------------------------------------------------------------------
+# Binary: confidence -> probability of being correct
+# --------------------------------------------------------------------------------------------------
+class PlattScaler(_PosthocCalibrator):
+    """Platt scaling (Platt, 1999): ``P(correct) = sigmoid(a * logit(c) + b)``.
+
+    The feature is the logit of the confidence c, clipped to [1e-6, 1 - 1e-6] (``PLATT_EPS``),
+    not c itself: on this scale a = 1, b = 0 is the identity, so the fit only has to learn a
+    sharpening (a) and a shift (b), which is temperature scaling of the binary top-label
+    probability. To use a raw score s instead, pass ``expit(s)``.
+
+    a, b are the unpenalised maximum-likelihood logistic regression (the same fit as scikit-learn
+    ``LogisticRegression(C=inf)`` on that single feature), found by L-BFGS with the analytic
+    gradient. ``target_smoothing=True`` uses Platt's Bayesian targets ``(N+ + 1)/(N+ + 2)`` and
+    ``1/(N- + 2)`` instead of 1 and 0 (Platt 1999, §2.2; scikit-learn's
+    ``CalibratedClassifierCV(method="sigmoid")``), which keeps a, b finite on separable data
+    (without it the maximum-likelihood slope is infinite, and the fit stops at a large a once the
+    loss is flat to float precision).
+
+    Parameters
+    ----------
+    target_smoothing : bool, default False
+    max_iter : int, default 1000
+
+    Attributes
+    ----------
+    coef_ : float
+        Slope a on logit(c).
+    intercept_ : float
+        Intercept b.
+
+    ``input_kind = "confidence"``: ``fit(confidence, correct)`` with confidence (n,) in [0, 1]
+    and binary correct (n,) holding both 0 and 1; ``transform(confidence)`` returns (n,) in [0, 1].
+    """
+
+    method = "platt"
+    input_kind = "confidence"
+    _state_attrs = ("coef_", "intercept_")
+
+    def __init__(self, *, target_smoothing=False, max_iter=1000):
+        self.target_smoothing = target_smoothing
+        self.max_iter = max_iter
+
+    @staticmethod
+    def _feature(confidence):
+        return logit(np.clip(confidence, PLATT_EPS, 1.0 - PLATT_EPS))
+
+    def fit(self, confidence, correct):
+        """Fit a, b on ``confidence`` (n,) and ``correct`` (n,); returns ``self``.
+
+        Raises ``TypeError`` for non-numeric input and ``ValueError`` for a wrong shape,
+        confidence outside [0, 1] or NaN, non-binary or single-class ``correct``, or mismatched
+        lengths.
+        """
+        if not isinstance(self.target_smoothing, (bool, np.bool_)):
+            raise TypeError(f"`target_smoothing` must be a bool, got {_short(self.target_smoothing)}")
+        _check_int_param(self.max_iter, "max_iter", 1)
+        c = _check_confidence(confidence)
+        t = _check_correct(correct, c.shape[0])
+        if self.target_smoothing:
+            n_pos = t.sum()
+            n_neg = t.size - n_pos
+            t = np.where(t == 1.0, (n_pos + 1.0) / (n_pos + 2.0), 1.0 / (n_neg + 2.0))
+        x = self._feature(c)
+
+        def loss_and_grad(params):
+            a, b = params
+            s = a * x + b
+            # binary cross-entropy with logits: log(1 + e^s) - t s
+            loss = np.mean(np.logaddexp(0.0, s) - t * s)
+            r = expit(s) - t
+            return loss, np.array([np.mean(r * x), np.mean(r)])
+
+        a, b = _lbfgs(loss_and_grad, np.array([1.0, 0.0]), max_iter=self.max_iter, name="PlattScaler")
+        self.coef_, self.intercept_ = float(a), float(b)
+        return self
+
+    def transform(self, confidence):
+        """Calibrated P(correct) = ``sigmoid(coef_ * logit(clip(confidence)) + intercept_)``, (n,)."""
+        self._check_is_fitted()
+        return expit(self.coef_ * self._feature(_check_confidence(confidence)) + self.intercept_)
+
+
+class IsotonicCalibrator(_PosthocCalibrator):
+    """Isotonic regression (Zadrozny & Elkan, KDD 2002): the non-decreasing step map from
+    confidence to P(correct) that minimises squared error, by scikit-learn
+    ``IsotonicRegression(out_of_bounds="clip", y_min=0, y_max=1)``.
+
+    ``transform`` interpolates linearly between the fitted thresholds (as scikit-learn's
+    ``predict`` does) and clips outside them, so the output is monotone and in [0, 1].
+
+    Attributes
+    ----------
+    X_thresholds_, y_thresholds_ : ndarray (m,)
+        The fitted breakpoints (confidence, P(correct)).
+
+    ``input_kind = "confidence"``: ``fit(confidence, correct)`` / ``transform(confidence)`` as
+    :class:`PlattScaler`.
+    """
+
+    method = "isotonic"
+    input_kind = "confidence"
+    _state_attrs = ("X_thresholds_", "y_thresholds_")
+
+    def fit(self, confidence, correct):
+        """Fit the step map on ``confidence`` (n,) and ``correct`` (n,); returns ``self``.
+
+        Raises as :meth:`PlattScaler.fit`.
+        """
+        c = _check_confidence(confidence)
+        t = _check_correct(correct, c.shape[0])
+        iso = IsotonicRegression(out_of_bounds="clip", y_min=0.0, y_max=1.0, increasing=True).fit(c, t)
+        self.X_thresholds_ = np.asarray(iso.X_thresholds_, dtype=np.float64)
+        self.y_thresholds_ = np.asarray(iso.y_thresholds_, dtype=np.float64)
+        return self
+
+    def transform(self, confidence):
+        """Calibrated P(correct), shape (n,), in [0, 1], non-decreasing in ``confidence``."""
+        self._check_is_fitted()
+        return np.interp(_check_confidence(confidence), self.X_thresholds_, self.y_thresholds_)
+
+
+class HistogramBinningCalibrator(_PosthocCalibrator):
+    """Histogram binning (Zadrozny & Elkan, ICML 2001): split [0, 1] into ``n_bins`` equal-width
+    bins and map each confidence to the accuracy of its bin on the fitting set.
+
+    Bins are left-closed, [k/B, (k+1)/B), except the last, which includes 1.0 (c = 0 falls in the
+    first bin), as in scikit-learn's ``calibration_curve``. A bin that received no fitting sample
+    maps to the overall accuracy of the fitting set: with no evidence for the bin, the base rate
+    is the calibrated guess (the bin centre would keep the uncalibrated confidence instead).
+
+    Parameters
+    ----------
+    n_bins : int, default 15
+
+    Attributes
+    ----------
+    bin_values_ : ndarray (n_bins,)
+        P(correct) assigned to each bin.
+    bin_counts_ : ndarray (n_bins,)
+        Fitting samples per bin (float, for the JSON round trip).
+
+    ``input_kind = "confidence"``: ``fit(confidence, correct)`` / ``transform(confidence)`` as
+    :class:`PlattScaler`; the output takes at most ``n_bins`` distinct values.
+    """
+
+    method = "histogram"
+    input_kind = "confidence"
+    _state_attrs = ("bin_values_", "bin_counts_")
+
+    def __init__(self, *, n_bins=15):
+        self.n_bins = n_bins
+
+    def _bin_index(self, c):
+        edges = np.linspace(0.0, 1.0, self.n_bins + 1)
+        return np.searchsorted(edges[1:-1], c, side="right")
+
+    def fit(self, confidence, correct):
+        """Fit bin accuracies on ``confidence`` (n,) and ``correct`` (n,); returns ``self``.
+
+        Raises as :meth:`PlattScaler.fit`, and for ``n_bins`` < 1 or not an int.
+        """
+        _check_int_param(self.n_bins, "n_bins", 1)
+        c = _check_confidence(confidence)
+        t = _check_correct(correct, c.shape[0])
+        idx = self._bin_index(c)
+        counts = np.bincount(idx, minlength=self.n_bins).astype(np.float64)
+        hits = np.bincount(idx, weights=t, minlength=self.n_bins)
+        values = np.full(self.n_bins, t.mean())
+        np.divide(hits, counts, out=values, where=counts > 0)
+        self.bin_values_, self.bin_counts_ = values, counts
+        return self
+
+    def transform(self, confidence):
+        """Calibrated P(correct): the fitted value of each confidence's bin, shape (n,)."""
+        self._check_is_fitted()
+        return self.bin_values_[self._bin_index(_check_confidence(confidence))]
+
+
+CALIBRATORS = {
+    "temperature": TemperatureScaler,
+    "vector": VectorScaler,
+    "platt": PlattScaler,
+    "isotonic": IsotonicCalibrator,
+    "histogram": HistogramBinningCalibrator,
+}
+
+
+def load_calibrator(path):
+    """Load any calibrator saved by ``save``, choosing the class from the file's ``"method"``.
+
+    Raises ``ValueError`` for a file that is not a saved calibrator, an unknown method or an
+    unsupported ``format_version``.
+    """
+    payload = _read_payload(path)
+    return CALIBRATORS[payload["method"]]._from_payload(payload)
+
+
+# --------------------------------------------------------------------------------------------------
+# Generation
+# --------------------------------------------------------------------------------------------------
+class TemperatureScalingLogitsProcessor(LogitsProcessor):
+    """Divide next-token scores by a temperature inside ``model.generate``.
+
+    With ``token_ids=None`` every score is divided by ``temperature`` (the same as transformers'
+    ``TemperatureLogitsWarper``, but usable with greedy decoding and composable with a fitted
+    :class:`TemperatureScaler`). With ``token_ids`` (e.g. the MCQA option-letter tokens) only
+    those columns are divided and all others pass through unchanged, so the softmax restricted to
+    the options equals ``TemperatureScaler.transform`` of the option logits.
+
+    Parameters
+    ----------
+    temperature : float
+        T > 0 and finite; ``ValueError`` otherwise, ``TypeError`` if not a real number.
+    token_ids : sequence of int, 1-D tensor or None
+        Non-negative vocabulary ids; checked against the vocabulary size (the last dimension of
+        ``scores``) at call time, where an id >= vocabulary size raises ``ValueError``.
+
+    ``__call__(input_ids, scores)``: scores (batch, vocab) float tensor → new tensor, same shape
+    and dtype; the input is not modified.
+    """
+
+    supports_continuous_batching = True  # element-wise over the last dimension
+
+    def __init__(self, temperature, token_ids=None):
+        if isinstance(temperature, torch.Tensor) and temperature.numel() == 1:
+            temperature = temperature.item()
+        _check_real_param(temperature, "temperature", positive=True)
+        self.temperature = float(temperature)
+        if token_ids is None:
+            self.token_ids = None
+            return
+        ids = _numeric(token_ids, "token_ids")
+        if ids.ndim != 1 or ids.size == 0:
+            raise ValueError(f"`token_ids` must be a non-empty 1-D sequence of ints, got {_short(token_ids)}")
+        if not np.issubdtype(ids.dtype, np.integer):
+            raise TypeError(f"`token_ids` must be integers, got dtype {ids.dtype} ({_short(token_ids)})")
+        if (ids < 0).any():
+            raise ValueError(f"`token_ids` must be >= 0, got {int(ids[ids < 0][0])}")
+        self.token_ids = torch.as_tensor(np.unique(ids), dtype=torch.long)
+
+    @classmethod
+    def from_scaler(cls, scaler, token_ids=None):
+        """Build the processor from a fitted :class:`TemperatureScaler` (its ``temperature_``)."""
+        if not isinstance(scaler, TemperatureScaler):
+            raise TypeError(f"`scaler` must be a TemperatureScaler, got {type(scaler).__name__}")
+        scaler._check_is_fitted()
+        return cls(scaler.temperature_, token_ids=token_ids)
+
+    def __call__(self, input_ids, scores):
+        if self.token_ids is None:
+            return scores / self.temperature
+        vocab_size = scores.shape[-1]
+        too_big = self.token_ids >= vocab_size
+        if too_big.any():
+            raise ValueError(
+                f"`token_ids` contains {self.token_ids[too_big].tolist()}, outside the vocabulary "
+                f"of size {vocab_size} (last dimension of `scores`)"
+            )
+        ids = self.token_ids.to(scores.device)
+        processed = scores.clone()
+        processed[..., ids] = scores[..., ids] / self.temperature
+        return processed
+
+    def __repr__(self):
+        ids = None if self.token_ids is None else self.token_ids.tolist()
+        return f"{type(self).__name__}(temperature={self.temperature!r}, token_ids={ids!r})"
