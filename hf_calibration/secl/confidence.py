@@ -1,0 +1,581 @@
+"""Confidence signals of a causal LM about its own answer (SPEC §2, steps 1 and 4; baselines).
+
+One home for the four signals that ``diagnose`` and SECL share:
+
+- **verbalized confidence** (generative): after the answer, a follow-up turn asks for a number from
+  0 to 10; the confidence is the expectation ``Σ_k P(k)·k/10`` over the digit tokens, renormalised
+  over those tokens, so it is differentiable in the model's parameters (SPEC §2 step 1,
+  reconstruction). The greedy number is returned beside it.
+- **P(True)** (discriminative, Kadavath et al. 2022): after the answer, a follow-up turn asks whether
+  the answer is correct; ``P(Yes) / (P(Yes) + P(No))``.
+- **P(True)Norm** over the answer and its distractors: ``softmax(P_T / τ_n)`` (SPEC §2 step 4).
+- **DINCO-style score** (Wang & Stengel-Eskin, ICLR 2026) without the NLI model; see ``dinco_score``.
+
+Prompts. Every signal continues the conversation in which the model gave the answer:
+``build_prompt(question) + answer + follow-up turn``. Token ids are concatenated, never re-tokenised
+across the boundary, so the prompt the model answered is a prefix of every follow-up prompt; the
+prefix is run once and its key/value cache is shared by all follow-ups of that question (an answer
+and K distractors cost one long pass plus K+1 short ones).
+
+Multi-token numbers. Tokenizers that split digits (SmolLM2, Qwen2.5, Llama 3) have no single token
+"10". Then the first step reads "0".."9"; the mass of "1" is split by a second next-token read after
+"1": ``P(10) = P("1")·P("0" | "1")`` and ``P(1) = P("1")·(1 − P("0" | "1"))`` (the scale stops at
+10, so any other continuation means 1). That read is one more forward pass and is counted.
+
+Forward passes are counted logically: one per next-token distribution read (one scored prompt), as if
+no cache were shared; the ``seconds`` fields give the real cost with the cache.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from hf_calibration.modeling.prompts import build_prompt, resolve_prompt_format, single_token_ids
+
+# Anchored wording ("0 (certainly wrong) to 10 (certainly correct)") made Qwen2.5-Coder-0.5B answer "1"
+# to every question; this wording gives a number that varies (greedy mostly 5-8). Our measurement.
+CONFIDENCE_TEMPLATE = (
+    'Rate your confidence that "{answer}" is correct from 0 to 10, where 10 means completely sure. '
+    "Reply with the number only."
+)
+P_TRUE_TEMPLATE = 'Is the answer "{answer}" correct? Reply with Yes or No.'
+# Plain prompts (no chat template) end with these prefixes, so the next token is the number / the word.
+PLAIN_CONFIDENCE_PREFIX = "Confidence (0-10):"
+PLAIN_P_TRUE_PREFIX = "Answer (Yes or No):"
+DEFAULT_TAU_N = 0.2
+
+
+def check_template(template: str, name: str = "template") -> str:
+    """Raise ValueError unless ``template`` is a str with the ``{answer}`` slot and no other slot."""
+    if not isinstance(template, str) or "{answer}" not in template:
+        raise ValueError(f"{name}: must be a str containing the '{{answer}}' slot, got {template!r}")
+    try:
+        template.format(answer="x")
+    except (KeyError, IndexError, ValueError) as err:
+        raise ValueError(f"{name}: only the '{{answer}}' slot is allowed, got {template!r} ({err})") from None
+    return template
+
+
+@dataclass(frozen=True)
+class ConfidenceTokens:
+    """Token ids read by the signals (each entry: the single-token variants, e.g. "7" and " 7").
+
+    digits : variants of "0".."9" (index = value).
+    ten : variants of "10" when it is one token; empty → the two-step read of the module docstring.
+    zero_after_one : ids of "0" read after "1" in the two-step read.
+    yes, no : variants of "Yes"/"No" (P(True)).
+    """
+
+    digits: tuple[tuple[int, ...], ...]
+    ten: tuple[int, ...]
+    zero_after_one: tuple[int, ...]
+    yes: tuple[int, ...]
+    no: tuple[int, ...]
+
+    @classmethod
+    def from_tokenizer(cls, tokenizer, *, need_digits: bool = True, need_yes_no: bool = True) -> "ConfidenceTokens":
+        """Look the tokens up; ValueError naming the tokens that are not single tokens."""
+        unk = tokenizer.unk_token_id
+
+        def ids(texts):  # the unknown token is one token too, but not the word asked for
+            return tuple(i for i in single_token_ids(tokenizer, texts) if i != unk)
+
+        digits = tuple(ids([str(d), f" {d}"]) for d in range(10))
+        yes, no = ids(["Yes", " Yes"]), ids(["No", " No"])
+        missing = []
+        if need_digits:
+            missing += [f"{d!r}" for d in "0123456789" if not digits[int(d)]]
+        if need_yes_no:
+            missing += [w for w, ids in (("'Yes'", yes), ("'No'", no)) if not ids]
+        if missing:
+            raise ValueError(
+                f"tokenizer: these tokens (with or without a leading space) are not single tokens: "
+                f"{', '.join(missing)}; the confidence signals read them as next tokens"
+            )
+        return cls(
+            digits=digits,
+            ten=ids(["10", " 10"]),
+            zero_after_one=ids(["0"]) or digits[0],
+            yes=yes,
+            no=no,
+        )
+
+    @property
+    def two_step(self) -> bool:
+        return not self.ten
+
+
+def _logsumexp_ids(logprobs: torch.Tensor, ids: Sequence[int]) -> torch.Tensor:
+    return torch.logsumexp(logprobs[:, list(ids)], dim=-1)
+
+
+def verbalized_from_logprobs(
+    logprobs: torch.Tensor, tokens: ConfidenceTokens, after_one: torch.Tensor | None = None
+) -> tuple[torch.Tensor, np.ndarray, np.ndarray]:
+    """Expected confidence from next-token log-probabilities (differentiable).
+
+    logprobs : (n, V) log-softmax at the number's position. after_one : (n, V) log-softmax after "1"
+    (needed when ``tokens.two_step``). Returns (confidence (n,) tensor in [0, 1], greedy (n,) float
+    array in {0, 0.1, …, 1} or NaN when the most likely token is not a number, mass (n,) probability of
+    the digit tokens at the first step, in [0, 1]).
+    """
+    if tokens.two_step and after_one is None:
+        raise ValueError("after_one: required when '10' is not a single token")
+    digit_lp = torch.stack([_logsumexp_ids(logprobs, ids) for ids in tokens.digits], dim=1)  # (n, 10)
+    if tokens.two_step:
+        p_zero = torch.exp(_logsumexp_ids(after_one, tokens.zero_after_one)).clamp(0.0, 1.0)
+        lp_ten = digit_lp[:, 1] + torch.log(p_zero.clamp_min(1e-30))
+        lp_one = digit_lp[:, 1] + torch.log1p(-p_zero.clamp(max=1 - 1e-7))
+        values_lp = torch.cat([digit_lp[:, :1], lp_one[:, None], digit_lp[:, 2:], lp_ten[:, None]], dim=1)
+    else:
+        values_lp = torch.cat([digit_lp, _logsumexp_ids(logprobs, tokens.ten)[:, None]], dim=1)
+    values = torch.arange(11, dtype=logprobs.dtype, device=logprobs.device) / 10.0
+    weights = torch.softmax(values_lp, dim=1)
+    confidence = (weights * values).sum(dim=1)
+    mass = torch.exp(torch.logsumexp(digit_lp, dim=1))
+    if not tokens.two_step:
+        mass = mass + torch.exp(values_lp[:, 10])
+    greedy = np.full(len(logprobs), np.nan)
+    top = logprobs.argmax(dim=1).tolist()
+    for i, t in enumerate(top):
+        if t in tokens.ten:
+            greedy[i] = 1.0
+        for d, ids in enumerate(tokens.digits):
+            if t in ids:
+                greedy[i] = d / 10.0
+                if d == 1 and tokens.two_step and int(after_one[i].argmax()) in tokens.zero_after_one:
+                    greedy[i] = 1.0
+    return confidence, greedy, mass.detach().cpu().numpy().astype(np.float64)
+
+
+def p_true_from_logprobs(logprobs: torch.Tensor, tokens: ConfidenceTokens) -> tuple[torch.Tensor, np.ndarray]:
+    """P(Yes)/(P(Yes)+P(No)) (n,) tensor in [0, 1] and the mass on Yes/No (n,) in [0, 1]."""
+    lp_yes = _logsumexp_ids(logprobs, tokens.yes)
+    lp_no = _logsumexp_ids(logprobs, tokens.no)
+    p = torch.sigmoid(lp_yes - lp_no)
+    mass = torch.exp(torch.logaddexp(lp_yes, lp_no))
+    return p, mass.detach().cpu().numpy().astype(np.float64)
+
+
+def _forward_last(model, input_ids, attention_mask, position_ids, past=None, last_index=None):
+    """Log-softmax of the next token after each row's last real token, (n, V) float32."""
+    keep = 1 if last_index is None else 0
+    out = model(
+        input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+        cache=past, use_cache=past is not None, logits_to_keep=keep,
+    )
+    logits = out.logits[:, -1, :] if last_index is None else out.logits[torch.arange(len(input_ids)), last_index]
+    return torch.log_softmax(logits.float(), dim=-1)
+
+
+def prefix_pass(model, prefix_ids: Sequence[int], *, requires_grad: bool = False):
+    """Run ``prefix_ids`` once (batch 1). Returns (log-softmax of the next token (V,), cache, length)."""
+    device = next(model.parameters()).device
+    with torch.set_grad_enabled(requires_grad):
+        prefix = torch.as_tensor([list(prefix_ids)], dtype=torch.long, device=device)
+        out = model(input_ids=prefix, use_cache=True, logits_to_keep=1)
+    return torch.log_softmax(out.logits[0, -1].float(), dim=-1), out.cache, prefix.shape[1]
+
+
+def _repeat_cache(cache, repeats: int):
+    """A copy of ``cache`` repeated along the batch; the prefix tensors are shared, not copied.
+
+    Shallow copies suffice because cache layers replace their tensors (``torch.cat``) rather than
+    writing into them; deep copies would also fail on tensors that carry gradients.
+    """
+    new = copy.copy(cache)
+    new.layers = [copy.copy(layer) for layer in cache.layers]
+    new.batch_repeat_interleave(repeats)
+    return new
+
+
+def continuation_logprobs(
+    model,
+    cache,
+    n_prefix: int,
+    continuations: Sequence[Sequence[int]],
+    *,
+    batch_size: int = 8,
+    requires_grad: bool = False,
+    pad_id: int = 0,
+) -> torch.Tensor:
+    """Next-token log-softmax (m, V) after ``prefix + continuation`` for each continuation.
+
+    ``cache`` (from ``prefix_pass``) is copied for each batch; continuations are right-padded and their
+    positions continue from the prefix, so each row equals the unbatched, uncached computation.
+    """
+    device = next(model.parameters()).device
+    chunks = []
+    with torch.set_grad_enabled(requires_grad):
+        for start in range(0, len(continuations), batch_size):
+            batch = [list(c) for c in continuations[start : start + batch_size]]
+            if any(len(c) == 0 for c in batch):
+                raise ValueError("continuations: every continuation needs at least one token")
+            width = max(len(c) for c in batch)
+            ids = torch.full((len(batch), width), pad_id, dtype=torch.long, device=device)
+            mask = torch.zeros((len(batch), n_prefix + width), dtype=torch.long, device=device)
+            mask[:, :n_prefix] = 1
+            for i, c in enumerate(batch):
+                ids[i, : len(c)] = torch.as_tensor(c)
+                mask[i, n_prefix : n_prefix + len(c)] = 1
+            past = _repeat_cache(cache, len(batch))
+            positions = (n_prefix + torch.arange(width, device=device)).expand(len(batch), -1)
+            last = torch.as_tensor([len(c) - 1 for c in batch], device=device)
+            chunks.append(_forward_last(model, ids, mask, positions, past=past, last_index=last))
+    if not chunks:
+        raise ValueError("continuations: empty")
+    return torch.cat(chunks)
+
+
+def followup_logprobs(
+    model,
+    prefix_ids: Sequence[int],
+    continuations: Sequence[Sequence[int]],
+    *,
+    batch_size: int = 8,
+    requires_grad: bool = False,
+    pad_id: int = 0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``prefix_pass`` then ``continuation_logprobs``: (prefix (V,), continuations (m, V)) log-softmax."""
+    prefix_lp, cache, n = prefix_pass(model, prefix_ids, requires_grad=requires_grad)
+    conts = continuation_logprobs(model, cache, n, continuations, batch_size=batch_size,
+                                  requires_grad=requires_grad, pad_id=pad_id)
+    return prefix_lp, conts
+
+
+def followup_ids(tokenizer, text: str, *, prompt_format: str = "auto", plain_prefix: str = "") -> list[int]:
+    """Token ids that close the assistant's answer and open a new user turn with ``text``.
+
+    Chat: the template's rendering between an assistant message and the next generation prompt
+    (e.g. ChatML ``<|im_end|>\\n<|im_start|>user\\n{text}<|im_end|>\\n<|im_start|>assistant\\n``).
+    Plain: ``"\\n{text}\\n{plain_prefix}"``.
+    """
+    fmt = resolve_prompt_format(tokenizer, prompt_format)
+    if fmt == "chat":
+        marker_q, marker_a = "\u00a7Q\u00a7", "\u00a7A\u00a7"
+        rendered = tokenizer.apply_chat_template(
+            [{"role": "user", "content": marker_q}, {"role": "assistant", "content": marker_a},
+             {"role": "user", "content": text}],
+            tokenize=False, add_generation_prompt=True,
+        )
+        suffix = rendered.split(marker_a, 1)[1]
+    else:
+        suffix = f"\n{text}\n{plain_prefix}"
+    return tokenizer.encode(suffix, add_special_tokens=False)
+
+
+@dataclass
+class SignalResult:
+    """One confidence signal for n (question, answer) pairs.
+
+    confidence : (n,) float64 in [0, 1] (a torch tensor with gradients when asked for).
+    mass : (n,) probability of the tokens read, in [0, 1] (how much of the next-token distribution
+        the signal is built from). greedy : (n,) greedy verbalized number / 10, NaN when not a number
+        (verbalized only). forward_passes : total logical passes. seconds : wall time.
+    """
+
+    confidence: np.ndarray | torch.Tensor
+    mass: np.ndarray
+    forward_passes: int
+    seconds: float
+    greedy: np.ndarray | None = None
+
+
+def _group_by_question(questions, answers):
+    if len(questions) != len(answers):
+        raise ValueError(f"answers: need one per question, got {len(answers)} for {len(questions)} questions")
+    if len(questions) == 0:
+        raise ValueError("questions: empty")
+    groups: dict[str, list[int]] = {}
+    for i, q in enumerate(questions):
+        groups.setdefault(q, []).append(i)
+    return groups
+
+
+def _answer_then_followup(tokenizer, answer: str, text: str, fmt: str, plain_prefix: str) -> list[int]:
+    """Ids of the assistant's ``answer`` then the follow-up user turn ``text`` (template already filled)."""
+    answer_ids = tokenizer.encode(answer if fmt == "chat" else " " + answer, add_special_tokens=False)
+    return answer_ids + followup_ids(tokenizer, text, prompt_format=fmt, plain_prefix=plain_prefix)
+
+
+def _prompt_ids(tokenizer, question: str, fmt: str) -> list[int]:
+    return tokenizer.encode(build_prompt(tokenizer, question, prompt_format=fmt), add_special_tokens=False)
+
+
+def verbalized_confidence(
+    model,
+    tokenizer,
+    questions: Sequence[str],
+    answers: Sequence[str],
+    *,
+    template: str = CONFIDENCE_TEMPLATE,
+    prompt_format: str = "auto",
+    batch_size: int = 8,
+    requires_grad: bool = False,
+    tokens: ConfidenceTokens | None = None,
+) -> SignalResult:
+    """Verbalized confidence of each answer, read as an expectation over "0".."10" (module docstring).
+
+    questions : the user turns (e.g. ``format_mcqa(question, choices)``); answers : the assistant's
+    answers (same length). Cost: 1 forward pass per answer, 2 when "10" is not a single token.
+    ``confidence`` is a tensor with gradients when ``requires_grad``, else a float64 array.
+    Raises ValueError for mismatched lengths, a template without ``{answer}``, or a tokenizer without
+    single-token digits.
+    """
+    check_template(template)
+    tokens = tokens or ConfidenceTokens.from_tokenizer(tokenizer, need_yes_no=False)
+    fmt = resolve_prompt_format(tokenizer, prompt_format)
+    groups = _group_by_question(questions, answers)
+    start = time.perf_counter()
+    conf = [None] * len(questions)
+    greedy = np.full(len(questions), np.nan)
+    mass = np.zeros(len(questions))
+    for q, idx in groups.items():
+        conts = [_answer_then_followup(tokenizer, answers[i], template.replace("{answer}", answers[i]), fmt,
+                                       PLAIN_CONFIDENCE_PREFIX) for i in idx]
+        if tokens.two_step:
+            conts += [c + [tokens.digits[1][0]] for c in conts]
+        _, lp = followup_logprobs(model, _prompt_ids(tokenizer, q, fmt), conts, batch_size=batch_size,
+                                  requires_grad=requires_grad, pad_id=tokenizer.pad_token_id or 0)
+        first, second = (lp[: len(idx)], lp[len(idx):]) if tokens.two_step else (lp, None)
+        c, g, m = verbalized_from_logprobs(first, tokens, second)
+        for j, i in enumerate(idx):
+            conf[i], greedy[i], mass[i] = c[j], g[j], m[j]
+    confidence = torch.stack(conf)
+    if not requires_grad:
+        confidence = confidence.detach().cpu().numpy().astype(np.float64)
+    passes = len(questions) * (2 if tokens.two_step else 1)
+    return SignalResult(confidence, mass, passes, time.perf_counter() - start, greedy)
+
+
+def p_true(
+    model,
+    tokenizer,
+    questions: Sequence[str],
+    answers: Sequence[str],
+    *,
+    template: str = P_TRUE_TEMPLATE,
+    prompt_format: str = "auto",
+    batch_size: int = 8,
+    tokens: ConfidenceTokens | None = None,
+) -> SignalResult:
+    """P(True) of each answer: P(Yes)/(P(Yes)+P(No)) after "is the answer correct?" (Kadavath et al.).
+
+    One forward pass per answer; answers to the same question share the question's cache. Returns
+    float64 arrays. Raises ValueError for mismatched lengths, a bad template or a tokenizer whose
+    "Yes"/"No" are not single tokens.
+    """
+    check_template(template)
+    tokens = tokens or ConfidenceTokens.from_tokenizer(tokenizer, need_digits=False)
+    fmt = resolve_prompt_format(tokenizer, prompt_format)
+    groups = _group_by_question(questions, answers)
+    start = time.perf_counter()
+    p = np.zeros(len(questions))
+    mass = np.zeros(len(questions))
+    for q, idx in groups.items():
+        conts = [_answer_then_followup(tokenizer, answers[i], template.replace("{answer}", answers[i]), fmt,
+                                       PLAIN_P_TRUE_PREFIX) for i in idx]
+        with torch.no_grad():
+            _, lp = followup_logprobs(model, _prompt_ids(tokenizer, q, fmt), conts, batch_size=batch_size,
+                                      pad_id=tokenizer.pad_token_id or 0)
+        pt, m = p_true_from_logprobs(lp, tokens)
+        p[idx], mass[idx] = pt.cpu().numpy(), m
+    return SignalResult(p, mass, len(questions), time.perf_counter() - start)
+
+
+def norm_p_true(p_true_options: np.ndarray, *, tau: float = DEFAULT_TAU_N) -> np.ndarray:
+    """P(True)Norm: ``softmax(P_T / τ_n)`` over each row's candidates (SPEC §2 step 4).
+
+    p_true_options : (n, K) P(True) of the answer and its distractors in [0, 1]; NaN marks a missing
+    candidate (a question with fewer options), which gets 0. tau : τ_n > 0. Returns (n, K), rows sum
+    to 1; the answer's column is its P(True)Norm. Normalising over mutually exclusive candidates
+    removes the suggestibility bias of raw P(True) (it confirms whatever it is shown).
+    """
+    p = np.asarray(p_true_options, dtype=np.float64)
+    if p.ndim != 2 or p.shape[1] < 1:
+        raise ValueError(f"p_true_options: must have shape (n, K), got {p.shape}")
+    if not (isinstance(tau, (int, float)) and tau > 0):
+        raise ValueError(f"tau: must be > 0, got {tau!r}")
+    z = np.where(np.isnan(p), -np.inf, p / tau)
+    z = z - z.max(axis=1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def dinco_score(p_true_options: np.ndarray, answer_index: np.ndarray, consistency: np.ndarray) -> np.ndarray:
+    """DINCO-style confidence without the NLI model (Wang & Stengel-Eskin, ICLR 2026).
+
+    DINCO's normalised verbalized confidence is ``P0 / (P0 + Σ_j P_j·c_0j/(deg_j − s_0j))`` with NLI
+    contradiction weights c_0j and similarity terms; here every distinct candidate is taken to fully
+    contradict the answer and none to duplicate it (c = 1, deg − s = 1), which holds for the distinct
+    options of MCQA and for deduplicated alternatives, and P_j is P(True) rather than a verbalized
+    confidence. The result is averaged with a self-consistency score, as DINCO does: pass the
+    probability that a sampled answer equals the greedy one (MCQA: the option probability of the
+    prediction, which needs no sampling). Returns (n,) in [0, 1].
+
+    p_true_options : (n, K) with NaN for missing candidates; answer_index : (n,) int;
+    consistency : (n,) in [0, 1].
+    """
+    p = np.asarray(p_true_options, dtype=np.float64)
+    idx = np.asarray(answer_index, dtype=int)
+    p0 = p[np.arange(len(p)), idx]
+    total = np.nansum(p, axis=1)
+    nvc = np.divide(p0, total, out=np.full(len(p), 1.0 / np.maximum(1, np.sum(~np.isnan(p), axis=1))),
+                    where=total > 0)
+    return 0.5 * (nvc + np.asarray(consistency, dtype=np.float64))
+
+
+SIGNALS = ("option_probability", "p_true", "norm_p_true", "verbalized", "dinco")
+
+
+@dataclass
+class MCQASignals:
+    """All signals for n MCQA questions (K = most options), computed with one shared cache per question.
+
+    option_probs : (n, K) softmax over the option letters (NaN-free; 0 for missing options).
+    prediction, labels : (n,) int; correct : (n,) bool.
+    confidence : dict signal → (n,) float64 in [0, 1], for the signals in ``SIGNALS``; each is the
+        confidence that the *predicted* option is correct.
+    p_true_options : (n, K) P(True) of every option (NaN for missing options).
+    norm_p_true_options : (n, K) P(True)Norm, rows sum to 1.
+    verbalized_greedy : (n,) greedy verbalized number / 10 (NaN when not a number).
+    mass : dict signal → (n,) probability mass of the tokens read for it.
+    forward_passes : dict signal → passes per question to obtain it, the answer's pass included.
+    seconds : dict signal → seconds per question, likewise cumulative (with the shared cache).
+    """
+
+    option_probs: np.ndarray
+    prediction: np.ndarray
+    labels: np.ndarray
+    correct: np.ndarray
+    confidence: dict
+    p_true_options: np.ndarray
+    norm_p_true_options: np.ndarray
+    verbalized_greedy: np.ndarray
+    mass: dict
+    forward_passes: dict
+    seconds: dict
+    prompt_format: str
+    tau_n: float
+
+
+def mcqa_answer_text(letter: str, choice: str, max_chars: int = 200) -> str:
+    """How an option is restated in the follow-up turns: "C. <choice text>" (truncated)."""
+    choice = " ".join(str(choice).split())
+    return f"{letter}. {choice[:max_chars]}"
+
+
+def mcqa_signals(
+    model,
+    tokenizer,
+    dataset,
+    *,
+    tau_n: float = DEFAULT_TAU_N,
+    prompt_format: str = "auto",
+    confidence_template: str = CONFIDENCE_TEMPLATE,
+    p_true_template: str = P_TRUE_TEMPLATE,
+    batch_size: int = 8,
+    progress: bool = True,
+) -> MCQASignals:
+    """Option probability, P(True), P(True)Norm, verbalized confidence and the DINCO-style score.
+
+    Per question: one pass over the MCQA prompt (option letters; its cache is kept), then K short
+    P(True) follow-ups (one per option, the answer restated as "C. text") and the verbalized
+    follow-up for the predicted option (two reads when "10" is split). Forward passes per question:
+    option 1, P(True) 2, P(True)Norm and DINCO K+1, verbalized 2 (3 with the two-step read).
+
+    dataset : rows with question, choices, answer (``hf_calibration.data`` schema).
+    Raises ValueError for an empty dataset, bad templates, τ_n ≤ 0, or a tokenizer without
+    single-token option letters, digits or Yes/No.
+    """
+    from tqdm.auto import tqdm
+
+    from hf_calibration.modeling.prompts import LETTERS, build_mcqa_prompt, format_mcqa, option_token_ids
+
+    check_template(confidence_template, "confidence_template")
+    check_template(p_true_template, "p_true_template")
+    if not (isinstance(tau_n, (int, float)) and tau_n > 0):
+        raise ValueError(f"tau_n: must be > 0, got {tau_n!r}")
+    rows = list(dataset)
+    if not rows:
+        raise ValueError("dataset: no questions to score")
+    tokens = ConfidenceTokens.from_tokenizer(tokenizer)
+    fmt = resolve_prompt_format(tokenizer, prompt_format)
+    k_max = max(len(r["choices"]) for r in rows)
+    variants = option_token_ids(tokenizer, k_max)
+    n = len(rows)
+    option_probs = np.zeros((n, k_max))
+    option_mass = np.zeros(n)
+    pt = np.full((n, k_max), np.nan)
+    pt_mass = np.full((n, k_max), np.nan)
+    verb = np.zeros(n)
+    greedy = np.full(n, np.nan)
+    verb_mass = np.zeros(n)
+    t_option = t_ptrue = t_verb = 0.0
+    pad = tokenizer.pad_token_id or 0
+    with torch.no_grad():
+        for i, row in enumerate(tqdm(rows, desc="diagnose", disable=not progress, unit="q")):
+            k = len(row["choices"])
+            t0 = time.perf_counter()
+            prompt = build_mcqa_prompt(tokenizer, row["question"], row["choices"], prompt_format=fmt)
+            lp, cache, n_prefix = prefix_pass(model, tokenizer.encode(prompt, add_special_tokens=False))
+            letter_lp = torch.stack([torch.logsumexp(lp[list(v)], dim=0) for v in variants[:k]])
+            option_probs[i, :k] = torch.softmax(letter_lp, dim=0).numpy()
+            option_mass[i] = float(torch.exp(torch.logsumexp(letter_lp, dim=0)))
+            pred = int(np.argmax(option_probs[i, :k]))
+            t1 = time.perf_counter()
+            answers = [mcqa_answer_text(LETTERS[j], row["choices"][j]) for j in range(k)]
+            conts = [_answer_then_followup(tokenizer, LETTERS[j], p_true_template.replace("{answer}", answers[j]),
+                                           fmt, PLAIN_P_TRUE_PREFIX) for j in range(k)]
+            p, m = p_true_from_logprobs(continuation_logprobs(model, cache, n_prefix, conts,
+                                                              batch_size=batch_size, pad_id=pad), tokens)
+            pt[i, :k], pt_mass[i, :k] = p.numpy(), m
+            t2 = time.perf_counter()
+            cont = _answer_then_followup(tokenizer, LETTERS[pred],
+                                         confidence_template.replace("{answer}", answers[pred]),
+                                         fmt, PLAIN_CONFIDENCE_PREFIX)
+            conts = [cont, cont + [tokens.digits[1][0]]] if tokens.two_step else [cont]
+            vlp = continuation_logprobs(model, cache, n_prefix, conts, batch_size=batch_size, pad_id=pad)
+            c, g, m = verbalized_from_logprobs(vlp[:1], tokens, vlp[1:] if tokens.two_step else None)
+            verb[i], greedy[i], verb_mass[i] = float(c[0]), g[0], m[0]
+            t3 = time.perf_counter()
+            t_option, t_ptrue, t_verb = t_option + t1 - t0, t_ptrue + t2 - t1, t_verb + t3 - t2
+    labels = np.array([int(r["answer"]) for r in rows])
+    prediction = option_probs.argmax(axis=1)
+    norm = norm_p_true(pt, tau=tau_n)
+    rows_idx = np.arange(n)
+    confidence = {
+        "option_probability": option_probs[rows_idx, prediction],
+        "p_true": pt[rows_idx, prediction],
+        "norm_p_true": norm[rows_idx, prediction],
+        "verbalized": verb,
+        "dinco": dinco_score(pt, prediction, option_probs[rows_idx, prediction]),
+    }
+    n_opts = np.array([len(r["choices"]) for r in rows])
+    verb_passes = 3 if tokens.two_step else 2
+    s_opt, s_pt, s_verb = t_option / n, t_ptrue / n, t_verb / n
+    return MCQASignals(
+        option_probs=option_probs, prediction=prediction, labels=labels, correct=prediction == labels,
+        confidence=confidence, p_true_options=pt, norm_p_true_options=norm, verbalized_greedy=greedy,
+        mass={
+            "option_probability": option_mass, "p_true": pt_mass[rows_idx, prediction],
+            "norm_p_true": np.nanmean(pt_mass, axis=1), "verbalized": verb_mass,
+            "dinco": np.nanmean(pt_mass, axis=1),
+        },
+        forward_passes={
+            "option_probability": 1.0, "p_true": 2.0, "norm_p_true": float(1 + n_opts.mean()),
+            "verbalized": float(verb_passes), "dinco": float(1 + n_opts.mean()),
+        },
+        seconds={
+            "option_probability": s_opt, "p_true": s_opt + s_pt / n_opts.mean(), "norm_p_true": s_opt + s_pt,
+            "verbalized": s_opt + s_verb, "dinco": s_opt + s_pt,
+        },
+        prompt_format=fmt,
+        tau_n=float(tau_n),
+    )
