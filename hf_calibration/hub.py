@@ -307,7 +307,7 @@ def publish_metric_space(
     """
     root = Path(metrics_dir) if metrics_dir is not None else METRICS_DIR
     if not isinstance(metric_name, str) or not re.fullmatch(r"[A-Za-z0-9][\w-]*", metric_name):
-        raise ValueError(f"metric_name: expected a metric folder name like 'expected_calibration_error', got {metric_name!r}")
+        raise ValueError(f"metric_name: expected a folder name like 'expected_calibration_error', got {metric_name!r}")
     folder = root / metric_name
     if not folder.is_dir():
         raise ValueError(f"metric_name: no metric folder {str(folder)!r}")

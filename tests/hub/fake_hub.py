@@ -5,10 +5,10 @@ Implemented (the requests huggingface_hub 2.4 sends, read from its ``hf_api.py``
 
 - ``POST /api/repos/create``                           create_repo (JSON: name, organization, type, sdk, visibility)
 - ``POST /api/validate-yaml``                          README.md metadata check done by create_commit/upload_folder
-- ``POST /api/{type}s/{id}/preupload/{rev}``           upload mode per file: "lfs" for binary / weight files, else "regular"
+- ``POST /api/{type}s/{id}/preupload/{rev}``           upload mode per file: "lfs" for weights/binary, else "regular"
 - ``POST /{prefix}{id}.git/info/lfs/objects/batch``    LFS batch API ("basic" transfer; upload + verify actions)
-- ``PUT  /__lfs/{oid}``, ``POST /__lfs/{oid}/verify``  where the batch answer sends the LFS bytes (a presigned-URL stand-in)
-- ``POST /api/{type}s/{id}/commit/{rev}``              NDJSON commit: header, file (base64), lfsFile, deletedFile, deletedFolder
+- ``PUT  /__lfs/{oid}``, ``POST /__lfs/{oid}/verify``  where the batch answer sends LFS bytes (presigned-URL stand-in)
+- ``POST /api/{type}s/{id}/commit/{rev}``              NDJSON commit: header, file (base64), lfsFile, deleted*
 - ``GET  /api/{type}s/{id}[/revision/{rev}]``          repo info (id, sha, siblings, private, sdk)
 - ``GET  /api/{type}s/{id}/tree/{rev}[/{path}]``       file listing for snapshot_download (``recursive``)
 - ``HEAD|GET /{prefix}{id}/resolve/{rev}/{path}``      file download with X-Repo-Commit, ETag, Content-Length
@@ -105,7 +105,8 @@ class FakeHub:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
+                                        daemon=True)
         self._thread.start()
         return self
 
@@ -166,7 +167,8 @@ class _Handler(BaseHTTPRequestHandler):
         split = urlsplit(self.path)
         self.route, self.query = unquote(split.path), parse_qs(split.query)
         with self.fake._lock:
-            self.fake.requests.append(RecordedRequest(method, self.path, {k.lower(): v for k, v in self.headers.items()}))
+            headers = {k.lower(): v for k, v in self.headers.items()}
+            self.fake.requests.append(RecordedRequest(method, self.path, headers))
         body = self._read_body()
         try:
             for verb, pattern, handler in _ROUTES:
