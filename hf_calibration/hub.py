@@ -124,6 +124,39 @@ def push_folder_to_hub(
     return commit.commit_url
 
 
+def push_artifact_to_hub(
+    artifact,
+    repo_id: str,
+    *,
+    base_model: str,
+    method: str,
+    paper_url: str,
+    config: Mapping,
+    metrics: Mapping[str, float] | None = None,
+    token: str | None = None,
+    private: bool = False,
+    commit_message: str | None = None,
+    **card_kwargs,
+) -> str:
+    """``artifact.save_pretrained`` into a temporary folder, ``write_model_card`` there, ``push_folder_to_hub``.
+
+    The body of a ``push_to_hub`` method: ``artifact`` is anything with ``save_pretrained(folder)``
+    (a ``CALMModel``, a SECL model, a PEFT model). ``card_kwargs`` go to ``write_model_card`` (tags,
+    datasets, description, usage, …). The repo id and token are checked before anything is saved;
+    returns the commit URL.
+    """
+    check_repo_id(repo_id)
+    token = _resolve_token(token)
+    if not callable(getattr(artifact, "save_pretrained", None)):
+        raise TypeError(f"artifact: expected an object with save_pretrained(folder), got {type(artifact).__name__}")
+    with tempfile.TemporaryDirectory() as staging:
+        artifact.save_pretrained(staging)
+        write_model_card(staging, base_model=base_model, method=method, paper_url=paper_url, config=config,
+                         metrics=metrics, **card_kwargs)
+        return push_folder_to_hub(staging, repo_id, token=token, private=private,
+                                  commit_message=commit_message or f"Upload {method} artifact with hf-calibration")
+
+
 def download_folder(
     repo_id_or_path: str | os.PathLike,
     *,

@@ -225,3 +225,19 @@ def test_publish_metric_space_bad_input(fake_hub, tmp_path):
     with pytest.raises(ValueError, match="metric_name: no metric folder"):
         publish_metric_space("nope", f"{fake_hub.user}/nope", token=fake_hub.token, metrics_dir=metrics_dir)
     assert fake_hub.hub.requests == []
+
+
+def test_download_folder_offline_uses_the_cache_only(fake_hub, tmp_path, monkeypatch):
+    from huggingface_hub import constants
+
+    (tmp_path / "a.json").write_text('{"a": 1}')
+    repo_id = f"{fake_hub.user}/cached"
+    push_folder_to_hub(tmp_path, repo_id, token=fake_hub.token)
+    online = download_folder(repo_id)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    sent = len(fake_hub.hub.requests)
+    assert download_folder(repo_id) == online
+    with pytest.raises(FileNotFoundError, match="not in the local Hugging Face cache"):
+        download_folder(f"{fake_hub.user}/never-downloaded")
+    assert len(fake_hub.hub.requests) == sent
