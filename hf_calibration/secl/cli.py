@@ -1,0 +1,118 @@
+"""``hf-calibration diagnose`` and ``hf-calibration secl`` subcommands.
+
+``hf_calibration.cli`` registers them with ``add_diagnose_parser(subparsers)`` and
+``add_secl_parser(subparsers)``; each sets ``func(args) -> int``. Bad values raise ValueError naming
+the option (the main CLI prints one line and exits 2) before any output is written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+
+def _positive(kind, name):
+    def parse(text):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be a positive number, got {text!r}") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"{name} must be positive, got {text!r}")
+        return value
+
+    return parse
+
+
+def _output_dir(path: str) -> Path:
+    out = Path(path)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--output-dir: {path!r} exists and is not a directory")
+    return out
+
+
+def _common(p, default_limit):
+    p.add_argument("--model", default="HuggingFaceTB/SmolLM2-135M-Instruct",
+                   help="Hub id or local folder (offline: the packaged SmolLM2 / Qwen2.5-Coder copies)")
+    p.add_argument("--limit", type=_positive(int, "--limit"), default=default_limit,
+                   help=f"number of questions (default {default_limit})")
+    p.add_argument("--seed", type=int, default=0, help="sampling and bootstrap seed (default 0)")
+    p.add_argument("--prompt-format", default="auto", choices=["auto", "chat", "plain"],
+                   help="chat template or plain prompt (auto: chat when the tokenizer has a template)")
+    p.add_argument("--batch-size", type=_positive(int, "--batch-size"), default=8,
+                   help="follow-up prompts per forward pass")
+    p.add_argument("--n-resamples", type=_positive(int, "--n-resamples"), default=1000,
+                   help="bootstrap resamples for the 95%% intervals")
+    p.add_argument("--output-dir", required=True, help="folder for the outputs (created)")
+
+
+# --------------------------------------------------------------------------- diagnose
+
+
+def add_diagnose_parser(subparsers) -> argparse.ArgumentParser:
+    """Register ``diagnose``: the four confidence signals, their metrics and the SECL verdict."""
+    p = subparsers.add_parser(
+        "diagnose",
+        help="measure the generation–discrimination gap: will SECL help this model?",
+        description="For each MCQA question: option probability, P(True) of the predicted answer, P(True)Norm "
+        "over the options, verbalized confidence and a DINCO-style score. Writes diagnosis.json, signals.jsonl "
+        "and reliability_diagrams.png; prints the table and the verdict.",
+    )
+    p.add_argument("--dataset", default="mmlu", help="mmlu, gpqa or halueval_qa")
+    p.add_argument("--subjects", default=None,
+                   help="MMLU subjects and/or categories, comma-separated (stem, humanities, social_sciences, other)")
+    p.add_argument("--tau-n", type=_positive(float, "--tau-n"), default=None,
+                   help="temperature τ_n of P(True)Norm (default 0.2)")
+    _common(p, default_limit=200)
+    p.set_defaults(func=run_diagnose)
+    return p
+
+
+def run_diagnose(args) -> int:
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from hf_calibration.data import load_mcqa
+    from hf_calibration.modeling import load_model, resolve_model_path
+    from hf_calibration.reports import AtomicOutputDir, write_json, write_jsonl
+    from hf_calibration.secl.confidence import DEFAULT_TAU_N
+    from hf_calibration.secl.diagnose import diagnose, format_diagnosis, plot_diagnosis
+
+    out = _output_dir(args.output_dir)
+    tau_n = DEFAULT_TAU_N if args.tau_n is None else args.tau_n
+    dataset = load_mcqa(args.dataset, subjects=args.subjects, limit=args.limit, seed=args.seed)
+    resolve_model_path(args.model)
+    start = time.perf_counter()
+    model, tokenizer = load_model(args.model)
+    load_s = time.perf_counter() - start
+    start = time.perf_counter()
+    result, signals = diagnose(model, tokenizer, dataset, tau_n=tau_n, prompt_format=args.prompt_format,
+                               batch_size=args.batch_size, n_resamples=args.n_resamples, seed=args.seed)
+    run = {
+        "model": args.model, "dataset": args.dataset, "subjects": args.subjects, "n": len(dataset),
+        "seed": args.seed, "prompt_format": signals.prompt_format, "tau_n": tau_n,
+        "load_seconds": round(load_s, 1), "wall_seconds": round(time.perf_counter() - start, 1),
+    }
+    title = (f"{args.model} on {args.dataset}" + (f" ({args.subjects})" if args.subjects else "")
+             + f": n={len(dataset)}, seed={args.seed}, prompt={signals.prompt_format}, τ_n={tau_n}, "
+             f"{run['wall_seconds']:.0f} s; 95% bootstrap intervals")
+    records = []
+    for i, row in enumerate(dataset):
+        records.append({
+            "index": i, "subject": row["subject"], "answer": int(signals.labels[i]),
+            "prediction": int(signals.prediction[i]), "correct": bool(signals.correct[i]),
+            **{name: float(c[i]) for name, c in signals.confidence.items()},
+            "verbalized_greedy": None if np.isnan(signals.verbalized_greedy[i]) else float(signals.verbalized_greedy[i]),
+            "option_probs": signals.option_probs[i].tolist(),
+            "p_true_options": [None if np.isnan(v) else float(v) for v in signals.p_true_options[i]],
+        })
+    with AtomicOutputDir(out) as tmp:
+        write_json(tmp / "diagnosis.json", {"run": run, **result})
+        write_jsonl(tmp / "signals.jsonl", records)
+        fig = plot_diagnosis(signals, title=f"{args.model.split('/')[-1]} · {args.dataset} (n={len(dataset)})")
+        fig.savefig(tmp / "reliability_diagrams.png", dpi=110, bbox_inches="tight")
+        plt.close(fig)
+    print(format_diagnosis(result, title))
+    print(f"wrote {out / 'diagnosis.json'}, {out / 'signals.jsonl'}, {out / 'reliability_diagrams.png'}")
+    return 0

@@ -1,0 +1,235 @@
+"""Does SECL have something to distil? The generation–discrimination gap of a model (SPEC §2, §5).
+
+SECL moves the verbalized confidence toward P(True)Norm. That can only help when P(True)Norm is the
+better signal: lower ECE *and* better ranking of correct above wrong answers (AUROC). When P(True)Norm
+only has the better level (lower ECE, AUROC no better), SECL can at most shift the level — which a
+constant confidence equal to the accuracy also does (SPEC §5) — and the verdict says so.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from hf_calibration.secl.confidence import DEFAULT_TAU_N, SIGNALS, MCQASignals, mcqa_signals
+
+# Signals in the diagnosis table and the reliability-diagram figure, with their display names.
+SIGNAL_NAMES = {
+    "option_probability": "option probability",
+    "p_true": "P(True)",
+    "norm_p_true": "P(True)Norm",
+    "verbalized": "verbalized",
+    "dinco": "DINCO-style",
+}
+VERDICTS = ("helps", "level only", "does not help")
+
+
+def _interval(values: np.ndarray, estimate: float, confidence_level: float) -> dict:
+    values = values[np.isfinite(values)]
+    if values.size == 0:
+        return {"value": float(estimate), "low": None, "high": None}
+    tail = (1 - confidence_level) / 2 * 100
+    low, high = np.percentile(values, [tail, 100 - tail])
+    return {"value": float(estimate), "low": float(low), "high": float(high)}
+
+
+def generation_discrimination_gap(
+    correct,
+    verbalized,
+    norm_p_true,
+    *,
+    n_resamples: int = 1000,
+    confidence_level: float = 0.95,
+    seed: int = 0,
+) -> dict:
+    """The gap SECL distils, with paired bootstrap intervals, and the verdict in plain words.
+
+    Parameters
+    ----------
+    correct : (n,) bool or {0, 1}; verbalized, norm_p_true : (n,) confidences in [0, 1] of the same
+        answers. n_resamples : bootstrap resamples (the same resampled indices for both signals, so
+        the differences are paired). confidence_level : in (0, 1).
+
+    Returns
+    -------
+    dict with ``delta_auroc`` = AUROC(P(True)Norm) − AUROC(verbalized) and ``delta_ece`` =
+    ECE(P(True)Norm) − ECE(verbalized) (15 equal-width bins), each {"value", "low", "high"};
+    ``auroc_norm_p_true`` and ``auroc_verbalized`` likewise; ``verdict`` ∈ ``VERDICTS``;
+    ``secl_expected_to_help`` (bool) and ``explanation`` (one sentence).
+
+    Rule: "helps" when the ECE difference's interval lies below 0 and the AUROC difference's interval
+    lies above 0; "level only" when only the ECE interval lies below 0 (SECL could lower ECE only by
+    shifting the level; compare with the constant-accuracy reference); otherwise "does not help".
+    """
+    from hf_calibration.metrics import confidence_auroc, expected_calibration_error
+
+    y = np.asarray(correct).astype(int)
+    v = np.asarray(verbalized, dtype=np.float64)
+    p = np.asarray(norm_p_true, dtype=np.float64)
+    if not (y.shape == v.shape == p.shape and y.ndim == 1):
+        raise ValueError(f"correct, verbalized, norm_p_true: need equal 1-D shapes, got {y.shape}, {v.shape}, {p.shape}")
+    if isinstance(n_resamples, bool) or not isinstance(n_resamples, (int, np.integer)) or n_resamples < 1:
+        raise ValueError(f"n_resamples: must be a positive integer, got {n_resamples!r}")
+    if not 0 < confidence_level < 1:
+        raise ValueError(f"confidence_level: must be in (0, 1), got {confidence_level!r}")
+
+    def stats(idx):
+        yy = y[idx]
+        if yy.min() == yy.max():
+            return np.nan, np.nan, np.nan, np.nan
+        a_p, a_v = confidence_auroc(yy, p[idx]), confidence_auroc(yy, v[idx])
+        e_p, e_v = expected_calibration_error(yy, p[idx]), expected_calibration_error(yy, v[idx])
+        return a_p, a_v, e_p, e_v
+
+    point = stats(np.arange(len(y)))
+    rng = np.random.default_rng(seed)
+    boot = np.array([stats(rng.integers(0, len(y), len(y))) for _ in range(n_resamples)])
+    auroc_p = _interval(boot[:, 0], point[0], confidence_level)
+    auroc_v = _interval(boot[:, 1], point[1], confidence_level)
+    d_auroc = _interval(boot[:, 0] - boot[:, 1], point[0] - point[1], confidence_level)
+    d_ece = _interval(boot[:, 2] - boot[:, 3], point[2] - point[3], confidence_level)
+    ece_gap = d_ece["high"] is not None and d_ece["high"] < 0
+    auroc_gap = d_auroc["low"] is not None and d_auroc["low"] > 0
+    pct = f"{confidence_level:.0%}"
+    if ece_gap and auroc_gap:
+        verdict = "helps"
+        explanation = (
+            f"P(True)Norm is better calibrated (ECE {d_ece['value']:+.3f}) and ranks correct answers higher "
+            f"(AUROC {d_auroc['value']:+.3f}) than the verbalized confidence, both beyond the {pct} "
+            "intervals: SECL has a signal to distil and is expected to help."
+        )
+    elif ece_gap:
+        verdict = "level only"
+        explanation = (
+            f"P(True)Norm has the lower ECE ({d_ece['value']:+.3f}) but does not rank correct answers better "
+            f"(AUROC {d_auroc['value']:+.3f}, {pct} interval includes 0): SECL could only shift the confidence "
+            "level, which a constant equal to the accuracy also does; it is not expected to help."
+        )
+    else:
+        verdict = "does not help"
+        explanation = (
+            f"P(True)Norm is not better calibrated than the verbalized confidence (ECE {d_ece['value']:+.3f}, "
+            f"AUROC {d_auroc['value']:+.3f}): there is no generation–discrimination gap, so SECL cannot help."
+        )
+    return {
+        "delta_auroc": d_auroc, "delta_ece": d_ece, "auroc_norm_p_true": auroc_p, "auroc_verbalized": auroc_v,
+        "verdict": verdict, "secl_expected_to_help": verdict == "helps", "explanation": explanation,
+        "n_resamples": int(n_resamples), "confidence_level": float(confidence_level), "seed": int(seed),
+    }
+
+
+def summarize(signals: MCQASignals, *, n_resamples: int = 1000, seed: int = 0) -> dict:
+    """diagnosis.json content (less the run description) from computed signals.
+
+    ``signals``: per signal the calibration report (value with 95 % bootstrap interval per metric)
+    plus ``confidence_sd``, ``mass_mean`` (probability of the tokens read), ``forward_passes`` and
+    ``seconds`` per question; ``references``: constant accuracy (measured on the same questions) and
+    1/K; ``position_bias`` per gold letter; ``gap``: ``generation_discrimination_gap``.
+    """
+    from hf_calibration.metrics import calibration_report
+    from hf_calibration.reports import position_bias, references
+
+    y = signals.correct.astype(int)
+    k = signals.option_probs.shape[1]
+    table = {}
+    for name in SIGNALS:
+        conf = signals.confidence[name]
+        report = calibration_report(y, conf, n_resamples=n_resamples, seed=seed)
+        report.update(
+            confidence_sd=float(np.std(conf)),
+            mass_mean=float(np.nanmean(signals.mass[name])),
+            forward_passes=float(signals.forward_passes[name]),
+            seconds=float(signals.seconds[name]),
+        )
+        table[name] = report
+    greedy = signals.verbalized_greedy
+    return {
+        "signals": table,
+        "references": references(signals.correct, k, n_resamples=n_resamples, seed=seed),
+        "position_bias": position_bias(signals.labels, signals.prediction, k),
+        "verbalized_greedy": {
+            "share_numeric": float(np.mean(np.isfinite(greedy))),
+            "mean": float(np.nanmean(greedy)) if np.isfinite(greedy).any() else None,
+        },
+        "tau_n": signals.tau_n,
+        "prompt_format": signals.prompt_format,
+        "gap": generation_discrimination_gap(
+            signals.correct, signals.confidence["verbalized"], signals.confidence["norm_p_true"],
+            n_resamples=n_resamples, seed=seed,
+        ),
+    }
+
+
+def diagnose(
+    model,
+    tokenizer,
+    dataset,
+    *,
+    tau_n: float = DEFAULT_TAU_N,
+    prompt_format: str = "auto",
+    batch_size: int = 8,
+    n_resamples: int = 1000,
+    seed: int = 0,
+    progress: bool = True,
+) -> tuple[dict, MCQASignals]:
+    """Compute the confidence signals on MCQA ``dataset`` and summarise them (``summarize``)."""
+    signals = mcqa_signals(model, tokenizer, dataset, tau_n=tau_n, prompt_format=prompt_format,
+                           batch_size=batch_size, progress=progress)
+    return summarize(signals, n_resamples=n_resamples, seed=seed), signals
+
+
+DIAGNOSIS_COLUMNS = (
+    ("accuracy", "acc"),
+    ("mean_confidence", "conf"),
+    ("confidence_sd", "sd"),
+    ("conf_ece", "ECE"),
+    ("brier", "Brier"),
+    ("auroc", "AUROC"),
+    ("mass_mean", "mass"),
+    ("forward_passes", "passes/q"),
+    ("seconds", "s/q"),
+)
+
+
+def format_diagnosis(result: dict, title: str = "") -> str:
+    """The printed table: one row per signal and reference, then position bias and the verdict."""
+    from hf_calibration.reports import format_table
+
+    rows = {SIGNAL_NAMES[k]: v for k, v in result["signals"].items()}
+    rows.update({f"ref: {k}": v for k, v in result["references"].items()})
+    lines = [title] if title else []
+    lines.append(format_table(rows, columns=DIAGNOSIS_COLUMNS))
+    bias = "  ".join(
+        f"{letter}: gold {b['gold_share']:.2f} acc "
+        + ("—" if b["accuracy_when_gold"] is None else f"{b['accuracy_when_gold']:.2f}")
+        + f" pred {b['prediction_share']:.2f}"
+        for letter, b in result["position_bias"].items()
+    )
+    lines.append(f"position bias (per gold letter): {bias}")
+    gap = result["gap"]
+
+    def ci(d):
+        return f"{d['value']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]" if d["low"] is not None else f"{d['value']:+.3f}"
+
+    lines.append(f"gap P(True)Norm − verbalized: ΔAUROC {ci(gap['delta_auroc'])}, ΔECE {ci(gap['delta_ece'])}")
+    lines.append(f"verdict: {gap['verdict']} — {gap['explanation']}")
+    return "\n".join(lines)
+
+
+def plot_diagnosis(signals: MCQASignals, *, title: str | None = None, n_bins: int = 15):
+    """Reliability diagrams of option probability, P(True), P(True)Norm and verbalized, side by side."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from hf_calibration.plotting import plot_reliability_diagram
+
+    names = ("option_probability", "p_true", "norm_p_true", "verbalized")
+    fig, axes = plt.subplots(1, len(names), figsize=(4.2 * len(names), 4.2))
+    y = signals.correct.astype(int)
+    for ax, name in zip(axes, names):
+        plot_reliability_diagram(y, signals.confidence[name], n_bins=n_bins, ax=ax, title=SIGNAL_NAMES[name])
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,432 @@
+"""``SECLGenerationMixin``: label-free test-time calibration of the verbalized confidence (SPEC §2).
+
+``apply_secl(model, tokenizer, config)`` (or ``SECLModel.wrap``) puts LoRA adapters (PEFT) on the
+query and value projections of the upper layers and turns ``model`` into an instance of a subclass
+``SECL<ModelClass>(SECLGenerationMixin, <ModelClass>)`` built on the fly, so the mixin precedes the
+model class in the MRO and its ``generate`` runs first. Each prompt of a (batched) ``generate`` call is
+one item of the stream:
+
+1. the answer is generated as usual; its mean token entropy updates the entropy gate (``drift.py``);
+   its verbalized confidence c is read in a follow-up turn (``confidence.py``);
+2. an alarm opens a burst of ``burst_size`` questions; outside bursts nothing else happens;
+3. inside a burst: P(True) of the answer and of K distractors (``secl_distractors=`` per prompt, e.g.
+   the other MCQA options; otherwise K deduplicated beam-search alternatives) gives the pseudo-label
+   c* = P(True)Norm; when bin(c) and bin(c*) differ by more than ``bin_gate_width`` the adapters take
+   ``steps_per_update`` AdamW steps on MSE(c, ĉ), ĉ = c + α_step·clip(c* − c, −δ, δ) (detached).
+
+Adapters accumulate over the stream; ``reset_calibration()`` restores the initial (identity) adapter.
+Counters (``secl_counters``) and per-item records of the last call (``secl_records``) are kept.
+
+Forward passes are counted as in ``confidence.py``: one per generation and one per next-token read
+(verbalized: 1, or 2 when "10" is two tokens; P(True): one per candidate; the beam search for
+alternatives: one per beam; an update step: one forward with its backward).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from transformers.generation.utils import GenerateDecoderOnlyOutput
+
+from hf_calibration.modeling.prompts import resolve_prompt_format
+from hf_calibration.secl.config import SECLConfig
+from hf_calibration.secl.confidence import (
+    PLAIN_CONFIDENCE_PREFIX,
+    PLAIN_P_TRUE_PREFIX,
+    ConfidenceTokens,
+    continuation_logprobs,
+    followup_ids,
+    norm_p_true,
+    p_true_from_logprobs,
+    prefix_pass,
+    verbalized_from_logprobs,
+)
+from hf_calibration.secl.drift import EntropyShiftDetector
+
+ADAPTER_NAME = "secl"
+STATE_NAME = "secl_state.json"
+PEFT_PREFIX = "base_model.model."
+COUNTERS = ("questions", "alarms", "bursts", "burst_questions", "updates", "skipped_by_bin_gate", "forward_passes")
+
+
+@dataclass
+class SECLGenerateOutput(GenerateDecoderOnlyOutput):
+    """``GenerateDecoderOnlyOutput`` plus ``confidences``: (batch,) verbalized confidence in [0, 1] of each
+    answer, read before any update that answer triggered."""
+
+    confidences: torch.FloatTensor | None = None
+
+
+def confidence_bin(c: float, n_bins: int) -> int:
+    """Equal-width bin of c in [0, 1]; 1.0 belongs to the last bin."""
+    return min(int(c * n_bins), n_bins - 1)
+
+
+def directional_target(c: float, c_star: float, *, alpha_step: float, delta: float) -> float:
+    """ĉ = c + α_step·clip(c* − c, −δ, δ) (SPEC §2 step 6)."""
+    return c + alpha_step * max(-delta, min(delta, c_star - c))
+
+
+def bin_gate_passes(c: float, c_star: float, *, n_bins: int, width: int) -> bool:
+    """True when the update should run: |bin(c) − bin(c*)| > width (SPEC §2 step 5)."""
+    return abs(confidence_bin(c, n_bins) - confidence_bin(c_star, n_bins)) > width
+
+
+def _decoder_layers(model) -> int:
+    n = getattr(model.config, "num_hidden_layers", None)
+    if not isinstance(n, int) or n < 1:
+        raise ValueError(f"model: config.num_hidden_layers must be a positive integer, got {n!r}")
+    return n
+
+
+def _check_targets(model, config: SECLConfig, layers: list[int]) -> None:
+    names = [name for name, _ in model.named_modules()]
+    missing = []
+    for i in layers:
+        for proj in config.target_modules:
+            if not any(n.endswith(f".{proj}") and f"layers.{i}." in n for n in names):
+                missing.append(f"layer {i} {proj}")
+    if missing:
+        raise ValueError(
+            f"model: no {', '.join(config.target_modules)} projection found for {', '.join(missing[:6])}"
+            f"{' …' if len(missing) > 6 else ''}; set target_modules to this architecture's names"
+        )
+
+
+class SECLGenerationMixin:
+    """Overrides ``generate`` with SECL (module docstring). Build instances with ``apply_secl``."""
+
+    # -- set up ---------------------------------------------------------------------------------
+    def _secl_setup(self, tokenizer, config: SECLConfig) -> None:
+        self.secl_config = config
+        self.secl_tokenizer = tokenizer
+        self.secl_tokens = ConfidenceTokens.from_tokenizer(tokenizer)
+        self.secl_prompt_format = resolve_prompt_format(tokenizer, config.prompt_format)
+        self.secl_gate = EntropyShiftDetector(
+            ema_rate=config.ema_rate, delta=config.ph_delta, threshold=config.ph_threshold,
+            min_instances=config.ph_min_instances, warmup=config.warmup,
+        )
+        self.secl_counters = dict.fromkeys(COUNTERS, 0)
+        self.secl_burst_left = 0
+        self.secl_records: list[dict] = []
+        self._secl_initial = {k: v.detach().clone() for k, v in self._secl_adapter_state().items()}
+        self._secl_optimizer = None
+
+    def _secl_adapter_params(self):
+        return [p for n, p in self.named_parameters() if f"lora_" in n and f".{ADAPTER_NAME}" in n]
+
+    def _secl_adapter_state(self) -> dict:
+        from peft import get_peft_model_state_dict
+
+        return get_peft_model_state_dict(self, adapter_name=ADAPTER_NAME)
+
+    def _secl_opt(self):
+        if self._secl_optimizer is None:
+            self._secl_optimizer = torch.optim.AdamW(self._secl_adapter_params(), lr=self.secl_config.learning_rate,
+                                                     weight_decay=0.0)
+        return self._secl_optimizer
+
+    def reset_calibration(self) -> None:
+        """Restore the initial adapter exactly, forget the optimizer state, the gate and the open burst."""
+        from peft import set_peft_model_state_dict
+
+        set_peft_model_state_dict(self, {k: v.clone() for k, v in self._secl_initial.items()}, adapter_name=ADAPTER_NAME)
+        self._secl_optimizer = None
+        self.secl_gate.reset()
+        self.secl_burst_left = 0
+
+    def start_burst(self) -> None:
+        """Open a calibration burst now, as an alarm would (e.g. at a known domain boundary)."""
+        if self.secl_burst_left == 0:
+            self.secl_counters["bursts"] += 1
+        self.secl_burst_left = self.secl_config.burst_size
+
+    # -- saving ---------------------------------------------------------------------------------
+    def save_pretrained(self, save_directory, **kwargs) -> None:
+        """Write the calibrated adapter as a PEFT adapter folder (``adapter_model.safetensors`` and
+        ``adapter_config.json``, loadable by ``peft.PeftModel.from_pretrained`` and pushable to the Hub
+        like any adapter) plus ``secl_config.json`` and ``secl_state.json`` (gate, burst, counters)."""
+        from safetensors.torch import save_file
+
+        folder = Path(save_directory)
+        folder.mkdir(parents=True, exist_ok=True)
+        # PeftModel's key layout ("base_model.model." + module path), so PeftModel.from_pretrained reads it
+        state = {PEFT_PREFIX + k: v.detach().cpu().contiguous() for k, v in self._secl_adapter_state().items()}
+        save_file(state, folder / "adapter_model.safetensors")
+        self.peft_config[ADAPTER_NAME].save_pretrained(folder)
+        self.secl_config.save_pretrained(folder)
+        gate = self.secl_gate.state_dict()
+        gate["ph"] = {k: (None if isinstance(v, float) and math.isinf(v) else v) for k, v in gate["ph"].items()}
+        (folder / STATE_NAME).write_text(json.dumps(
+            {"gate": gate, "burst_left": self.secl_burst_left, "counters": self.secl_counters}, indent=2) + "\n",
+            encoding="utf-8")
+
+    def load_calibration(self, folder) -> None:
+        """Load an adapter and gate state written by ``save_pretrained`` into this SECL model."""
+        from peft import set_peft_model_state_dict
+        from safetensors.torch import load_file
+
+        folder = Path(folder)
+        state = {k.removeprefix(PEFT_PREFIX): v for k, v in load_file(folder / "adapter_model.safetensors").items()}
+        set_peft_model_state_dict(self, state, adapter_name=ADAPTER_NAME)
+        state = json.loads((folder / STATE_NAME).read_text(encoding="utf-8"))
+        ph = state["gate"]["ph"]
+        ph["min_up"] = math.inf if ph["min_up"] is None else ph["min_up"]
+        ph["max_down"] = -math.inf if ph["max_down"] is None else ph["max_down"]
+        self.secl_gate.load_state_dict(state["gate"])
+        self.secl_burst_left = state["burst_left"]
+        self.secl_counters = state["counters"]
+        self._secl_optimizer = None
+
+    # -- the stream -----------------------------------------------------------------------------
+    def generate(self, inputs=None, *args, secl_distractors=None, secl_update: bool = True, **kwargs):
+        """``generate`` with SECL on each prompt (module docstring).
+
+        secl_distractors : optional list (one per prompt) of alternative answers (str) for P(True)Norm;
+            None → beam-search alternatives. secl_update : False turns SECL off for this call (plain
+            generation plus the verbalized confidence; the gate is not updated).
+        Returns what ``generate`` returns; with ``return_dict_in_generate=True`` a ``SECLGenerateOutput``
+        carrying ``confidences``. Only one returned sequence per prompt is supported.
+        """
+        if kwargs.get("num_return_sequences", 1) != 1:
+            raise ValueError(f"num_return_sequences: SECL needs 1, got {kwargs['num_return_sequences']!r}")
+        input_ids = inputs if inputs is not None else kwargs.pop("input_ids")
+        if inputs is None:
+            inputs = input_ids
+        attention_mask = kwargs.get("attention_mask")
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        if secl_distractors is not None and len(secl_distractors) != len(input_ids):
+            raise ValueError(f"secl_distractors: need one list per prompt ({len(input_ids)}), got {len(secl_distractors)}")
+        want_dict = kwargs.pop("return_dict_in_generate", False)
+        want_scores = kwargs.pop("output_scores", False)
+        out = super().generate(inputs, *args, return_dict_in_generate=True, output_scores=True, **kwargs)
+        n_prompt = input_ids.shape[1]
+        eos = self._secl_stop_ids(kwargs)
+        confidences, records = [], []
+        for i in range(len(input_ids)):
+            prompt = input_ids[i][attention_mask[i].bool()].tolist()
+            answer = out.sequences[i, n_prompt:].tolist()
+            length = next((j for j, t in enumerate(answer) if t in eos), len(answer))
+            entropy = self._secl_entropy([s[i] for s in out.scores[:max(length, 1)]])
+            distractors = None if secl_distractors is None else list(secl_distractors[i])
+            record = self._secl_step(prompt, answer[:length], entropy, distractors, secl_update)
+            confidences.append(record["confidence"])
+            records.append(record)
+        self.secl_records = records
+        conf = torch.tensor(confidences, dtype=torch.float32)
+        if not want_dict:
+            return out.sequences
+        fields = {k: getattr(out, k, None) for k in ("sequences", "scores", "logits", "attentions", "hidden_states", "cache")}
+        if not want_scores:
+            fields["scores"] = None
+        return SECLGenerateOutput(**fields, confidences=conf)
+
+    def _secl_stop_ids(self, kwargs) -> set:
+        ids = set()
+        for source in (kwargs.get("eos_token_id"), self.generation_config.eos_token_id, self.secl_tokenizer.eos_token_id,
+                       kwargs.get("pad_token_id"), self.generation_config.pad_token_id):
+            if source is None:
+                continue
+            ids.update(source if isinstance(source, (list, tuple)) else [source])
+        return ids
+
+    @staticmethod
+    def _secl_entropy(step_scores) -> float:
+        """Mean entropy (nats) of the next-token distributions of the generated answer."""
+        if not step_scores:
+            return 0.0
+        logits = torch.stack([s.float() for s in step_scores])
+        logp = torch.log_softmax(logits, dim=-1)
+        ent = -(torch.exp(logp) * torch.where(torch.isfinite(logp), logp, torch.zeros_like(logp))).sum(-1)
+        return float(ent.mean())
+
+    def _secl_text(self, answer_ids) -> str:
+        text = self.secl_tokenizer.decode(answer_ids, skip_special_tokens=True).strip()
+        limit = self.secl_config.answer_max_chars
+        return text if len(text) <= limit else "…" + text[-limit:]
+
+    def _secl_cont(self, answer_ids, answer_text, template, plain_prefix) -> list[int]:
+        answer_ids = list(answer_ids) or self.secl_tokenizer.encode(" ", add_special_tokens=False)
+        return answer_ids + followup_ids(self.secl_tokenizer, template.replace("{answer}", answer_text),
+                                         prompt_format=self.secl_prompt_format, plain_prefix=plain_prefix)
+
+    def _secl_verbalized(self, prompt, answer_ids, *, requires_grad=False):
+        """(confidence tensor (1,), greedy, forward passes) of the answer; with gradients when asked."""
+        tokens = self.secl_tokens
+        cont = self._secl_cont(answer_ids, self._secl_text(answer_ids), self.secl_config.confidence_template,
+                               PLAIN_CONFIDENCE_PREFIX)
+        conts = [cont, cont + [tokens.digits[1][0]]] if tokens.two_step else [cont]
+        _, cache, n = prefix_pass(self, prompt, requires_grad=requires_grad)
+        lp = continuation_logprobs(self, cache, n, conts, requires_grad=requires_grad,
+                                   pad_id=self.secl_tokenizer.pad_token_id or 0)
+        conf, greedy, _ = verbalized_from_logprobs(lp[:1], tokens, lp[1:] if tokens.two_step else None)
+        return conf, float(greedy[0]), len(conts)
+
+    def _secl_alternatives(self, prompt, answer_ids) -> tuple[list, int]:
+        """K deduplicated beam-search alternatives to the answer (open-ended distractors)."""
+        k = self.secl_config.num_distractors
+        ids = torch.tensor([prompt], device=next(self.parameters()).device)
+        beams = GenerationMixinCall.generate(
+            self, ids, attention_mask=torch.ones_like(ids), num_beams=k + 1, num_return_sequences=k + 1,
+            do_sample=False, max_new_tokens=self.secl_config.distractor_max_new_tokens,
+            pad_token_id=self.secl_tokenizer.pad_token_id,
+        )
+        own = self._secl_text(answer_ids)
+        seen, alts = {own.strip().lower()}, []
+        eos = self._secl_stop_ids({})
+        for row in beams[:, len(prompt):].tolist():
+            row = row[: next((j for j, t in enumerate(row) if t in eos), len(row))]
+            key = self._secl_text(row).strip().lower()
+            if key and key not in seen:
+                seen.add(key)
+                alts.append(row)
+        return alts[:k], k + 1
+
+    def _secl_step(self, prompt, answer_ids, entropy, distractors, update_enabled) -> dict:
+        cfg, counters = self.secl_config, self.secl_counters
+        was_training = self.training
+        self.eval()
+        with torch.no_grad():
+            conf, greedy, passes = self._secl_verbalized(prompt, answer_ids)
+        c = float(conf[0])
+        passes += 1  # the generation
+        record = {"confidence": c, "verbalized_greedy": greedy, "entropy": entropy, "alarm": False, "in_burst": False,
+                  "p_true": None, "norm_p_true": None, "skipped_by_bin_gate": False, "updated": False,
+                  "target": None, "confidence_after": c, "n_distractors": 0}
+        if update_enabled:
+            counters["questions"] += 1
+            alarm = self.secl_gate.update(entropy)
+            record["alarm"] = alarm
+            if alarm:
+                counters["alarms"] += 1
+                if self.secl_burst_left == 0:
+                    self.start_burst()
+            if self.secl_burst_left > 0:
+                self.secl_burst_left -= 1
+                counters["burst_questions"] += 1
+                record["in_burst"] = True
+                passes += self._secl_burst_item(prompt, answer_ids, c, distractors, record)
+            counters["forward_passes"] += passes
+        if was_training:
+            self.train()
+        record["forward_passes"] = passes
+        return record
+
+    def _secl_burst_item(self, prompt, answer_ids, c, distractors, record) -> int:
+        cfg, tok = self.secl_config, self.secl_tokenizer
+        passes = 0
+        with torch.no_grad():
+            if distractors is None:
+                alt_ids, cost = self._secl_alternatives(prompt, answer_ids)
+                passes += cost
+                candidates = [(list(answer_ids), self._secl_text(answer_ids))] + [(a, self._secl_text(a)) for a in alt_ids]
+            else:
+                own = self._secl_text(answer_ids)
+                alts = [d for d in dict.fromkeys(distractors) if d.strip().lower() != own.strip().lower()]
+                candidates = [(list(answer_ids), own)] + [
+                    (tok.encode(d if self.secl_prompt_format == "chat" else " " + d, add_special_tokens=False), d)
+                    for d in alts[: cfg.num_distractors]]
+            record["n_distractors"] = len(candidates) - 1
+            conts = [self._secl_cont(ids, text, cfg.p_true_template, PLAIN_P_TRUE_PREFIX) for ids, text in candidates]
+            _, cache, n = prefix_pass(self, prompt)
+            lp = continuation_logprobs(self, cache, n, conts, pad_id=tok.pad_token_id or 0)
+            pt, _ = p_true_from_logprobs(lp, self.secl_tokens)
+            passes += len(conts)
+        pt = pt.cpu().numpy().astype(np.float64)
+        c_star = float(norm_p_true(pt[None], tau=cfg.tau_n)[0, 0])
+        record["p_true"], record["norm_p_true"] = float(pt[0]), c_star
+        if not bin_gate_passes(c, c_star, n_bins=cfg.n_bins, width=cfg.bin_gate_width):
+            record["skipped_by_bin_gate"] = True
+            self.secl_counters["skipped_by_bin_gate"] += 1
+            return passes
+        target = directional_target(c, c_star, alpha_step=cfg.alpha_step, delta=cfg.delta)
+        record["target"] = target
+        opt = self._secl_opt()
+        self.train()
+        try:
+            for _ in range(cfg.steps_per_update):
+                conf, _, _ = self._secl_verbalized(prompt, answer_ids, requires_grad=True)
+                loss = (conf[0] - target) ** 2
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                passes += 1
+        finally:
+            opt.zero_grad(set_to_none=True)
+            self.eval()
+        self.secl_counters["updates"] += 1
+        record["updated"] = True
+        with torch.no_grad():
+            after, _, extra = self._secl_verbalized(prompt, answer_ids)
+        record["confidence_after"] = float(after[0])
+        return passes + extra
+
+
+class GenerationMixinCall:
+    """The model class's own ``generate`` (bypassing SECL), for internal beam searches."""
+
+    @staticmethod
+    def generate(model, *args, **kwargs):
+        return super(SECLGenerationMixin, model).generate(*args, **kwargs)
+
+
+_CLASSES: dict = {}
+
+
+def apply_secl(model, tokenizer, config: SECLConfig | None = None):
+    """Add SECL to a transformers causal LM in place and return it.
+
+    Places LoRA adapters (PEFT, adapter name "secl", initialised to the identity: B = 0) on
+    ``config.target_modules`` of ``config.layers_for(num_layers)``; freezes every other parameter; and
+    changes the model's class to ``SECL<Class>(SECLGenerationMixin, <Class>)``. Raises ValueError (at
+    construction) when the model lacks the targeted projections in those layers or the tokenizer lacks
+    single-token digits or Yes/No.
+    """
+    from peft import LoraConfig, inject_adapter_in_model
+
+    config = config or SECLConfig()
+    if not isinstance(config, SECLConfig):
+        raise TypeError(f"config: must be a SECLConfig, got {type(config).__name__}")
+    if isinstance(model, SECLGenerationMixin):
+        raise ValueError("model: SECL is already applied to this model")
+    layers = config.layers_for(_decoder_layers(model))
+    _check_targets(model, config, layers)
+    ConfidenceTokens.from_tokenizer(tokenizer)
+    lora = LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=0.0,
+                      target_modules=list(config.target_modules), layers_to_transform=layers, bias="none",
+                      task_type="CAUSAL_LM")
+    for p in model.parameters():
+        p.requires_grad_(False)
+    inject_adapter_in_model(lora, model, adapter_name=ADAPTER_NAME)
+    base = type(model)
+    if base not in _CLASSES:
+        _CLASSES[base] = type(f"SECL{base.__name__}", (SECLGenerationMixin, base), {})
+    model.__class__ = _CLASSES[base]
+    if not hasattr(model, "peft_config"):
+        model.peft_config = {}
+    lora.base_model_name_or_path = getattr(model.config, "_name_or_path", None)
+    model.peft_config[ADAPTER_NAME] = lora
+    model._secl_setup(tokenizer, config)
+    model.eval()
+    return model
+
+
+class SECLModel:
+    """Constructors: ``SECLModel.wrap(model, tokenizer, config)`` and ``SECLModel.from_pretrained``."""
+
+    @staticmethod
+    def wrap(model, tokenizer, config: SECLConfig | None = None):
+        return apply_secl(model, tokenizer, config)
+
+    @staticmethod
+    def from_pretrained(model, tokenizer, folder):
+        """Apply SECL with the saved ``secl_config.json`` and load the saved adapter and gate state."""
+        model = apply_secl(model, tokenizer, SECLConfig.from_pretrained(folder))
+        model.load_calibration(folder)
+        return model

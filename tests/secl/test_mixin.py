@@ -1,0 +1,164 @@
+"""SECLGenerationMixin on the tiny random Llama: gating, the update, reset, save/load, bad input."""
+
+import pytest
+import torch
+
+from hf_calibration.secl.config import SECLConfig
+from hf_calibration.secl.mixin import (
+    SECLGenerateOutput,
+    SECLGenerationMixin,
+    SECLModel,
+    apply_secl,
+    bin_gate_passes,
+    directional_target,
+)
+from tests.tiny import make_tiny_model
+
+PROMPTS = ["which option is correct ? A. the B. a", "How many eggs ? A. first B. city"]
+
+
+def encode(tokenizer, texts):
+    chats = [tokenizer.apply_chat_template([{"role": "user", "content": t}], tokenize=False, add_generation_prompt=True)
+             for t in texts]
+    return tokenizer(chats, return_tensors="pt", padding=True, add_special_tokens=False)
+
+
+def adapter(model):
+    return {k: v.detach().clone() for k, v in model._secl_adapter_state().items()}
+
+
+def same(a, b):
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def run(model, tokenizer, texts=PROMPTS[:1], **kwargs):
+    return model.generate(**encode(tokenizer, texts), max_new_tokens=3, do_sample=False,
+                          return_dict_in_generate=True, **kwargs)
+
+
+@pytest.fixture()
+def secl(tiny_model, tiny_tokenizer):
+    return apply_secl(tiny_model, tiny_tokenizer, SECLConfig(burst_size=2, learning_rate=1e-2, bin_gate_width=0))
+
+
+def test_mro_and_adapters(secl):
+    mro = type(secl).__mro__
+    assert mro[1] is SECLGenerationMixin and mro.index(SECLGenerationMixin) < mro.index(type(secl).__mro__[2])
+    trainable = [n for n, p in secl.named_parameters() if p.requires_grad]
+    # 2 layers → the upper half is layer 1; q and v projections, A and B matrices
+    assert sorted(trainable) == sorted(f"model.layers.1.self_attn.{m}.lora_{ab}.secl.weight"
+                                       for m in ("q_proj", "v_proj") for ab in "AB")
+
+
+def test_answers_unchanged_and_confidences_returned(tiny_tokenizer, secl):
+    plain = make_tiny_model(tiny_tokenizer)
+    enc = encode(tiny_tokenizer, PROMPTS)
+    expected = plain.generate(**enc, max_new_tokens=3, do_sample=False)
+    out = secl.generate(**enc, max_new_tokens=3, do_sample=False, return_dict_in_generate=True)
+    assert isinstance(out, SECLGenerateOutput) and torch.equal(out.sequences, expected)
+    assert out.confidences.shape == (2,) and torch.all((out.confidences >= 0) & (out.confidences <= 1))
+    assert out.scores is None  # not asked for
+    assert torch.equal(secl.generate(**enc, max_new_tokens=3, do_sample=False), expected)
+    assert secl.secl_counters["questions"] == 4  # batched prompts are consecutive stream items
+
+
+def test_no_update_outside_bursts(tiny_tokenizer, secl):
+    before = adapter(secl)
+    for _ in range(4):
+        run(secl, tiny_tokenizer)
+    c = secl.secl_counters
+    assert same(before, adapter(secl))
+    assert (c["questions"], c["bursts"], c["updates"], c["burst_questions"]) == (4, 0, 0, 0)
+    assert c["forward_passes"] == 4 * 2  # generation + one verbalized read ("10" is one token here)
+
+
+def test_alarm_opens_a_burst_of_b_questions(tiny_tokenizer, secl, monkeypatch):
+    monkeypatch.setattr(secl.secl_gate, "update", lambda h: True)
+    for _ in range(3):
+        run(secl, tiny_tokenizer, secl_distractors=[["A", "B"]])
+    c = secl.secl_counters
+    assert c["alarms"] == 3 and c["bursts"] == 2 and c["burst_questions"] == 3
+
+
+def test_update_moves_confidence_toward_target(tiny_tokenizer, secl):
+    before = adapter(secl)
+    secl.start_burst()
+    run(secl, tiny_tokenizer, secl_distractors=[["A", "B"]])
+    r = secl.secl_records[0]
+    assert r["in_burst"] and r["updated"] and 0 <= r["norm_p_true"] <= 1
+    assert abs(r["confidence_after"] - r["target"]) < abs(r["confidence"] - r["target"])
+    assert not same(before, adapter(secl)) and secl.secl_counters["updates"] == 1
+    assert not secl.training and all(not p.requires_grad or "lora_" in n for n, p in secl.named_parameters())
+    # K = 1 generated alternatives from beam search when no distractors are given
+    run(secl, tiny_tokenizer)
+    assert secl.secl_records[0]["n_distractors"] >= 1
+
+
+def test_bin_gate_skips(tiny_tokenizer, tiny_model):
+    model = apply_secl(tiny_model, tiny_tokenizer, SECLConfig(burst_size=5, bin_gate_width=9))
+    before = adapter(model)
+    model.start_burst()
+    run(model, tiny_tokenizer, secl_distractors=[["A", "B"]])
+    assert model.secl_records[0]["skipped_by_bin_gate"] and model.secl_counters["skipped_by_bin_gate"] == 1
+    assert same(before, adapter(model)) and model.secl_counters["updates"] == 0
+
+
+def test_bin_gate_and_target_by_hand():
+    # 10 bins: 0.42 → 4, 0.55 → 5 (adjacent: skip), 0.65 → 6 (update); 1.0 is in the last bin.
+    assert not bin_gate_passes(0.42, 0.55, n_bins=10, width=1)
+    assert bin_gate_passes(0.42, 0.65, n_bins=10, width=1)
+    assert not bin_gate_passes(0.95, 1.0, n_bins=10, width=0)
+    assert directional_target(0.9, 0.2, alpha_step=1.0, delta=0.1) == pytest.approx(0.8)
+    assert directional_target(0.2, 0.9, alpha_step=0.5, delta=0.3) == pytest.approx(0.35)
+    assert directional_target(0.5, 0.55, alpha_step=1.0, delta=0.2) == pytest.approx(0.55)
+
+
+def test_reset_restores_adapter_exactly(tiny_tokenizer, secl):
+    initial = adapter(secl)
+    first = run(secl, tiny_tokenizer).confidences
+    secl.start_burst()
+    run(secl, tiny_tokenizer, secl_distractors=[["A", "B"]])
+    assert not same(initial, adapter(secl))
+    secl.reset_calibration()
+    assert same(initial, adapter(secl)) and secl.secl_burst_left == 0
+    assert torch.equal(run(secl, tiny_tokenizer).confidences, first)
+
+
+def test_save_and_load_round_trip(tmp_path, tiny_tokenizer, secl):
+    secl.start_burst()
+    run(secl, tiny_tokenizer, secl_distractors=[["A", "B"]])
+    for _ in range(3):
+        run(secl, tiny_tokenizer)
+    secl.save_pretrained(tmp_path)
+    loaded = SECLModel.from_pretrained(make_tiny_model(tiny_tokenizer), tiny_tokenizer, tmp_path)
+    assert same(adapter(secl), adapter(loaded))
+    assert loaded.secl_gate.state_dict() == secl.secl_gate.state_dict()
+    assert loaded.secl_counters == secl.secl_counters and loaded.secl_burst_left == secl.secl_burst_left
+    assert loaded.secl_config == secl.secl_config
+    assert torch.allclose(run(loaded, tiny_tokenizer).confidences, run(secl, tiny_tokenizer).confidences)
+    # the folder is a plain PEFT adapter too
+    from peft import PeftModel
+
+    peft_model = PeftModel.from_pretrained(make_tiny_model(tiny_tokenizer), tmp_path)
+    ids = encode(tiny_tokenizer, PROMPTS[:1])["input_ids"]
+    with torch.no_grad():
+        assert torch.allclose(peft_model(ids).logits, loaded(ids).logits, atol=1e-5)
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    (dict(burst_size=0), "burst_size"), (dict(num_distractors=0), "num_distractors"), (dict(delta=0), "delta"),
+    (dict(delta=-0.1), "delta"), (dict(confidence_template="How sure are you?"), "confidence_template"),
+    (dict(p_true_template="Correct?"), "p_true_template"), (dict(tau_n=0), "tau_n"), (dict(ema_rate=2), "ema_rate"),
+    (dict(target_layers=(-1,)), "target_layers"),
+])
+def test_config_bad_input(kwargs, name):
+    with pytest.raises(ValueError, match=name):
+        SECLConfig(**kwargs)
+
+
+def test_model_without_target_projections(tiny_model, tiny_tokenizer):
+    with pytest.raises(ValueError, match="query_key_value"):
+        apply_secl(tiny_model, tiny_tokenizer, SECLConfig(target_modules=("query_key_value",)))
+    with pytest.raises(ValueError, match="target_layers"):
+        apply_secl(tiny_model, tiny_tokenizer, SECLConfig(target_layers=(5,)))
+    assert not isinstance(tiny_model, SECLGenerationMixin)
