@@ -118,7 +118,7 @@ def push_folder_to_hub(
     commit = api.upload_folder(
         repo_id=url.repo_id, folder_path=folder, repo_type=repo_type, commit_message=commit_message,
         allow_patterns=list(allow_patterns) if allow_patterns is not None else None,
-        ignore_patterns=["__pycache__/*", "**/__pycache__/*", "*.pyc"],
+        ignore_patterns=["*__pycache__*", "*.pyc"],
     )
     logger.info("pushed %s to %s (%s)", folder, url.repo_id, commit.commit_url)
     return commit.commit_url

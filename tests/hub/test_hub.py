@@ -241,3 +241,10 @@ def test_download_folder_offline_uses_the_cache_only(fake_hub, tmp_path, monkeyp
     with pytest.raises(FileNotFoundError, match="not in the local Hugging Face cache"):
         download_folder(f"{fake_hub.user}/never-downloaded")
     assert len(fake_hub.hub.requests) == sent
+
+
+def test_bare_repo_name_goes_to_the_token_owners_namespace(fake_hub, tmp_path):
+    (tmp_path / "a.json").write_text("{}")
+    url = push_folder_to_hub(tmp_path, "bare-name", token=fake_hub.token)
+    assert f"/{fake_hub.user}/bare-name/commit/" in url
+    assert set(fake_hub.hub.stored_files(f"{fake_hub.user}/bare-name")) == {"a.json"}
