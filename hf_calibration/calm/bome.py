@@ -1,0 +1,104 @@
+"""First-order bilevel update (BOME; Ye, Liu, Wright, Stone, Liu, NeurIPS 2022) as used by CALM (SPEC §1).
+
+Problem: min_α f(α, θ) s.t. θ ∈ argmin L(α, ·). With u = (α, θ), one outer step:
+
+1. θ̃ ← θ (detached); T steps θ̃ ← θ̃ − ξ_in ∇_θ L(α, θ̃).
+2. q(u) = L(α, θ) − L(α, θ̃) with θ̃ held constant, so ∇_θ q = ∇_θ L(α, θ) and
+   ∇_α q = ∇_α L(α, θ) − ∇_α L(α, θ̃).
+3. ∇f at u.
+4. λ = max((φ − ⟨∇f, ∇q⟩) / (‖∇q‖² + ε), 0), φ = η‖∇q‖² ("eta_grad_norm") or η·q ("eta_value").
+5. direction ∇f + λ∇q (the optimizer takes the step).
+
+Only first-order gradients are taken (``torch.autograd.grad`` without ``create_graph``). The first
+inner step reuses ∇_θ L(α, θ) from step 2, and L(α, θ̃) is differentiated w.r.t. α only, so with α at
+the output layer its backward never enters the network.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+Params = dict[str, torch.Tensor]
+
+
+@dataclass
+class BOMETerms:
+    """Per-batch pieces of one BOME step (summable over micro-batches before ``bome_lambda``).
+
+    grad_f, grad_q : dict name → tensor (same shapes as the parameters); q : 0-d tensor;
+    lower, upper : 0-d tensors, L(α, θ) and f(α, θ) (detached, for logging).
+    """
+
+    grad_f: Params
+    grad_q: Params
+    q: torch.Tensor
+    lower: torch.Tensor
+    upper: torch.Tensor
+
+
+def _grad(loss: torch.Tensor, params: Params) -> Params:
+    grads = torch.autograd.grad(loss, list(params.values()), allow_unused=True)
+    return {n: torch.zeros_like(p) if g is None else g for (n, p), g in zip(params.items(), grads)}
+
+
+def bome_terms(
+    lower_loss: Callable[[Params, Params], torch.Tensor],
+    upper_loss: Callable[[Params, Params], torch.Tensor],
+    alpha: Params,
+    theta: Params,
+    *,
+    inner_steps: int,
+    inner_learning_rate: float,
+) -> BOMETerms:
+    """∇f, ∇q and q at u = (α, θ) for one batch (steps 1–3 above).
+
+    Parameters
+    ----------
+    lower_loss, upper_loss : callables ``(alpha, theta) -> 0-d tensor``
+        L (e.g. cross-entropy on S_T) and f (e.g. negative entropy on S_V), evaluated at the given
+        parameter tensors (the trainer closes over its batches and uses ``torch.func.functional_call``).
+    alpha, theta : dict name → tensor requiring grad (the live parameters).
+    inner_steps : int ≥ 0, T.  inner_learning_rate : float > 0, ξ_in.
+    """
+    both = {**alpha, **theta}
+    lower = lower_loss(alpha, theta)
+    g_lower = _grad(lower, both)
+    alpha_const = {n: p.detach() for n, p in alpha.items()}
+    tilde = {n: p.detach() for n, p in theta.items()}
+    for step in range(inner_steps):
+        if step == 0:  # ∇_θ L at θ̃ = θ is already known
+            g_inner = {n: g_lower[n] for n in theta}
+        else:
+            tilde = {n: t.requires_grad_(True) for n, t in tilde.items()}
+            g_inner = _grad(lower_loss(alpha_const, tilde), tilde)
+        tilde = {n: (tilde[n] - inner_learning_rate * g_inner[n]).detach() for n in theta}
+    lower_tilde = lower_loss(alpha, tilde)
+    g_alpha_tilde = _grad(lower_tilde, alpha) if alpha else {}
+    grad_q = {n: g_lower[n] - g_alpha_tilde[n] if n in alpha else g_lower[n] for n in both}
+    upper = upper_loss(alpha, theta)
+    return BOMETerms(
+        grad_f=_grad(upper, both), grad_q=grad_q, q=(lower - lower_tilde).detach(),
+        lower=lower.detach(), upper=upper.detach(),
+    )
+
+
+def bome_lambda(grad_f: Params, grad_q: Params, q: torch.Tensor, *, eta: float, phi_rule: str,
+                epsilon: float) -> torch.Tensor:
+    """λ = max((φ − ⟨∇f, ∇q⟩) / (‖∇q‖² + ε), 0) over all parameters (step 4), as a 0-d float64 tensor."""
+    dot = sum((grad_f[n].double() * grad_q[n].double()).sum() for n in grad_q)
+    norm_sq = sum(grad_q[n].double().pow(2).sum() for n in grad_q)
+    if phi_rule == "eta_grad_norm":
+        phi = eta * norm_sq
+    elif phi_rule == "eta_value":
+        phi = eta * q.double()
+    else:
+        raise ValueError(f"phi_rule: must be 'eta_grad_norm' or 'eta_value', got {phi_rule!r}")
+    return torch.clamp((phi - dot) / (norm_sq + epsilon), min=0.0)
+
+
+def bome_direction(grad_f: Params, grad_q: Params, lam: torch.Tensor) -> Params:
+    """∇f + λ∇q (step 5), in each gradient's dtype."""
+    return {n: grad_f[n] + lam.to(grad_f[n].dtype) * grad_q[n] for n in grad_f}

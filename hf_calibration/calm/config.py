@@ -1,0 +1,204 @@
+"""``CALMConfig``: ``trl.SFTConfig`` plus the fields of CALM's bilevel update (SPEC §1).
+
+The paper (Jin et al., arXiv 2608.07419) does not publish T, η, the learning rates or the batch
+composition; the defaults below say where each comes from: "BOME" = Ye et al. NeurIPS 2022 and its code
+(Cranial-XIX/BOME), "CFT" = Xiao et al. ICML 2025, "ours" = our own choice, not a measured optimum.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from trl import SFTConfig
+
+METHODS = ("bome", "iterate", "regularization", "scalar", "sft", "cft")
+PHI_RULES = ("eta_grad_norm", "eta_value")
+ENTROPY_DOMAINS = ("options", "vocab")
+ADJUSTMENT_TOKENS = ("auto", "options", "vocab")
+SELECTION_METRICS = ("conf_ece", "cw_ece", "loss")
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+@dataclass
+class CALMConfig(SFTConfig):
+    r"""Configuration of ``CALMTrainer``: every ``SFTConfig`` field, plus the CALM fields below.
+
+    Validated at construction: a bad value raises ValueError naming the field and the value.
+    ``select_best_by`` turns on ``load_best_model_at_end`` with ``metric_for_best_model =
+    "eval_<metric>"`` (lower is better), which needs a labelled ``eval_dataset``.
+    """
+
+    method: str = field(
+        default="bome",
+        metadata={
+            "help": "Training method. 'bome': CALM, the first-order bilevel update of SPEC §1 (paper). 'iterate': "
+            "α steps on −H and θ steps on L_tr from the same point, no λ coupling (paper ablation). "
+            "'regularization': single level, min L_tr − β·H over (α, θ) (paper ablation). 'scalar': 'bome' with one "
+            "shared temperature and no shift (paper's 'learned TS' ablation). 'sft': L_tr only, α fixed at the "
+            "identity (set label_smoothing_factor for the label-smoothing baseline). 'cft': calibration-aware "
+            "fine-tuning (Xiao et al. ICML 2025), α fixed.",
+            "choices": list(METHODS),
+        },
+    )
+    inner_steps: int = field(
+        default=1,
+        metadata={"help": "T ≥ 0: gradient steps on L_tr from a detached copy of θ that approximate the lower-level "
+                  "value function (ours: 1, the cheapest that gives a non-zero residual q; BOME's toy problems use 10)."},
+    )
+    inner_learning_rate: float = field(
+        default=1e-2,
+        metadata={"help": "ξ_in > 0: step size of the inner gradient steps, plain SGD as in BOME's code (ours)."},
+    )
+    eta: float = field(
+        default=0.5,
+        metadata={"help": "η in (0, 1] of the control barrier φ (BOME default 0.5)."},
+    )
+    phi_rule: str = field(
+        default="eta_grad_norm",
+        metadata={"help": "φ: 'eta_grad_norm' = η‖∇q‖² (BOME default) or 'eta_value' = η·q (BOME data-cleaning "
+                  "variant).", "choices": list(PHI_RULES)},
+    )
+    bome_epsilon: float = field(
+        default=1e-8,
+        metadata={"help": "ε > 0 in λ = max((φ − ⟨∇f, ∇q⟩) / (‖∇q‖² + ε), 0) (ours; guards ∇q = 0)."},
+    )
+    alpha_learning_rate: float = field(
+        default=1e-2,
+        metadata={"help": "Learning rate of the logit-adjustment parameters α (second optimizer parameter group; ours)."},
+    )
+    alpha_weight_decay: float = field(
+        default=0.0,
+        metadata={"help": "Weight decay of α; decay pulls α toward the identity (τ = 1, l = 0) (ours)."},
+    )
+    adjustment_mode: str = field(
+        default="vector",
+        metadata={"help": "'vector': a temperature and a shift per covered token (paper default); 'scalar': one "
+                  "temperature, no shift. method='scalar' forces 'scalar'.", "choices": ["vector", "scalar"]},
+    )
+    temperature_parameterization: str = field(
+        default="exp",
+        metadata={"help": "τ = exp(ρ) or softplus(ρ + log(e − 1)); both are 1 at ρ = 0 (SPEC §1 allows either; ours: exp).",
+                  "choices": ["exp", "softplus"]},
+    )
+    adjustment_tokens: str = field(
+        default="auto",
+        metadata={"help": "Token ids α covers: 'options' (every single-token variant of the option letters, e.g. 'A' "
+                  "and ' A'), 'vocab' (all), or 'auto' (= entropy_domain). Ignored when adjustment_token_ids is set.",
+                  "choices": list(ADJUSTMENT_TOKENS)},
+    )
+    adjustment_token_ids: list[int] | None = field(
+        default=None,
+        metadata={"help": "Explicit token ids α covers (each in [0, vocab size)); overrides adjustment_tokens."},
+    )
+    entropy_domain: str = field(
+        default="options",
+        metadata={"help": "Distribution whose cross-entropy (L_tr) and entropy (H) are used: 'options' = softmax over "
+                  "the option letters at the answer position (MCQA), 'vocab' = the full next-token distribution at "
+                  "every completion position (open-ended).", "choices": list(ENTROPY_DOMAINS)},
+    )
+    num_options: int = field(
+        default=4,
+        metadata={"help": "K, number of option letters (A, B, …) of the MCQA data, for entropy_domain='options'."},
+    )
+    regularization_beta: float = field(
+        default=1.0,
+        metadata={"help": "β ≥ 0 of method='regularization': loss L_tr − β·H (ours)."},
+    )
+    calibration_batch_size: int | None = field(
+        default=None,
+        metadata={"help": "Calibration (S_V) examples per micro-batch; default per_device_train_batch_size, i.e. one "
+                  "S_V batch per S_T batch (ours)."},
+    )
+    cft_weight: float = field(
+        default=0.5,
+        metadata={"help": "a in [0, 1] of CFT: loss (1 − a)·L_tr + a·c·calibration term (CFT)."},
+    )
+    cft_coefficient: float = field(
+        default=1.0,
+        metadata={"help": "c > 0 of CFT, the scale of the calibration term (CFT)."},
+    )
+    cft_num_bins: int = field(
+        default=10,
+        metadata={"help": "Equal-width confidence bins of the CFT term (CFT)."},
+    )
+    cft_refresh_steps: int = field(
+        default=50,
+        metadata={"help": "CFT bin accuracies are recomputed by a pass over the training data at the start and every "
+                  "this many optimizer steps (ours; CFT refreshes per epoch)."},
+    )
+    select_best_by: str | None = field(
+        default=None,
+        metadata={"help": "Keep the checkpoint with the lowest eval value of this metric ('conf_ece', 'cw_ece' or "
+                  "'loss') on the labelled eval_dataset (SPEC §1 selection rule); None keeps the last.",
+                  "choices": [None, *SELECTION_METRICS]},
+    )
+    eval_num_bins: int = field(
+        default=15,
+        metadata={"help": "Equal-width bins of the conf-ECE and cw-ECE logged at evaluation (SPEC §3 default 15)."},
+    )
+
+    def __post_init__(self):
+        if self.method not in METHODS:
+            raise ValueError(f"method: must be one of {METHODS}, got {self.method!r}")
+        if not _is_int(self.inner_steps) or self.inner_steps < 0:
+            raise ValueError(f"inner_steps: must be an integer T ≥ 0, got {self.inner_steps!r}")
+        if not self.inner_learning_rate > 0:
+            raise ValueError(f"inner_learning_rate: must be > 0, got {self.inner_learning_rate!r}")
+        if not 0 < self.eta <= 1:
+            raise ValueError(f"eta: must lie in (0, 1], got {self.eta!r}")
+        if self.phi_rule not in PHI_RULES:
+            raise ValueError(f"phi_rule: must be one of {PHI_RULES}, got {self.phi_rule!r}")
+        if not self.bome_epsilon > 0:
+            raise ValueError(f"bome_epsilon: must be > 0, got {self.bome_epsilon!r}")
+        if not self.alpha_learning_rate > 0:
+            raise ValueError(f"alpha_learning_rate: must be > 0, got {self.alpha_learning_rate!r}")
+        if not self.alpha_weight_decay >= 0:
+            raise ValueError(f"alpha_weight_decay: must be ≥ 0, got {self.alpha_weight_decay!r}")
+        if self.adjustment_mode not in ("vector", "scalar"):
+            raise ValueError(f"adjustment_mode: must be 'vector' or 'scalar', got {self.adjustment_mode!r}")
+        if self.method == "scalar":
+            self.adjustment_mode = "scalar"
+        if self.temperature_parameterization not in ("exp", "softplus"):
+            raise ValueError(
+                f"temperature_parameterization: must be 'exp' or 'softplus', got {self.temperature_parameterization!r}"
+            )
+        if self.adjustment_tokens not in ADJUSTMENT_TOKENS:
+            raise ValueError(f"adjustment_tokens: must be one of {ADJUSTMENT_TOKENS}, got {self.adjustment_tokens!r}")
+        if self.adjustment_token_ids is not None:
+            if not self.adjustment_token_ids or not all(_is_int(t) and t >= 0 for t in self.adjustment_token_ids):
+                raise ValueError(
+                    f"adjustment_token_ids: must be a non-empty list of non-negative ints, got {self.adjustment_token_ids!r}"
+                )
+        if self.entropy_domain not in ENTROPY_DOMAINS:
+            raise ValueError(f"entropy_domain: must be one of {ENTROPY_DOMAINS}, got {self.entropy_domain!r}")
+        if not _is_int(self.num_options) or not 2 <= self.num_options <= 10:
+            raise ValueError(f"num_options: must be an integer in [2, 10], got {self.num_options!r}")
+        if not self.regularization_beta >= 0:
+            raise ValueError(f"regularization_beta: must be ≥ 0, got {self.regularization_beta!r}")
+        if self.calibration_batch_size is not None and (
+            not _is_int(self.calibration_batch_size) or self.calibration_batch_size <= 0
+        ):
+            raise ValueError(f"calibration_batch_size: must be a positive integer, got {self.calibration_batch_size!r}")
+        if not 0 <= self.cft_weight <= 1:
+            raise ValueError(f"cft_weight: must lie in [0, 1], got {self.cft_weight!r}")
+        if not self.cft_coefficient > 0:
+            raise ValueError(f"cft_coefficient: must be > 0, got {self.cft_coefficient!r}")
+        for name in ("cft_num_bins", "cft_refresh_steps", "eval_num_bins"):
+            value = getattr(self, name)
+            if not _is_int(value) or value <= 0:
+                raise ValueError(f"{name}: must be a positive integer, got {value!r}")
+        if self.select_best_by is not None:
+            if self.select_best_by not in SELECTION_METRICS:
+                raise ValueError(f"select_best_by: must be one of {SELECTION_METRICS} or None, got {self.select_best_by!r}")
+            self.load_best_model_at_end = True
+            self.metric_for_best_model = f"eval_{self.select_best_by}"
+            self.greater_is_better = False
+        super().__post_init__()
+
+    @property
+    def trains_alpha(self) -> bool:
+        """Whether the method updates the logit adjustment (the baselines keep it at the identity)."""
+        return self.method in ("bome", "iterate", "regularization", "scalar")

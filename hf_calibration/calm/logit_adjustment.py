@@ -1,0 +1,235 @@
+"""The learned logit adjustment α = (τ, l) of CALM and a causal-LM wrapper that applies it (SPEC §1).
+
+Adjusted logits: z'_y = z_y / τ_y + l_y for every covered token id y (multiplicative first, then
+additive: the AutoBalance convention, Li et al. NeurIPS 2021); uncovered ids are left unchanged.
+τ > 0 through τ = exp(ρ) or τ = softplus(ρ + softplus⁻¹(1)); both give τ = 1 at ρ = 0, so the layer
+is the identity at initialisation and weight decay on ρ and l shrinks it back toward the identity.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+from pathlib import Path
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+ADJUSTMENT_WEIGHTS_NAME = "logit_adjustment.safetensors"
+ADJUSTMENT_CONFIG_NAME = "logit_adjustment_config.json"
+MODES = ("vector", "scalar")
+PARAMETERIZATIONS = ("exp", "softplus")
+_SOFTPLUS_INV_ONE = math.log(math.e - 1.0)  # softplus(x) = 1 at x = log(e - 1)
+
+
+def temperature_from_rho(rho: torch.Tensor, parameterization: str = "exp") -> torch.Tensor:
+    """τ(ρ) > 0 with τ(0) = 1: ``exp(ρ)`` or ``softplus(ρ + log(e − 1))``."""
+    if parameterization == "exp":
+        return torch.exp(rho)
+    return F.softplus(rho + _SOFTPLUS_INV_ONE)
+
+
+def adjust_logits(logits: torch.Tensor, rho: torch.Tensor, shift: torch.Tensor | None,
+                  parameterization: str = "exp") -> torch.Tensor:
+    """``logits / τ(ρ) + l`` broadcast over the last axis (the pure function behind ``LogitAdjustment``).
+
+    logits : (..., m) covered columns; rho : (m,) or (1,); shift : (m,) or None (l = 0).
+    Computed in float32 (τ is a small correction that bf16 logits would round away).
+    """
+    out = logits.float() / temperature_from_rho(rho.float(), parameterization)
+    return out if shift is None else out + shift.float()
+
+
+def _check_token_ids(token_ids, vocab_size):
+    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size <= 0:
+        raise ValueError(f"vocab_size: must be a positive integer, got {vocab_size!r}")
+    if token_ids is None:
+        return None
+    ids = [int(t) for t in token_ids]
+    if not ids:
+        raise ValueError("token_ids: empty; pass None to cover the full vocabulary")
+    bad = [t for t in ids if not 0 <= t < vocab_size]
+    if bad:
+        raise ValueError(f"token_ids: ids must lie in [0, {vocab_size}), got {bad[:5]!r}")
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"token_ids: duplicate ids in {ids!r}")
+    return ids
+
+
+class LogitAdjustment(nn.Module):
+    """α = (τ, l) applied to next-token logits as z / τ + l (CALM, SPEC §1).
+
+    Parameters
+    ----------
+    vocab_size : int > 0
+        Size of the logit vectors this layer receives.
+    token_ids : sequence of int, optional
+        Token ids the adjustment covers (e.g. the option letters " A", "A", …); None covers all
+        ``vocab_size`` ids. Stored with the artifact so a reloaded layer says what it covers.
+    mode : {"vector", "scalar"}
+        "vector": one τ and one l per covered id (the paper's default). "scalar": one shared τ and
+        l = 0 (the paper's "learned TS" ablation).
+    parameterization : {"exp", "softplus"}
+        How ρ maps to τ > 0 (see ``temperature_from_rho``).
+
+    Attributes: ``rho`` (m,) or (1,), ``shift`` (m,) or None, buffer ``token_ids`` (m,) int64 or None.
+    Raises ValueError naming the argument for a bad mode, parameterization or out-of-range id.
+    """
+
+    def __init__(self, vocab_size: int, token_ids: Sequence[int] | None = None, *, mode: str = "vector",
+                 parameterization: str = "exp"):
+        super().__init__()
+        if mode not in MODES:
+            raise ValueError(f"mode: must be one of {MODES}, got {mode!r}")
+        if parameterization not in PARAMETERIZATIONS:
+            raise ValueError(f"parameterization: must be one of {PARAMETERIZATIONS}, got {parameterization!r}")
+        ids = _check_token_ids(token_ids, vocab_size)
+        self.vocab_size = vocab_size
+        self.mode = mode
+        self.parameterization = parameterization
+        m = vocab_size if ids is None else len(ids)
+        self.rho = nn.Parameter(torch.zeros(1 if mode == "scalar" else m))
+        self.shift = nn.Parameter(torch.zeros(m)) if mode == "vector" else None
+        self.register_buffer("token_ids", None if ids is None else torch.tensor(ids, dtype=torch.long))
+
+    @property
+    def temperature(self) -> torch.Tensor:
+        """τ, shape (m,) in vector mode, (1,) in scalar mode."""
+        return temperature_from_rho(self.rho, self.parameterization)
+
+    def forward(self, logits: torch.Tensor) -> torch.Tensor:
+        """Adjust full-vocabulary logits (..., vocab_size); returns the same shape and dtype."""
+        if logits.shape[-1] != self.vocab_size:
+            raise ValueError(f"logits: last axis must be vocab_size={self.vocab_size}, got shape {tuple(logits.shape)}")
+        if self.token_ids is None:
+            return adjust_logits(logits, self.rho, self.shift, self.parameterization).to(logits.dtype)
+        ids = self.token_ids.to(logits.device)
+        cols = adjust_logits(logits.index_select(-1, ids), self.rho, self.shift, self.parameterization)
+        return logits.index_copy(-1, ids, cols.to(logits.dtype))
+
+    def config_dict(self) -> dict:
+        return {
+            "vocab_size": self.vocab_size,
+            "token_ids": None if self.token_ids is None else self.token_ids.tolist(),
+            "mode": self.mode,
+            "parameterization": self.parameterization,
+            "adjusted_logits": "z / tau + l",
+        }
+
+    def save_pretrained(self, save_directory: str | os.PathLike) -> None:
+        """Write ``logit_adjustment.safetensors`` (rho, shift) and ``logit_adjustment_config.json``."""
+        from safetensors.torch import save_file
+
+        folder = Path(save_directory)
+        folder.mkdir(parents=True, exist_ok=True)
+        tensors = {"rho": self.rho.detach().float().cpu().contiguous()}
+        if self.shift is not None:
+            tensors["shift"] = self.shift.detach().float().cpu().contiguous()
+        save_file(tensors, str(folder / ADJUSTMENT_WEIGHTS_NAME), metadata={"format": "pt"})
+        (folder / ADJUSTMENT_CONFIG_NAME).write_text(json.dumps(self.config_dict(), indent=2) + "\n", encoding="utf-8")
+
+    @classmethod
+    def from_pretrained(cls, folder: str | os.PathLike) -> "LogitAdjustment":
+        """Read the two files ``save_pretrained`` writes; FileNotFoundError names the missing file."""
+        from safetensors.torch import load_file
+
+        folder = Path(folder)
+        for name in (ADJUSTMENT_CONFIG_NAME, ADJUSTMENT_WEIGHTS_NAME):
+            if not (folder / name).is_file():
+                raise FileNotFoundError(f"{folder}: no {name} (not a CALM logit-adjustment folder)")
+        cfg = json.loads((folder / ADJUSTMENT_CONFIG_NAME).read_text(encoding="utf-8"))
+        layer = cls(cfg["vocab_size"], cfg["token_ids"], mode=cfg["mode"], parameterization=cfg["parameterization"])
+        layer.load_state_dict(load_file(str(folder / ADJUSTMENT_WEIGHTS_NAME)), strict=False)
+        return layer
+
+
+class CALMModel(nn.Module):
+    """A causal LM (``PreTrainedModel`` or ``PeftModel``) whose output logits pass through a ``LogitAdjustment``.
+
+    The adjustment is applied by a forward hook on the model's output embedding (LM head), so
+    ``forward``, ``generate`` and ``logits_to_keep`` all see adjusted logits, and a ``labels`` loss
+    computed inside the model is the loss of the adjusted distribution. Attributes the wrapper does
+    not define (``config``, ``generation_config``, …) are looked up on the wrapped model, so the
+    calibrated model is used like the original.
+
+    ``forward(..., adjust_logits=False)`` returns the raw logits (the trainer applies α itself).
+    """
+
+    def __init__(self, model: nn.Module, logit_adjustment: LogitAdjustment):
+        super().__init__()
+        vocab = model.get_output_embeddings().weight.shape[0]
+        if logit_adjustment.vocab_size != vocab:
+            raise ValueError(
+                f"logit_adjustment: vocab_size {logit_adjustment.vocab_size} does not match the model's LM head ({vocab})"
+            )
+        self.model = model
+        self.logit_adjustment = logit_adjustment
+        self._adjust = True
+        self._hook = model.get_output_embeddings().register_forward_hook(self._adjust_hook)
+
+    def _adjust_hook(self, module, inputs, output):
+        return self.logit_adjustment(output) if self._adjust else output
+
+    def __getattr__(self, name):
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(self._modules["model"], name)
+
+    @contextlib.contextmanager
+    def adjustment_enabled(self, enabled: bool):
+        previous, self._adjust = self._adjust, enabled
+        try:
+            yield
+        finally:
+            self._adjust = previous
+
+    def forward(self, *args, adjust_logits: bool = True, **kwargs):
+        with self.adjustment_enabled(adjust_logits):
+            return self.model(*args, **kwargs)
+
+    def generate(self, *args, **kwargs):
+        return self.model.generate(*args, **kwargs)
+
+    def save_pretrained(self, save_directory: str | os.PathLike, **kwargs) -> None:
+        """The wrapped model's ``save_pretrained`` (a PEFT adapter folder or a full model) plus the adjustment files."""
+        state_dict = kwargs.pop("state_dict", None)
+        if state_dict is not None:  # keys of the wrapper → keys of the wrapped model
+            state_dict = {k[len("model."):]: v for k, v in state_dict.items() if k.startswith("model.")}
+        self.model.save_pretrained(save_directory, state_dict=state_dict, **kwargs)
+        self.logit_adjustment.save_pretrained(save_directory)
+
+    @classmethod
+    def from_pretrained(cls, pretrained: str | os.PathLike, *, base_model=None, **model_kwargs) -> "CALMModel":
+        """Load what ``save_pretrained`` wrote: a local folder or a Hub id.
+
+        A PEFT adapter folder (``adapter_config.json``) is loaded on top of ``base_model`` (a loaded
+        model) or of its ``base_model_name_or_path`` (resolved like ``hf_calibration.modeling.load_model``,
+        so the packaged offline copies work); a full-model folder loads through
+        ``AutoModelForCausalLM``. ``model_kwargs`` go to ``from_pretrained`` of the base model.
+        """
+        from transformers import AutoModelForCausalLM
+
+        folder = Path(pretrained).expanduser()
+        if not folder.is_dir():
+            from huggingface_hub import snapshot_download
+
+            folder = Path(snapshot_download(str(pretrained)))
+        adjustment = LogitAdjustment.from_pretrained(folder)
+        if (folder / "adapter_config.json").is_file():
+            from peft import PeftConfig, PeftModel
+
+            if base_model is None:
+                from hf_calibration.modeling import resolve_model_path
+
+                base_name = PeftConfig.from_pretrained(str(folder)).base_model_name_or_path
+                base_model = AutoModelForCausalLM.from_pretrained(resolve_model_path(base_name), **model_kwargs)
+            model = PeftModel.from_pretrained(base_model, str(folder))
+        else:
+            model = AutoModelForCausalLM.from_pretrained(str(folder), **model_kwargs)
+        model.eval()
+        return cls(model, adjustment)

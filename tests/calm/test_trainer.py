@@ -1,0 +1,142 @@
+import pytest
+import torch
+from peft import LoraConfig
+from transformers import TrainerCallback
+
+from hf_calibration.calm import CALMConfig, CALMModel, CALMTrainer
+from tests.tiny import make_tiny_model
+
+LORA = dict(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.0)
+
+
+class StopAfter(TrainerCallback):
+    def __init__(self, step):
+        self.step = step
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step >= self.step:
+            control.should_training_stop = True
+
+
+def make_config(tmp_path, **kw):
+    base = dict(output_dir=str(tmp_path / "out"), max_steps=2, per_device_train_batch_size=4, bf16=False,
+                gradient_checkpointing=False, report_to="none", logging_steps=1, learning_rate=1e-2,
+                alpha_learning_rate=5e-2, save_strategy="no", use_cpu=True, disable_tqdm=True, seed=0)
+    base.update(kw)
+    return CALMConfig(**base)
+
+
+def make_trainer(tmp_path, tok, data, *, peft=True, config=None, **kw):
+    train, calibration = data
+    return CALMTrainer(make_tiny_model(tok), args=config or make_config(tmp_path, **kw), train_dataset=train,
+                       calibration_dataset=calibration, processing_class=tok,
+                       peft_config=LoraConfig(**LORA) if peft else None)
+
+
+def trainable(trainer):
+    return {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
+
+
+@pytest.mark.parametrize("peft", [True, False])
+def test_bome_trains_and_parameters_change(tmp_path, tiny_tokenizer, mcqa_data, peft):
+    trainer = make_trainer(tmp_path, tiny_tokenizer, mcqa_data, peft=peft)
+    assert isinstance(trainer.model, CALMModel)
+    before = trainable(trainer)
+    trainer.train()
+    after = trainable(trainer)
+    assert any(n.startswith("logit_adjustment.") for n in after)
+    assert all(not torch.equal(before[n], after[n]) for n in after if "lora_A" not in n)
+    logged = trainer.state.log_history[0]
+    for key in ("lower_loss", "residual_q", "bome_lambda", "calibration_entropy", "mean_temperature"):
+        assert key in logged
+
+
+def test_methods_differ_and_baselines_keep_alpha_fixed(tmp_path, tiny_tokenizer, mcqa_data):
+    alphas = {}
+    for method in ("bome", "iterate", "regularization", "sft", "cft"):
+        trainer = make_trainer(tmp_path, tiny_tokenizer, mcqa_data, method=method)
+        trainer.train()
+        adj = trainer.model.logit_adjustment
+        alphas[method] = torch.cat([adj.rho.detach(), adj.shift.detach()])
+        assert adj.rho.requires_grad == (method in ("bome", "iterate", "regularization"))
+    assert torch.count_nonzero(alphas["sft"]) == 0 and torch.count_nonzero(alphas["cft"]) == 0
+    assert not torch.allclose(alphas["bome"], alphas["iterate"])
+    assert not torch.allclose(alphas["bome"], alphas["regularization"])
+
+
+def test_iterate_alpha_gradient_is_the_entropy_gradient_only(tmp_path, tiny_tokenizer, mcqa_data):
+    """'iterate': α's gradient is ∇_α(−H) on the calibration batch, recomputed here from raw logits."""
+    trainer = make_trainer(tmp_path, tiny_tokenizer, mcqa_data, method="iterate")
+    trainer.create_optimizer()
+    calibration = trainer._calibration_batch()  # the batch step 0 uses (a pure function of the step)
+    adj = trainer.model.logit_adjustment
+    train_batch = trainer.data_collator([trainer.train_dataset[i] for i in range(4)])
+    trainer.training_step(trainer.model, train_batch)
+    written = adj.rho.grad.clone()
+    # independent recomputation: last-prompt-token logits → LogitAdjustment → option softmax → −H
+    with torch.no_grad():
+        lengths = (calibration["labels"] != -100).int().argmax(1)
+        raw = trainer.model(input_ids=calibration["input_ids"], attention_mask=calibration["attention_mask"],
+                            adjust_logits=False).logits
+        raw = raw[torch.arange(len(lengths)), lengths - 1]
+    rho = adj.rho.detach().clone().requires_grad_(True)
+    z = raw[:, trainer._variant_ids] / torch.exp(rho[trainer._alpha_index[trainer._variant_ids]]) \
+        + adj.shift.detach()[trainer._alpha_index[trainer._variant_ids]]
+    letters = torch.stack([torch.logsumexp(z[:, trainer._variant_letter == k], 1) for k in range(4)], 1)
+    logp = torch.log_softmax(letters, 1)
+    (-(-(logp.exp() * logp).sum(1)).mean()).backward()
+    torch.testing.assert_close(written, rho.grad, rtol=1e-4, atol=1e-7)
+
+
+def test_save_load_round_trip(tmp_path, tiny_tokenizer, mcqa_data):
+    trainer = make_trainer(tmp_path, tiny_tokenizer, mcqa_data)
+    trainer.train()
+    trainer.save_model(str(tmp_path / "saved"))
+    saved = tmp_path / "saved"
+    for name in ("adapter_model.safetensors", "logit_adjustment.safetensors", "logit_adjustment_config.json",
+                 "README.md"):
+        assert (saved / name).is_file(), name
+    assert "CALM" in (saved / "README.md").read_text()
+    loaded = CALMModel.from_pretrained(saved, base_model=make_tiny_model(tiny_tokenizer))
+    ids = torch.tensor([tiny_tokenizer.encode("which option is correct ? A. B.")])
+    trainer.model.eval()
+    torch.testing.assert_close(loaded(input_ids=ids).logits, trainer.model(input_ids=ids).logits)
+
+
+def test_resume_equals_uninterrupted(tmp_path, tiny_tokenizer, mcqa_data):
+    kw = dict(max_steps=4, save_strategy="steps", save_steps=2, per_device_train_batch_size=2,
+              gradient_accumulation_steps=2, logging_steps=1)
+    full = make_trainer(tmp_path / "a", tiny_tokenizer, mcqa_data, **kw)
+    full.train()
+    first = make_trainer(tmp_path / "b", tiny_tokenizer, mcqa_data, **kw)
+    first.add_callback(StopAfter(2))  # same schedule, interrupted after the checkpoint at step 2
+    first.train()
+    resumed = make_trainer(tmp_path / "b", tiny_tokenizer, mcqa_data, **kw)
+    resumed.train(resume_from_checkpoint=str(tmp_path / "b" / "out" / "checkpoint-2"))
+    a, b = trainable(full), trainable(resumed)
+    for n in a:
+        torch.testing.assert_close(a[n], b[n], rtol=0, atol=1e-6)
+
+
+def test_bad_input_fails_at_construction(tmp_path, tiny_tokenizer, mcqa_data):
+    train, _ = mcqa_data
+    with pytest.raises(ValueError, match="calibration_dataset"):
+        CALMTrainer(make_tiny_model(tiny_tokenizer), args=make_config(tmp_path), train_dataset=train,
+                    processing_class=tiny_tokenizer)
+    with pytest.raises(ValueError, match="inner_steps"):
+        make_config(tmp_path, inner_steps=-1)
+    for eta in (0.0, 1.5):
+        with pytest.raises(ValueError, match="eta"):
+            make_config(tmp_path, eta=eta)
+    with pytest.raises(ValueError, match="adjustment_token_ids"):
+        make_trainer(tmp_path, tiny_tokenizer, mcqa_data, adjustment_token_ids=[1, 10**6])
+    bad = train.map(lambda r: {"completion": "the"})
+    with pytest.raises(ValueError, match="option letter"):
+        make_trainer(tmp_path, tiny_tokenizer, (bad, mcqa_data[1]))
+
+
+def test_sft_method_needs_no_calibration_data(tmp_path, tiny_tokenizer, mcqa_data):
+    train, _ = mcqa_data
+    trainer = CALMTrainer(make_tiny_model(tiny_tokenizer), args=make_config(tmp_path, method="sft",
+                          label_smoothing_factor=0.1), train_dataset=train, processing_class=tiny_tokenizer)
+    trainer.train()
