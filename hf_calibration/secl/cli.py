@@ -69,15 +69,37 @@ def add_diagnose_parser(subparsers) -> argparse.ArgumentParser:
     return p
 
 
-def run_diagnose(args) -> int:
+def write_diagnosis(out: Path, dataset, result: dict, signals, run: dict) -> None:
+    """diagnosis.json, signals.jsonl (one record per question) and reliability_diagrams.png, atomically."""
     import matplotlib.pyplot as plt
     import numpy as np
 
+    from hf_calibration.reports import AtomicOutputDir, write_json, write_jsonl
+    from hf_calibration.secl.diagnose import plot_diagnosis
+
+    records = []
+    for i, row in enumerate(dataset):
+        records.append({
+            "index": i, "subject": row["subject"], "answer": int(signals.labels[i]),
+            "prediction": int(signals.prediction[i]), "correct": bool(signals.correct[i]),
+            **{name: float(c[i]) for name, c in signals.confidence.items()},
+            "verbalized_greedy": None if np.isnan(signals.verbalized_greedy[i]) else float(signals.verbalized_greedy[i]),
+            "option_probs": signals.option_probs[i].tolist(),
+            "p_true_options": [None if np.isnan(v) else float(v) for v in signals.p_true_options[i]],
+        })
+    with AtomicOutputDir(out) as tmp:
+        write_json(tmp / "diagnosis.json", {"run": run, **result})
+        write_jsonl(tmp / "signals.jsonl", records)
+        fig = plot_diagnosis(signals, title=f"{run['model'].split('/')[-1]} · {run['dataset']} (n={len(dataset)})")
+        fig.savefig(tmp / "reliability_diagrams.png", dpi=110, bbox_inches="tight")
+        plt.close(fig)
+
+
+def run_diagnose(args) -> int:
     from hf_calibration.data import load_mcqa
     from hf_calibration.modeling import load_model, resolve_model_path
-    from hf_calibration.reports import AtomicOutputDir, write_json, write_jsonl
     from hf_calibration.secl.confidence import DEFAULT_TAU_N
-    from hf_calibration.secl.diagnose import diagnose, format_diagnosis, plot_diagnosis
+    from hf_calibration.secl.diagnose import diagnose, format_diagnosis
 
     out = _output_dir(args.output_dir)
     tau_n = DEFAULT_TAU_N if args.tau_n is None else args.tau_n
@@ -97,22 +119,7 @@ def run_diagnose(args) -> int:
     title = (f"{args.model} on {args.dataset}" + (f" ({args.subjects})" if args.subjects else "")
              + f": n={len(dataset)}, seed={args.seed}, prompt={signals.prompt_format}, τ_n={tau_n}, "
              f"{run['wall_seconds']:.0f} s; 95% bootstrap intervals")
-    records = []
-    for i, row in enumerate(dataset):
-        records.append({
-            "index": i, "subject": row["subject"], "answer": int(signals.labels[i]),
-            "prediction": int(signals.prediction[i]), "correct": bool(signals.correct[i]),
-            **{name: float(c[i]) for name, c in signals.confidence.items()},
-            "verbalized_greedy": None if np.isnan(signals.verbalized_greedy[i]) else float(signals.verbalized_greedy[i]),
-            "option_probs": signals.option_probs[i].tolist(),
-            "p_true_options": [None if np.isnan(v) else float(v) for v in signals.p_true_options[i]],
-        })
-    with AtomicOutputDir(out) as tmp:
-        write_json(tmp / "diagnosis.json", {"run": run, **result})
-        write_jsonl(tmp / "signals.jsonl", records)
-        fig = plot_diagnosis(signals, title=f"{args.model.split('/')[-1]} · {args.dataset} (n={len(dataset)})")
-        fig.savefig(tmp / "reliability_diagrams.png", dpi=110, bbox_inches="tight")
-        plt.close(fig)
+    write_diagnosis(out, dataset, result, signals, run)
     print(format_diagnosis(result, title))
     print(f"wrote {out / 'diagnosis.json'}, {out / 'signals.jsonl'}, {out / 'reliability_diagrams.png'}")
     return 0

@@ -163,15 +163,13 @@ def p_true_from_logprobs(logprobs: torch.Tensor, tokens: ConfidenceTokens) -> tu
     return p, mass.detach().cpu().numpy().astype(np.float64)
 
 
-def _forward_last(model, input_ids, attention_mask, position_ids, past=None, last_index=None):
-    """Log-softmax of the next token after each row's last real token, (n, V) float32."""
-    keep = 1 if last_index is None else 0
+def _forward_last(model, input_ids, attention_mask, position_ids, past=None):
+    """Log-softmax of the next token after each row's last position, (n, V) float32."""
     out = model(
         input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-        cache=past, use_cache=past is not None, logits_to_keep=keep,
+        cache=past, use_cache=past is not None, logits_to_keep=1,
     )
-    logits = out.logits[:, -1, :] if last_index is None else out.logits[torch.arange(len(input_ids)), last_index]
-    return torch.log_softmax(logits.float(), dim=-1)
+    return torch.log_softmax(out.logits[:, -1, :].float(), dim=-1)
 
 
 def prefix_pass(model, prefix_ids: Sequence[int], *, requires_grad: bool = False):
@@ -207,8 +205,10 @@ def continuation_logprobs(
 ) -> torch.Tensor:
     """Next-token log-softmax (m, V) after ``prefix + continuation`` for each continuation.
 
-    ``cache`` (from ``prefix_pass``) is copied for each batch; continuations are right-padded and their
-    positions continue from the prefix, so each row equals the unbatched, uncached computation.
+    ``cache`` (from ``prefix_pass``) is shared by every batch. Continuations are left-padded *after*
+    the prefix (masked, positions counted over real tokens only), so every row ends at the last
+    position and only that position's logits are computed (``logits_to_keep=1``); each row equals the
+    unbatched, uncached computation.
     """
     device = next(model.parameters()).device
     chunks = []
@@ -222,12 +222,11 @@ def continuation_logprobs(
             mask = torch.zeros((len(batch), n_prefix + width), dtype=torch.long, device=device)
             mask[:, :n_prefix] = 1
             for i, c in enumerate(batch):
-                ids[i, : len(c)] = torch.as_tensor(c)
-                mask[i, n_prefix : n_prefix + len(c)] = 1
+                ids[i, width - len(c):] = torch.as_tensor(c)
+                mask[i, n_prefix + width - len(c):] = 1
+            positions = (n_prefix + mask[:, n_prefix:].cumsum(-1) - 1).clamp(min=n_prefix)
             past = _repeat_cache(cache, len(batch))
-            positions = (n_prefix + torch.arange(width, device=device)).expand(len(batch), -1)
-            last = torch.as_tensor([len(c) - 1 for c in batch], device=device)
-            chunks.append(_forward_last(model, ids, mask, positions, past=past, last_index=last))
+            chunks.append(_forward_last(model, ids, mask, positions, past=past))
     if not chunks:
         raise ValueError("continuations: empty")
     return torch.cat(chunks)
