@@ -1,0 +1,243 @@
+"""Metrics tables and output files shared by the CLI jobs (SPEC §5 reporting protocol).
+
+Every table carries the trivial references of SPEC §5 next to the model's numbers: a constant
+confidence equal to the measured accuracy and a constant 1/K. On a model near chance these constants
+are already well calibrated, so an ECE that does not beat them, or that comes with AUROC ≈ 0.5, shows a
+shift in confidence level rather than information about correctness.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from hf_calibration.metrics import calibration_report
+
+# (key in calibration_report, column title) in table order.
+TABLE_COLUMNS = (
+    ("accuracy", "acc"),
+    ("mean_confidence", "conf"),
+    ("conf_ece", "conf-ECE"),
+    ("cw_ece", "cw-ECE"),
+    ("smece", "smECE"),
+    ("brier", "Brier"),
+    ("nll", "NLL"),
+    ("auroc", "AUROC"),
+)
+
+
+def _constant_reference(correct: np.ndarray, value: float, **kwargs) -> dict:
+    return calibration_report(correct.astype(int), np.full(len(correct), value), **kwargs)
+
+
+def references(correct: np.ndarray, n_options: int, *, accuracy: float | None = None, **kwargs) -> dict:
+    """Reports of the two constant confidences: ``accuracy`` (default: measured on ``correct``) and 1/K."""
+    acc = float(np.mean(correct)) if accuracy is None else accuracy
+    return {
+        "constant_accuracy": _constant_reference(correct, acc, **kwargs),
+        "constant_1/K": _constant_reference(correct, 1.0 / n_options, **kwargs),
+    }
+
+
+def position_bias(labels: np.ndarray, prediction: np.ndarray, n_options: int) -> dict:
+    """Per gold letter: its share of the questions, accuracy on them, and how often the model predicts it."""
+    from hf_calibration.modeling.prompts import LETTERS
+
+    out = {}
+    for k in range(n_options):
+        gold = labels == k
+        out[LETTERS[k]] = {
+            "gold_share": float(gold.mean()),
+            "accuracy_when_gold": float((prediction[gold] == k).mean()) if gold.any() else None,
+            "prediction_share": float((prediction == k).mean()),
+        }
+    return out
+
+
+def posthoc_report(calibrator, scores, **kwargs) -> dict:
+    """Report of the scores after a fitted post-hoc calibrator.
+
+    Logit calibrators (temperature, vector) give full probability vectors, hence every multiclass
+    metric; confidence calibrators (Platt, isotonic, histogram) map the top-label confidence to a
+    probability of being correct, so only the top-label ("conf") metrics exist for them.
+    """
+    if calibrator.input_kind == "logits":
+        return calibration_report(scores.labels, calibrator.transform(scores.option_logits), **kwargs)
+    return calibration_report(scores.correct.astype(int), calibrator.transform(scores.confidence), **kwargs)
+
+
+def mcqa_metrics(scores, *, n_resamples: int = 1000, seed: int = 0, calibrator=None) -> dict:
+    """metrics.json content for MCQA scores: the model's top-label report, optionally the report after a
+    post-hoc ``calibrator``, the constant references, and the position bias."""
+    kwargs = dict(n_resamples=n_resamples, seed=seed)
+    k = scores.probs.shape[1]
+    signals = {"option_probability": calibration_report(scores.labels, scores.probs, **kwargs)}
+    if calibrator is not None:
+        signals[f"posthoc_{calibrator.method}"] = posthoc_report(calibrator, scores, **kwargs)
+    return {
+        "signals": {**signals, **references(scores.correct, k, **kwargs)},
+        "option_mass_mean": float(np.mean(scores.option_mass)),
+        "position_bias": position_bias(scores.labels, scores.prediction, k),
+    }
+
+
+def _fmt(entry) -> str:
+    if entry is None:
+        return "—"
+    value = entry["value"] if isinstance(entry, dict) else entry
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "—"
+    if isinstance(entry, dict) and entry.get("low") is not None:
+        return f"{value:.3f} [{entry['low']:.3f},{entry['high']:.3f}]"
+    return f"{value:.3f}"
+
+
+def format_table(signals: dict, columns=TABLE_COLUMNS, *, markdown: bool = False) -> str:
+    """Table with one row per signal, each cell "value [95 % low, high]"; plain text or Markdown."""
+    header = ["signal"] + [title for _, title in columns]
+    rows = [[name] + [_fmt(report.get(key)) for key, _ in columns] for name, report in signals.items()]
+    if markdown:
+        lines = ["| " + " | ".join(r) + " |" for r in [header] + rows]
+        lines.insert(1, "|" + "---|" * len(header))
+        return "\n".join(lines)
+    widths = [max(len(r[i]) for r in [header] + rows) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in [header] + rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def format_mcqa_table(metrics: dict, run: dict) -> str:
+    title = (
+        f"{run['model']} on {run['dataset']}"
+        + (f" ({run['subjects']})" if run.get("subjects") else "")
+        + f": n={run['n']}, seed={run['seed']}, prompt={run['prompt_format']}, "
+        f"scoring {run['scoring_seconds']:.0f} s; 95% bootstrap intervals"
+    )
+    return title + "\n" + format_table(metrics["signals"])
+
+
+def _json_default(value):
+    if isinstance(value, (np.integer,)):
+        return int(value)
+    if isinstance(value, (np.floating,)):
+        return None if not np.isfinite(value) else float(value)
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+def _finite_or_none(values) -> list:
+    return [None if not np.isfinite(v) else float(v) for v in values]
+
+
+def prediction_records(dataset, scores) -> list[dict]:
+    """One JSON-ready record per question (the ``predictions.jsonl`` schema ``fit-posthoc`` reads)."""
+    records = []
+    for i, row in enumerate(dataset):
+        records.append(
+            {
+                "index": i,
+                "subject": row["subject"],
+                "source": row["source"],
+                "answer": int(scores.labels[i]),
+                "prediction": int(scores.prediction[i]),
+                "correct": bool(scores.correct[i]),
+                "confidence": float(scores.confidence[i]),
+                "probs": _finite_or_none(scores.probs[i]),
+                "option_logits": _finite_or_none(scores.option_logits[i]),
+                "option_mass": float(scores.option_mass[i]),
+            }
+        )
+    return records
+
+
+def read_predictions(path) -> list[dict]:
+    """Records of a predictions.jsonl; ValueError naming the file and line when one does not parse."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"--predictions: {str(path)!r} is not a file")
+    records = []
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise ValueError(f"--predictions: {str(path)!r} line {lineno} is not JSON ({err.msg})") from None
+            missing = {"answer", "correct", "confidence", "option_logits"} - set(record)
+            if missing:
+                raise ValueError(f"--predictions: {str(path)!r} line {lineno} lacks {sorted(missing)}")
+            records.append(record)
+    if not records:
+        raise ValueError(f"--predictions: {str(path)!r} holds no predictions")
+    return records
+
+
+def option_logits_of(records: list[dict], name: str) -> np.ndarray:
+    """(n, K) option logits of prediction records; every question must have the same K options."""
+    widths = {len(r["option_logits"]) for r in records}
+    missing = [i for i, r in enumerate(records) if any(v is None for v in r["option_logits"])]
+    if len(widths) != 1 or missing:
+        raise ValueError(
+            f"{name}: logit calibrators need the same number of options for every question; "
+            f"got widths {sorted(widths)}" + (f", first question with fewer options: #{missing[0]}" if missing else "")
+        )
+    return np.array([r["option_logits"] for r in records], dtype=np.float64)
+
+
+class AtomicOutputDir:
+    """Stage files in a temporary folder and move them into ``path`` only when all were written.
+
+    An error while writing leaves ``path`` as it was: nothing half-written (CLI contract).
+    """
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+
+    def __enter__(self) -> Path:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._tmp = tempfile.TemporaryDirectory(dir=self.path.parent, prefix=f".{self.path.name}-")
+        return Path(self._tmp.name)
+
+    def __exit__(self, exc_type, exc, tb):
+        try:
+            if exc_type is None:
+                self.path.mkdir(parents=True, exist_ok=True)
+                for f in Path(self._tmp.name).iterdir():
+                    os.replace(f, self.path / f.name)
+        finally:
+            self._tmp.cleanup()
+        return False
+
+
+def write_json(path: Path, obj) -> None:
+    path.write_text(json.dumps(obj, indent=2, default=_json_default) + "\n", encoding="utf-8")
+
+
+def write_jsonl(path: Path, records) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        for r in records:
+            f.write(json.dumps(r, default=_json_default) + "\n")
+
+
+def write_evaluation(out: Path, dataset, scores, metrics: dict, run: dict) -> None:
+    """Write predictions.jsonl, metrics.json and reliability_diagram.png into ``out`` atomically."""
+    from hf_calibration.plotting import plot_reliability_diagram
+
+    with AtomicOutputDir(out) as tmp:
+        write_jsonl(tmp / "predictions.jsonl", prediction_records(dataset, scores))
+        write_json(tmp / "metrics.json", {"run": run, **metrics})
+        fig = plot_reliability_diagram(
+            scores.labels, scores.probs, n_bins=15,
+            title=f"{run['model'].split('/')[-1]} · {run['dataset']} (n={run['n']})",
+        )
+        fig.savefig(tmp / "reliability_diagram.png", dpi=120, bbox_inches="tight")
+        import matplotlib.pyplot as plt
+
+        plt.close(fig)

@@ -1,0 +1,127 @@
+"""The `hf-calibration` CLI on a tiny local model: outputs, post-hoc round trip, and bad input."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from hf_calibration.cli import main
+
+
+@pytest.fixture()
+def tiny_model_dir(tmp_path_factory, tiny_model, tiny_tokenizer):
+    path = tmp_path_factory.mktemp("tiny-model")
+    tiny_model.save_pretrained(path)
+    tiny_tokenizer.save_pretrained(path)
+    return path
+
+
+def _evaluate(model_dir, out, *extra):
+    return main(["evaluate", "--model", str(model_dir), "--limit", "24", "--n-resamples", "50",
+                 "--batch-size", "8", "--output-dir", str(out), *extra])
+
+
+def test_evaluate_writes_outputs(tiny_model_dir, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert _evaluate(tiny_model_dir, out) == 0
+    printed = capsys.readouterr().out
+    assert "conf-ECE" in printed and "constant_accuracy" in printed
+    records = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert len(records) == 24
+    assert (out / "reliability_diagram.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    correct = np.array([r["correct"] for r in records])
+    report = metrics["signals"]["option_probability"]
+    assert report["accuracy"]["value"] == pytest.approx(correct.mean())
+    for key in ("conf_ece", "cw_ece", "smece", "mce", "ace", "brier", "nll", "auroc", "aurc"):
+        entry = report[key]
+        assert entry["low"] <= entry["value"] <= entry["high"], key
+    assert metrics["run"]["prompt_format"] == "chat"
+    # constant reference at the measured accuracy: ECE 0 on the same items, Brier = a(1 - a)
+    ref = metrics["signals"]["constant_accuracy"]
+    a = correct.mean()
+    assert ref["conf_ece"]["value"] == pytest.approx(0.0, abs=1e-12)
+    assert ref["brier"]["value"] == pytest.approx(a * (1 - a))
+
+
+def test_same_seed_same_predictions(tiny_model_dir, tmp_path):
+    assert _evaluate(tiny_model_dir, tmp_path / "a") == 0
+    assert _evaluate(tiny_model_dir, tmp_path / "b") == 0
+    assert (tmp_path / "a" / "predictions.jsonl").read_text() == (tmp_path / "b" / "predictions.jsonl").read_text()
+
+
+@pytest.mark.parametrize("method", ["temperature", "vector", "platt", "isotonic", "histogram"])
+def test_fit_posthoc_then_evaluate_with_it(tiny_model_dir, tmp_path, capsys, method):
+    assert _evaluate(tiny_model_dir, tmp_path / "fit") == 0
+    calib = tmp_path / f"{method}.json"
+    assert main(["fit-posthoc", "--method", method, "--predictions", str(tmp_path / "fit" / "predictions.jsonl"),
+                 "--output", str(calib)]) == 0
+    assert json.loads(calib.read_text())["method"] == method
+    assert _evaluate(tiny_model_dir, tmp_path / "after", "--posthoc", str(calib), "--seed", "1") == 0
+    metrics = json.loads((tmp_path / "after" / "metrics.json").read_text())
+    assert f"posthoc_{method}" in metrics["signals"]
+    assert f"posthoc_{method}" in capsys.readouterr().out
+
+
+def _bad(argv, capsys, fragment):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("hf-calibration: error:"), err
+    assert "Traceback" not in err
+    assert fragment in err, err
+
+
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["--dataset", "mmlu-pro"], "mmlu-pro"),
+        (["--subjects", "astrology"], "astrology"),
+        (["--limit", "0"], "--limit"),
+        (["--limit", "-3"], "-3"),
+        (["--batch-size", "0"], "--batch-size"),
+        (["--model", "./no/such/model"], "./no/such/model"),
+        (["--model", "some-org/not-a-model"], "some-org/not-a-model"),
+    ],
+)
+def test_evaluate_bad_input(tiny_model_dir, tmp_path, capsys, args, fragment):
+    out = tmp_path / "out"
+    argv = ["evaluate", "--model", str(tiny_model_dir), "--output-dir", str(out), *args]
+    if "--limit" not in args:
+        argv += ["--limit", "4"]
+    try:
+        code = main(argv)
+    except SystemExit as exit_:  # argparse type errors exit from inside parse_args
+        code = exit_.code
+    assert code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err and fragment in err, err
+    assert not out.exists()
+
+
+def test_output_dir_that_is_a_file(tiny_model_dir, tmp_path, capsys):
+    f = tmp_path / "taken"
+    f.write_text("keep me")
+    _bad(["evaluate", "--model", str(tiny_model_dir), "--limit", "4", "--output-dir", str(f)], capsys, "taken")
+    assert f.read_text() == "keep me"
+
+
+def test_fit_posthoc_bad_predictions(tmp_path, capsys):
+    bad = tmp_path / "p.jsonl"
+    bad.write_text('{"answer": 1}\nnot json\n')
+    _bad(["fit-posthoc", "--method", "temperature", "--predictions", str(bad), "--output", str(tmp_path / "t.json")],
+         capsys, "line 1")
+    _bad(["fit-posthoc", "--method", "temperature", "--predictions", str(tmp_path / "none.jsonl"),
+          "--output", str(tmp_path / "t.json")], capsys, "none.jsonl")
+    assert not (tmp_path / "t.json").exists()
+
+
+def test_entry_point_prints_one_line_and_exits_2(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "hf_calibration.cli", "evaluate", "--dataset", "nope", "--output-dir", str(tmp_path / "o")],
+        capture_output=True, text=True, env={"HF_HUB_OFFLINE": "1", "PATH": ""}, timeout=120,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == ["hf-calibration: error: name: unknown dataset 'nope'; choose one of "
+                                                "['gpqa', 'halueval_qa', 'mmlu']"]
