@@ -32,11 +32,12 @@ def _output_dir(path: str) -> Path:
     return out
 
 
-def _common(p, default_limit):
+def _common(p, default_limit=None):
     p.add_argument("--model", default="HuggingFaceTB/SmolLM2-135M-Instruct",
                    help="Hub id or local folder (offline: the packaged SmolLM2 / Qwen2.5-Coder copies)")
-    p.add_argument("--limit", type=_positive(int, "--limit"), default=default_limit,
-                   help=f"number of questions (default {default_limit})")
+    if default_limit is not None:
+        p.add_argument("--limit", type=_positive(int, "--limit"), default=default_limit,
+                       help=f"number of questions (default {default_limit})")
     p.add_argument("--seed", type=int, default=0, help="sampling and bootstrap seed (default 0)")
     p.add_argument("--prompt-format", default="auto", choices=["auto", "chat", "plain"],
                    help="chat template or plain prompt (auto: chat when the tokenizer has a template)")
@@ -122,4 +123,88 @@ def run_diagnose(args) -> int:
     write_diagnosis(out, dataset, result, signals, run)
     print(format_diagnosis(result, title))
     print(f"wrote {out / 'diagnosis.json'}, {out / 'signals.jsonl'}, {out / 'reliability_diagrams.png'}")
+    return 0
+
+
+# --------------------------------------------------------------------------------------------------- secl
+
+_CONFIG_OPTIONS = (  # (option, SECLConfig field, type)
+    ("--burst-size", "burst_size", int), ("--num-distractors", "num_distractors", int), ("--tau-n", "tau_n", float),
+    ("--alpha-step", "alpha_step", float), ("--delta", "delta", float), ("--bin-gate-width", "bin_gate_width", int),
+    ("--learning-rate", "learning_rate", float), ("--steps-per-update", "steps_per_update", int),
+    ("--lora-r", "lora_r", int), ("--ph-threshold", "ph_threshold", float), ("--ph-delta", "ph_delta", float),
+    ("--ema-rate", "ema_rate", float),
+)
+
+
+def add_secl_parser(subparsers) -> argparse.ArgumentParser:
+    """Register ``secl``: a multi-domain stream through SECLGenerationMixin, with the baselines."""
+    from dataclasses import fields
+
+    from hf_calibration.secl.config import SECLConfig
+
+    helps = {f.name: f.metadata.get("help", "") for f in fields(SECLConfig)}
+    defaults = SECLConfig()
+    p = subparsers.add_parser(
+        "secl",
+        help="run a question stream through SECL and compare it with the baselines",
+        description="Two passes over the same stream: the baselines (verbalized, P(True), P(True)Norm, DINCO-style; "
+        "Platt/TS with labels, 2-fold) and SECL online. Writes records.jsonl, metrics.json and the calibrated "
+        "adapter (secl_adapter/); prints a table per domain and overall.",
+    )
+    p.add_argument("--stream", default="mmlu:stem,mmlu:humanities,halueval_qa",
+                   help="comma-separated domains in stream order: mmlu:<category or subject, '+'-joined>, gpqa, "
+                        "halueval_qa, gsm8k")
+    p.add_argument("--limit-per-domain", type=_positive(int, "--limit-per-domain"), default=50,
+                   help="questions per domain (default 50)")
+    p.add_argument("--max-new-tokens", type=_positive(int, "--max-new-tokens"), default=8,
+                   help="answer length (default 8: a letter or a number)")
+    for option, name, kind in _CONFIG_OPTIONS:
+        p.add_argument(option, dest=name, type=kind, default=None,
+                       help=f"{helps[name]} Default {getattr(defaults, name)}.".replace("%", "%%"))
+    _common(p)
+    p.set_defaults(func=run_secl)
+    return p
+
+
+def run_secl(args) -> int:
+    import json
+
+    from hf_calibration.modeling import load_model, resolve_model_path
+    from hf_calibration.reports import AtomicOutputDir, write_json, write_jsonl
+    from hf_calibration.secl.config import SECLConfig
+    from hf_calibration.secl.mixin import apply_secl
+    from hf_calibration.secl.stream import build_stream, format_stream_summary, parse_stream, run_stream, summarize_stream
+
+    out = _output_dir(args.output_dir)
+    parse_stream(args.stream)
+    overrides = {name: getattr(args, name) for _, name, _ in _CONFIG_OPTIONS if getattr(args, name) is not None}
+    config = SECLConfig(prompt_format=args.prompt_format, **overrides)
+    resolve_model_path(args.model)
+    start = time.perf_counter()
+    model, tokenizer = load_model(args.model)
+    load_s = time.perf_counter() - start
+    model = apply_secl(model, tokenizer, config)
+    items = build_stream(tokenizer, args.stream, limit_per_domain=args.limit_per_domain, seed=args.seed,
+                         prompt_format=args.prompt_format)
+    start = time.perf_counter()
+    records = run_stream(model, items, max_new_tokens=args.max_new_tokens)
+    wall = time.perf_counter() - start
+    summary = summarize_stream(records, n_resamples=args.n_resamples, seed=args.seed)
+    run = {"model": args.model, "stream": args.stream, "limit_per_domain": args.limit_per_domain, "n": len(items),
+           "seed": args.seed, "prompt_format": model.secl_prompt_format, "max_new_tokens": args.max_new_tokens,
+           "config": config.to_dict(), "counters": model.secl_counters, "load_seconds": round(load_s, 1),
+           "wall_seconds": round(wall, 1),
+           "seconds_per_question": {
+               "baseline_pass": sum(r["baseline_seconds"] for r in records) / len(records),
+               "secl_pass": sum(r["secl_seconds"] for r in records) / len(records)}}
+    with AtomicOutputDir(out) as tmp:
+        write_jsonl(tmp / "records.jsonl", records)
+        write_json(tmp / "metrics.json", {"run": run, "summary": summary})
+        model.save_pretrained(tmp / "secl_adapter")
+    print(f"{args.model} · stream {args.stream} · {args.limit_per_domain}/domain · seed {args.seed} · "
+          f"prompt {model.secl_prompt_format} · {wall:.0f} s · 95% bootstrap intervals")
+    print(format_stream_summary(summary))
+    print(f"counters: {json.dumps(model.secl_counters)}")
+    print(f"wrote {out / 'records.jsonl'}, {out / 'metrics.json'}, {out / 'secl_adapter'}")
     return 0

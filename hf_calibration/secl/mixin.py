@@ -318,13 +318,21 @@ class SECLGenerationMixin:
         record["forward_passes"] = passes
         return record
 
-    def _secl_burst_item(self, prompt, answer_ids, c, distractors, record) -> int:
+    def secl_pseudo_label(self, prompt, answer_ids, distractors=None) -> dict:
+        """SECL's pseudo-label for one answer, without touching the adapter or the gate.
+
+        prompt, answer_ids : token ids (the answer without its end-of-turn token). distractors : list of
+        alternative answers (str), or None for K deduplicated beam-search alternatives.
+        Returns {"p_true": (1 + k,) P(True) of the answer then the k distractors, "norm_p_true": c*,
+        "n_distractors": k, "forward_passes": reads (+ beams)}.
+        """
         cfg, tok = self.secl_config, self.secl_tokenizer
         passes = 0
+        was_training = self.training
+        self.eval()
         with torch.no_grad():
             if distractors is None:
-                alt_ids, cost = self._secl_alternatives(prompt, answer_ids)
-                passes += cost
+                alt_ids, passes = self._secl_alternatives(list(prompt), list(answer_ids))
                 candidates = [(list(answer_ids), self._secl_text(answer_ids))] + [(a, self._secl_text(a)) for a in alt_ids]
             else:
                 own = self._secl_text(answer_ids)
@@ -332,15 +340,22 @@ class SECLGenerationMixin:
                 candidates = [(list(answer_ids), own)] + [
                     (tok.encode(d if self.secl_prompt_format == "chat" else " " + d, add_special_tokens=False), d)
                     for d in alts[: cfg.num_distractors]]
-            record["n_distractors"] = len(candidates) - 1
             conts = [self._secl_cont(ids, text, cfg.p_true_template, PLAIN_P_TRUE_PREFIX) for ids, text in candidates]
-            _, cache, n = prefix_pass(self, prompt)
+            _, cache, n = prefix_pass(self, list(prompt))
             lp = continuation_logprobs(self, cache, n, conts, pad_id=tok.pad_token_id or 0)
             pt, _ = p_true_from_logprobs(lp, self.secl_tokens)
-            passes += len(conts)
+        if was_training:
+            self.train()
         pt = pt.cpu().numpy().astype(np.float64)
-        c_star = float(norm_p_true(pt[None], tau=cfg.tau_n)[0, 0])
-        record["p_true"], record["norm_p_true"] = float(pt[0]), c_star
+        return {"p_true": pt, "norm_p_true": float(norm_p_true(pt[None], tau=cfg.tau_n)[0, 0]),
+                "n_distractors": len(candidates) - 1, "forward_passes": passes + len(conts)}
+
+    def _secl_burst_item(self, prompt, answer_ids, c, distractors, record) -> int:
+        cfg = self.secl_config
+        label = self.secl_pseudo_label(prompt, answer_ids, distractors)
+        passes, c_star = label["forward_passes"], label["norm_p_true"]
+        record["p_true"], record["norm_p_true"] = float(label["p_true"][0]), c_star
+        record["n_distractors"] = label["n_distractors"]
         if not bin_gate_passes(c, c_star, n_bins=cfg.n_bins, width=cfg.bin_gate_width):
             record["skipped_by_bin_gate"] = True
             self.secl_counters["skipped_by_bin_gate"] += 1
@@ -362,10 +377,10 @@ class SECLGenerationMixin:
             self.eval()
         self.secl_counters["updates"] += 1
         record["updated"] = True
-        with torch.no_grad():
-            after, _, extra = self._secl_verbalized(prompt, answer_ids)
+        with torch.no_grad():  # for the record only: not part of SECL's cost
+            after, _, _ = self._secl_verbalized(prompt, answer_ids)
         record["confidence_after"] = float(after[0])
-        return passes + extra
+        return passes
 
 
 class GenerationMixinCall:

@@ -1,0 +1,262 @@
+"""A stream of questions from several domains run through SECL, with the baselines on the same answers.
+
+Two passes over the same stream with the same model:
+
+1. **baseline pass** (``secl_update=False``, identity adapter): the answer, its verbalized confidence,
+   P(True) of the answer, P(True)Norm over the answer and its distractors (MCQA: the other option
+   letters; open-ended: beam-search alternatives) and the DINCO-style score (``confidence.dinco_score``
+   with the answer's length-normalised sequence probability as the self-consistency term);
+2. **SECL pass** (adapter reset first): the same prompts through ``generate`` with SECL on; the SECL
+   confidence of a question is the verbalized confidence returned by ``generate`` for it (read before
+   the update it may trigger, with the adapter that earlier questions produced).
+
+Supervised references (labels): Platt scaling and temperature scaling of the baseline verbalized
+confidence, fitted by 2-fold cross-fitting over the stream (each half calibrated by a fit on the other).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from hf_calibration.modeling.prompts import LETTERS, build_prompt, format_mcqa
+
+MCQA_DOMAINS = ("mmlu", "gpqa", "halueval_qa")
+OPEN_DOMAINS = ("gsm8k",)
+GSM8K_INSTRUCTION = "Reply with the final number only."
+
+
+@dataclass
+class StreamItem:
+    """One question of the stream. ``gold``: option index (MCQA) or the final number as text (open)."""
+
+    domain: str
+    prompt_ids: list
+    gold: object
+    kind: str  # "mcqa" or "open"
+    n_options: int = 0
+
+
+def parse_stream(spec: str) -> list[tuple[str, str | None]]:
+    """"mmlu:humanities,gsm8k,halueval_qa" → [("mmlu", "humanities"), ("gsm8k", None), ("halueval_qa", None)].
+
+    MMLU subjects/categories inside one domain are joined with "+" (``mmlu:stem+other``).
+    """
+    if not isinstance(spec, str) or not spec.strip():
+        raise ValueError(f"--stream: need comma-separated domains, got {spec!r}")
+    out = []
+    for part in spec.split(","):
+        name, _, subjects = part.strip().partition(":")
+        if name not in MCQA_DOMAINS + OPEN_DOMAINS:
+            raise ValueError(f"--stream: unknown domain {name!r} in {spec!r}; known: {', '.join(MCQA_DOMAINS + OPEN_DOMAINS)}")
+        if subjects and name != "mmlu":
+            raise ValueError(f"--stream: only mmlu takes subjects, got {part!r}")
+        out.append((name, subjects.replace("+", ",") or None))
+    return out
+
+
+def build_stream(tokenizer, spec: str, *, limit_per_domain: int, seed: int = 0, prompt_format: str = "auto") -> list:
+    """The stream's items, domain after domain, ``limit_per_domain`` each (seeded sample)."""
+    from hf_calibration.data import load_mcqa, load_open_qa
+
+    if isinstance(limit_per_domain, bool) or not isinstance(limit_per_domain, int) or limit_per_domain < 1:
+        raise ValueError(f"--limit-per-domain: must be a positive integer, got {limit_per_domain!r}")
+    items = []
+    for name, subjects in parse_stream(spec):
+        label = name if subjects is None else f"{name}:{subjects.replace(',', '+')}"
+        if name in MCQA_DOMAINS:
+            for row in load_mcqa(name, subjects=subjects, limit=limit_per_domain, seed=seed):
+                text = build_prompt(tokenizer, format_mcqa(row["question"], row["choices"]), prompt_format=prompt_format)
+                items.append(StreamItem(label, tokenizer.encode(text, add_special_tokens=False), int(row["answer"]),
+                                        "mcqa", len(row["choices"])))
+        else:
+            for row in load_open_qa(name, limit=limit_per_domain, seed=seed):
+                text = build_prompt(tokenizer, f"{row['question'].strip()}\n{GSM8K_INSTRUCTION}", prompt_format=prompt_format)
+                items.append(StreamItem(label, tokenizer.encode(text, add_special_tokens=False),
+                                        str(row["final_answer"]), "open"))
+    return items
+
+
+def _letter(text: str, n_options: int) -> int:
+    m = re.search(r"\b([A-J])\b", text.strip()[:40])
+    return LETTERS.index(m.group(1)) if m and LETTERS.index(m.group(1)) < n_options else -1
+
+
+def judge(item: StreamItem, text: str) -> tuple[str, bool]:
+    """(parsed answer, correct) of a generated answer text."""
+    from hf_calibration.data.loaders import extract_final_number
+
+    if item.kind == "mcqa":
+        k = _letter(text, item.n_options)
+        return (LETTERS[k] if k >= 0 else ""), k == item.gold
+    number = extract_final_number(text)
+    return ("" if number is None else str(number)), number is not None and _same_number(number, item.gold)
+
+
+def _same_number(a, b) -> bool:
+    try:
+        return abs(float(str(a).replace(",", "")) - float(str(b).replace(",", ""))) < 1e-6
+    except ValueError:
+        return str(a).strip() == str(b).strip()
+
+
+def _generate(model, item: StreamItem, *, max_new_tokens: int, update: bool):
+    ids = torch.tensor([item.prompt_ids], device=next(model.parameters()).device)
+    distractors = [[LETTERS[j] for j in range(item.n_options)]] if item.kind == "mcqa" else None
+    out = model.generate(
+        ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens, do_sample=False,
+        return_dict_in_generate=True, output_scores=True, secl_distractors=distractors, secl_update=update,
+        pad_token_id=model.secl_tokenizer.pad_token_id,
+    )
+    record = dict(model.secl_records[0])
+    answer = out.sequences[0, len(item.prompt_ids):].tolist()
+    stop = model._secl_stop_ids({})
+    length = next((j for j, t in enumerate(answer) if t in stop), len(answer))
+    steps = torch.stack([s[0].float() for s in out.scores[: max(length, 1)]])
+    logp = torch.log_softmax(steps, dim=-1)
+    chosen = torch.tensor(answer[: max(length, 1)])
+    record["consistency"] = float(torch.exp(logp[torch.arange(len(chosen)), chosen].mean()))
+    record["answer_ids"] = answer[:length]
+    record["text"] = model.secl_tokenizer.decode(answer[:length], skip_special_tokens=True)
+    return record, distractors
+
+
+def run_stream(model, items: list, *, max_new_tokens: int = 8, progress: bool = True) -> list[dict]:
+    """Both passes (module docstring) over ``items`` with a SECL model; one record per item."""
+    from tqdm.auto import tqdm
+
+    from hf_calibration.secl.confidence import dinco_score
+
+    records = []
+    model.reset_calibration()
+    for item in tqdm(items, desc="baseline pass", disable=not progress, unit="q"):
+        start = time.perf_counter()
+        r, distractors = _generate(model, item, max_new_tokens=max_new_tokens, update=False)
+        label = model.secl_pseudo_label(item.prompt_ids, r["answer_ids"], None if distractors is None else distractors[0])
+        parsed, correct = judge(item, r["text"])
+        gen_passes = r["forward_passes"]  # generation + verbalized reads
+        records.append({
+            "domain": item.domain, "n_options": item.n_options, "answer": r["text"], "parsed": parsed, "correct": bool(correct),
+            "verbalized": r["confidence"], "verbalized_greedy": r["verbalized_greedy"], "entropy": r["entropy"],
+            "p_true": float(label["p_true"][0]), "norm_p_true": label["norm_p_true"],
+            "dinco": float(dinco_score(label["p_true"][None], np.array([0]), np.array([r["consistency"]]))[0]),
+            "n_distractors": label["n_distractors"],
+            "passes": {"verbalized": gen_passes, "p_true": 2,
+                       "norm_p_true": 1 + label["forward_passes"], "dinco": 1 + label["forward_passes"]},
+            "baseline_seconds": time.perf_counter() - start,
+        })
+    model.reset_calibration()
+    for item, rec in zip(tqdm(items, desc="SECL pass", disable=not progress, unit="q"), records):
+        start = time.perf_counter()
+        r, _ = _generate(model, item, max_new_tokens=max_new_tokens, update=True)
+        parsed, correct = judge(item, r["text"])
+        rec.update({
+            "secl_answer": r["text"], "secl_correct": bool(correct), "secl": r["confidence"],
+            "secl_confidence_after": r["confidence_after"], "alarm": r["alarm"], "burst": r["in_burst"],
+            "updated": r["updated"], "skipped_by_bin_gate": r["skipped_by_bin_gate"],
+            "secl_p_true": r["p_true"], "secl_norm_p_true": r["norm_p_true"], "target": r["target"],
+            "secl_seconds": time.perf_counter() - start,
+        })
+        rec["passes"]["secl"] = r["forward_passes"]
+    return records
+
+
+def _cross_fit(conf: np.ndarray, correct: np.ndarray, method: str, seed: int) -> np.ndarray:
+    """2-fold cross-fitted Platt or temperature scaling of a binary confidence."""
+    from hf_calibration.posthoc import PlattScaler, TemperatureScaler
+
+    rng = np.random.default_rng(seed)
+    fold = rng.permutation(len(conf)) % 2
+    out = np.empty(len(conf))
+    eps = 1e-6
+    for f in (0, 1):
+        fit, apply = fold != f, fold == f
+        if len(set(correct[fit].tolist())) < 2:
+            out[apply] = correct[fit].mean()  # one class in the fitting half: its frequency is the best constant
+            continue
+        if method == "platt":
+            out[apply] = PlattScaler().fit(conf[fit], correct[fit]).transform(conf[apply])
+        else:
+            def logits(c):
+                c = np.clip(c, eps, 1 - eps)
+                return np.stack([np.zeros_like(c), np.log(c / (1 - c))], axis=1)
+
+            scaler = TemperatureScaler().fit(logits(conf[fit]), correct[fit].astype(int))
+            out[apply] = scaler.transform(logits(conf[apply]))[:, 1]
+    return out
+
+
+SIGNAL_ROWS = ("verbalized", "p_true", "norm_p_true", "dinco", "secl", "platt", "temperature")
+
+
+def summarize_stream(records: list[dict], *, n_resamples: int = 1000, seed: int = 0) -> dict:
+    """Per domain and overall: a calibration report per signal (+ passes/q), the references, SECL shares."""
+    from hf_calibration.metrics import calibration_report
+    from hf_calibration.reports import references
+
+    correct_all = np.array([r["correct"] for r in records], dtype=int)
+    verbal_all = np.array([r["verbalized"] for r in records])
+    platt = _cross_fit(verbal_all, correct_all, "platt", seed)
+    temp = _cross_fit(verbal_all, correct_all, "temperature", seed)
+    domains = list(dict.fromkeys(r["domain"] for r in records))
+    out = {}
+    for name in domains + ["overall"]:
+        idx = np.array([i for i, r in enumerate(records) if name == "overall" or r["domain"] == name])
+        sub = [records[i] for i in idx]
+        y = correct_all[idx]
+        y_secl = np.array([r["secl_correct"] for r in sub], dtype=int)
+        signals = {}
+        for sig in SIGNAL_ROWS:
+            if sig == "platt":
+                conf, yy, passes = platt[idx], y, np.mean([r["passes"]["verbalized"] for r in sub])
+            elif sig == "temperature":
+                conf, yy, passes = temp[idx], y, np.mean([r["passes"]["verbalized"] for r in sub])
+            else:
+                conf = np.array([r[sig] for r in sub])
+                yy = y_secl if sig == "secl" else y
+                passes = np.mean([r["passes"][sig] for r in sub])
+            report = calibration_report(yy, conf, n_resamples=n_resamples, seed=seed)
+            report["forward_passes"] = float(passes)
+            signals[sig] = report
+        k = max(r["n_options"] for r in sub)
+        refs = references(y.astype(bool), max(k, 1), n_resamples=n_resamples, seed=seed)
+        if k == 0:  # open-ended: no 1/K reference
+            del refs["constant_1/K"]
+        out[name] = {
+            "n": len(sub),
+            "signals": signals,
+            "references": refs,
+            "share_in_burst": float(np.mean([r["burst"] for r in sub])),
+            "share_trained": float(np.mean([r["updated"] for r in sub])),
+            "skipped_by_bin_gate": int(sum(r["skipped_by_bin_gate"] for r in sub)),
+            "alarms": int(sum(r["alarm"] for r in sub)),
+            "accuracy_change_secl": float(y_secl.mean() - y.mean()),
+        }
+    return out
+
+
+STREAM_COLUMNS = (
+    ("accuracy", "acc"), ("mean_confidence", "conf"), ("conf_ece", "ECE"), ("brier", "Brier"),
+    ("auroc", "AUROC"), ("forward_passes", "passes/q"),
+)
+
+
+def format_stream_summary(summary: dict) -> str:
+    from hf_calibration.reports import format_table
+
+    names = {"verbalized": "verbalized", "p_true": "P(True)", "norm_p_true": "P(True)Norm", "dinco": "DINCO-style",
+             "secl": "SECL", "platt": "Platt (labels, 2-fold)", "temperature": "TS (labels, 2-fold)"}
+    blocks = []
+    for domain, s in summary.items():
+        rows = {names[k]: v for k, v in s["signals"].items()}
+        rows.update({f"ref: {k}": v for k, v in s["references"].items()})
+        blocks.append(
+            f"[{domain}] n={s['n']}; SECL: in burst {s['share_in_burst']:.0%}, trained on {s['share_trained']:.0%}, "
+            f"bin-gate skips {s['skipped_by_bin_gate']}, alarms {s['alarms']}, accuracy change "
+            f"{s['accuracy_change_secl']:+.3f}\n" + format_table(rows, columns=STREAM_COLUMNS)
+        )
+    return "\n\n".join(blocks)
