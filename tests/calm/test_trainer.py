@@ -140,3 +140,23 @@ def test_sft_method_needs_no_calibration_data(tmp_path, tiny_tokenizer, mcqa_dat
     trainer = CALMTrainer(make_tiny_model(tiny_tokenizer), args=make_config(tmp_path, method="sft",
                           label_smoothing_factor=0.1), train_dataset=train, processing_class=tiny_tokenizer)
     trainer.train()
+
+
+def test_evaluate_logs_accuracy_and_ece(tmp_path, tiny_tokenizer, mcqa_data):
+    from hf_calibration.metrics import expected_calibration_error
+
+    train, calibration = mcqa_data
+    trainer = CALMTrainer(make_tiny_model(tiny_tokenizer), args=make_config(tmp_path), train_dataset=train,
+                          calibration_dataset=calibration, eval_dataset=train, processing_class=tiny_tokenizer)
+    metrics = trainer.evaluate()
+    for key in ("eval_loss", "eval_accuracy", "eval_conf_ece", "eval_cw_ece"):
+        assert key in metrics
+    # the same numbers from the wrapped model's own option probabilities
+    from hf_calibration.modeling import score_mcqa
+
+    rows = [{"question": q, "choices": c, "answer": a} for q, c, a in
+            zip(train["question"], train["choices"], train["answer"])]
+    scores = score_mcqa(trainer.model.eval(), tiny_tokenizer, rows, progress=False)
+    assert metrics["eval_accuracy"] == scores.correct.mean()
+    assert metrics["eval_conf_ece"] == __import__("pytest").approx(
+        expected_calibration_error(scores.labels, scores.probs, n_bins=15), abs=1e-5)
