@@ -159,6 +159,8 @@ def add_secl_parser(subparsers) -> argparse.ArgumentParser:
                    help="questions per domain (default 50)")
     p.add_argument("--max-new-tokens", type=_positive(int, "--max-new-tokens"), default=8,
                    help="answer length (default 8: a letter or a number)")
+    p.add_argument("--burst-at-start", action="store_true",
+                   help="open a burst at the first question (the entropy gate cannot fire during its warm-up)")
     for option, name, kind in _CONFIG_OPTIONS:
         p.add_argument(option, dest=name, type=kind, default=None,
                        help=f"{helps[name]} Default {getattr(defaults, name)}.".replace("%", "%%"))
@@ -188,11 +190,12 @@ def run_secl(args) -> int:
     items = build_stream(tokenizer, args.stream, limit_per_domain=args.limit_per_domain, seed=args.seed,
                          prompt_format=args.prompt_format)
     start = time.perf_counter()
-    records = run_stream(model, items, max_new_tokens=args.max_new_tokens)
+    records = run_stream(model, items, max_new_tokens=args.max_new_tokens, burst_at_start=args.burst_at_start)
     wall = time.perf_counter() - start
     summary = summarize_stream(records, n_resamples=args.n_resamples, seed=args.seed)
     run = {"model": args.model, "stream": args.stream, "limit_per_domain": args.limit_per_domain, "n": len(items),
            "seed": args.seed, "prompt_format": model.secl_prompt_format, "max_new_tokens": args.max_new_tokens,
+           "burst_at_start": args.burst_at_start,
            "config": config.to_dict(), "counters": model.secl_counters, "load_seconds": round(load_s, 1),
            "wall_seconds": round(wall, 1),
            "seconds_per_question": {

@@ -125,8 +125,13 @@ def _generate(model, item: StreamItem, *, max_new_tokens: int, update: bool):
     return record, distractors
 
 
-def run_stream(model, items: list, *, max_new_tokens: int = 8, progress: bool = True) -> list[dict]:
-    """Both passes (module docstring) over ``items`` with a SECL model; one record per item."""
+def run_stream(model, items: list, *, max_new_tokens: int = 8, burst_at_start: bool = False,
+               progress: bool = True) -> list[dict]:
+    """Both passes (module docstring) over ``items`` with a SECL model; one record per item.
+
+    burst_at_start : open a burst at the first question of the SECL pass, treating the start of the
+        stream as a shift (the entropy gate cannot fire during its warm-up).
+    """
     from tqdm.auto import tqdm
 
     from hf_calibration.secl.confidence import dinco_score
@@ -150,6 +155,8 @@ def run_stream(model, items: list, *, max_new_tokens: int = 8, progress: bool = 
             "baseline_seconds": time.perf_counter() - start,
         })
     model.reset_calibration()
+    if burst_at_start:
+        model.start_burst()
     for item, rec in zip(tqdm(items, desc="SECL pass", disable=not progress, unit="q"), records):
         start = time.perf_counter()
         r, _ = _generate(model, item, max_new_tokens=max_new_tokens, update=True)

@@ -1,0 +1,80 @@
+"""The diagnose and secl subcommands end to end on a tiny random model saved to disk."""
+
+import json
+
+import pytest
+
+from hf_calibration.cli import _Parser
+from hf_calibration.secl.cli import add_diagnose_parser, add_secl_parser
+from hf_calibration.secl.stream import judge, parse_stream, StreamItem
+from tests.tiny import make_tiny_model, make_tiny_tokenizer
+
+
+def main(argv):
+    parser = _Parser(prog="hf-calibration")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    add_diagnose_parser(sub)
+    add_secl_parser(sub)
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("tiny")
+    tok = make_tiny_tokenizer()
+    make_tiny_model(tok).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return str(folder)
+
+
+@pytest.mark.parametrize("argv", [
+    ["diagnose", "--limit", "0", "--output-dir", "x"],
+    ["diagnose", "--limit", "-3", "--output-dir", "x"],
+    ["secl", "--limit-per-domain", "0", "--output-dir", "x"],
+])
+def test_non_positive_limits_exit_2(argv, capsys):
+    with pytest.raises(SystemExit) as err:
+        main(argv)
+    assert err.value.code == 2 and "limit" in capsys.readouterr().err
+
+
+def test_diagnose_writes_outputs(tiny_dir, tmp_path, capsys):
+    out = tmp_path / "diag"
+    assert main(["diagnose", "--model", tiny_dir, "--limit", "4", "--n-resamples", "20", "--output-dir", str(out)]) == 0
+    d = json.loads((out / "diagnosis.json").read_text())
+    assert set(d["signals"]) == {"option_probability", "p_true", "norm_p_true", "verbalized", "dinco"}
+    assert d["gap"]["verdict"] in ("helps", "level only", "does not help") and d["run"]["n"] == 4
+    assert "constant_accuracy" in d["references"] and set(d["position_bias"]) == set("ABCD")
+    assert (out / "reliability_diagrams.png").stat().st_size > 0
+    assert len((out / "signals.jsonl").read_text().splitlines()) == 4
+    assert "verdict:" in capsys.readouterr().out
+
+
+def test_secl_stream_writes_outputs(tiny_dir, tmp_path, capsys):
+    out = tmp_path / "secl"
+    argv = ["secl", "--model", tiny_dir, "--stream", "mmlu:stem,gsm8k", "--limit-per-domain", "2", "--burst-size", "2",
+            "--burst-at-start", "--bin-gate-width", "0", "--n-resamples", "20", "--output-dir", str(out)]
+    assert main(argv) == 0
+    records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    assert [r["domain"] for r in records] == ["mmlu:stem"] * 2 + ["gsm8k"] * 2
+    assert [r["burst"] for r in records] == [True, True, False, False]
+    assert all(0 <= r[k] <= 1 for r in records for k in ("verbalized", "p_true", "norm_p_true", "dinco", "secl"))
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["run"]["counters"]["questions"] == 4 and metrics["summary"]["overall"]["share_in_burst"] == 0.5
+    assert (out / "secl_adapter" / "adapter_model.safetensors").exists()
+    assert "[overall]" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("spec", ["", "mmlu:stem,trivia", "gsm8k:algebra"])
+def test_bad_stream(spec):
+    with pytest.raises(ValueError, match="--stream"):
+        parse_stream(spec)
+
+
+def test_judge():
+    mcqa = StreamItem("mmlu", [], 2, "mcqa", 4)
+    assert judge(mcqa, "C") == ("C", True) and judge(mcqa, " B. because") == ("B", False)
+    assert judge(mcqa, "I think so") == ("", False)
+    assert judge(StreamItem("gsm8k", [], "42", "open"), "The answer is 42.")[1]
+    assert parse_stream("mmlu:stem+other,gsm8k") == [("mmlu", "stem,other"), ("gsm8k", None)]
