@@ -193,6 +193,16 @@ def _repeat_cache(cache, repeats: int):
     return new
 
 
+def cache_row(cache, index: int, keep: int):
+    """Row ``index`` of a batched cache, cut to its first ``keep`` positions (prefix tensors shared)."""
+    new = copy.copy(cache)
+    new.layers = [copy.copy(layer) for layer in cache.layers]
+    new.batch_select_indices(torch.tensor([index]))
+    if keep < new.get_seq_length():
+        new.crop(keep - new.get_seq_length())
+    return new
+
+
 def continuation_logprobs(
     model,
     cache,
@@ -202,15 +212,23 @@ def continuation_logprobs(
     batch_size: int = 8,
     requires_grad: bool = False,
     pad_id: int = 0,
+    prefix_mask: torch.Tensor | None = None,
+    start_position: int | None = None,
 ) -> torch.Tensor:
     """Next-token log-softmax (m, V) after ``prefix + continuation`` for each continuation.
 
     ``cache`` (from ``prefix_pass``) is shared by every batch. Continuations are left-padded *after*
     the prefix (masked, positions counted over real tokens only), so every row ends at the last
     position and only that position's logits are computed (``logits_to_keep=1``); each row equals the
-    unbatched, uncached computation.
+    unbatched, uncached computation. ``prefix_mask`` (n_prefix,) marks padding inside a cache taken
+    from a batched ``generate`` (default: all real); ``start_position`` is the position of the first
+    continuation token (default: the number of real prefix tokens).
     """
     device = next(model.parameters()).device
+    if prefix_mask is None:
+        prefix_mask = torch.ones(n_prefix, dtype=torch.long)
+    if start_position is None:
+        start_position = int(prefix_mask.sum())
     chunks = []
     with torch.set_grad_enabled(requires_grad):
         for start in range(0, len(continuations), batch_size):
@@ -220,11 +238,11 @@ def continuation_logprobs(
             width = max(len(c) for c in batch)
             ids = torch.full((len(batch), width), pad_id, dtype=torch.long, device=device)
             mask = torch.zeros((len(batch), n_prefix + width), dtype=torch.long, device=device)
-            mask[:, :n_prefix] = 1
+            mask[:, :n_prefix] = prefix_mask.to(device)
             for i, c in enumerate(batch):
                 ids[i, width - len(c):] = torch.as_tensor(c)
                 mask[i, n_prefix + width - len(c):] = 1
-            positions = (n_prefix + mask[:, n_prefix:].cumsum(-1) - 1).clamp(min=n_prefix)
+            positions = (start_position + mask[:, n_prefix:].cumsum(-1) - 1).clamp(min=start_position)
             past = _repeat_cache(cache, len(batch))
             chunks.append(_forward_last(model, ids, mask, positions, past=past))
     if not chunks:

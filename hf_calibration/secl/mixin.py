@@ -39,6 +39,7 @@ from hf_calibration.secl.confidence import (
     PLAIN_CONFIDENCE_PREFIX,
     PLAIN_P_TRUE_PREFIX,
     ConfidenceTokens,
+    cache_row,
     continuation_logprobs,
     followup_ids,
     norm_p_true,
@@ -208,6 +209,7 @@ class SECLGenerationMixin:
         out = super().generate(inputs, *args, return_dict_in_generate=True, output_scores=True, **kwargs)
         n_prompt = input_ids.shape[1]
         eos = self._secl_stop_ids(kwargs)
+        cache = getattr(out, "cache", None)
         confidences, records = [], []
         for i in range(len(input_ids)):
             prompt = input_ids[i][attention_mask[i].bool()].tolist()
@@ -215,7 +217,13 @@ class SECLGenerationMixin:
             length = next((j for j, t in enumerate(answer) if t in eos), len(answer))
             entropy = self._secl_entropy([s[i] for s in out.scores[:max(length, 1)]])
             distractors = None if secl_distractors is None else list(secl_distractors[i])
-            record = self._secl_step(prompt, answer[:length], entropy, distractors, secl_update)
+            context = None
+            if cache is not None and hasattr(cache, "layers"):
+                # generate's cache holds the prompt and all answer tokens but the last: reuse it
+                keep = min(cache.get_seq_length(), n_prompt + length)
+                mask = torch.cat([attention_mask[i].cpu(), torch.ones(keep - n_prompt, dtype=torch.long)])
+                context = (cache_row(cache, i, keep), mask, keep - n_prompt)
+            record = self._secl_step(prompt, answer[:length], entropy, distractors, secl_update, context)
             confidences.append(record["confidence"])
             records.append(record)
         self.secl_records = records
@@ -256,15 +264,25 @@ class SECLGenerationMixin:
         return answer_ids + followup_ids(self.secl_tokenizer, template.replace("{answer}", answer_text),
                                          prompt_format=self.secl_prompt_format, plain_prefix=plain_prefix)
 
-    def _secl_verbalized(self, prompt, answer_ids, *, requires_grad=False):
-        """(confidence tensor (1,), greedy, forward passes) of the answer; with gradients when asked."""
+    def _secl_verbalized(self, prompt, answer_ids, *, requires_grad=False, context=None):
+        """(confidence tensor (1,), greedy, forward passes) of the answer; with gradients when asked.
+
+        context : (cache, prefix_mask, n_cached_answer_tokens) from ``generate``, whose cache already
+            holds the prompt and the answer's first tokens; then only the rest is run (no prompt pass).
+        """
         tokens = self.secl_tokens
         cont = self._secl_cont(answer_ids, self._secl_text(answer_ids), self.secl_config.confidence_template,
                                PLAIN_CONFIDENCE_PREFIX)
+        if context is None:
+            _, cache, n = prefix_pass(self, prompt, requires_grad=requires_grad)
+            mask = start = None
+        else:
+            cache, mask, cached = context
+            cont, n, start = cont[cached:], len(mask), len(prompt) + cached
         conts = [cont, cont + [tokens.digits[1][0]]] if tokens.two_step else [cont]
-        _, cache, n = prefix_pass(self, prompt, requires_grad=requires_grad)
         lp = continuation_logprobs(self, cache, n, conts, requires_grad=requires_grad,
-                                   pad_id=self.secl_tokenizer.pad_token_id or 0)
+                                   pad_id=self.secl_tokenizer.pad_token_id or 0, prefix_mask=mask,
+                                   start_position=start)
         conf, greedy, _ = verbalized_from_logprobs(lp[:1], tokens, lp[1:] if tokens.two_step else None)
         return conf, float(greedy[0]), len(conts)
 
@@ -288,12 +306,12 @@ class SECLGenerationMixin:
                 alts.append(row)
         return alts[:k], k + 1
 
-    def _secl_step(self, prompt, answer_ids, entropy, distractors, update_enabled) -> dict:
+    def _secl_step(self, prompt, answer_ids, entropy, distractors, update_enabled, context=None) -> dict:
         cfg, counters = self.secl_config, self.secl_counters
         was_training = self.training
         self.eval()
         with torch.no_grad():
-            conf, greedy, passes = self._secl_verbalized(prompt, answer_ids)
+            conf, greedy, passes = self._secl_verbalized(prompt, answer_ids, context=context)
         c = float(conf[0])
         passes += 1  # the generation
         record = {"confidence": c, "verbalized_greedy": greedy, "entropy": entropy, "alarm": False, "in_burst": False,

@@ -162,3 +162,19 @@ def test_model_without_target_projections(tiny_model, tiny_tokenizer):
     with pytest.raises(ValueError, match="target_layers"):
         apply_secl(tiny_model, tiny_tokenizer, SECLConfig(target_layers=(5,)))
     assert not isinstance(tiny_model, SECLGenerationMixin)
+
+
+@pytest.mark.parametrize("max_new_tokens", [1, 4])
+def test_confidence_from_generate_cache_equals_fresh_pass(tiny_tokenizer, secl, max_new_tokens):
+    texts = [PROMPTS[0], PROMPTS[1] + " C. the answer is 42 ."]  # different lengths: left padding
+    enc = encode(tiny_tokenizer, texts)
+    first = secl.generate(**enc, max_new_tokens=1, do_sample=False)[:, -1]
+    # stop row 0 at its first token, so its cache row holds padding after the answer
+    out = secl.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False, return_dict_in_generate=True,
+                        eos_token_id=int(first[0]), secl_update=False)
+    for i in range(2):
+        prompt = enc["input_ids"][i][enc["attention_mask"][i].bool()].tolist()
+        answer = out.sequences[i, enc["input_ids"].shape[1]:].tolist()
+        answer = answer[: next((j for j, t in enumerate(answer) if t in secl._secl_stop_ids({"eos_token_id": int(first[0])})), len(answer))]
+        fresh = float(secl._secl_verbalized(prompt, answer)[0][0])
+        assert float(out.confidences[i]) == pytest.approx(fresh, abs=1e-5)
