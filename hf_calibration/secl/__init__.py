@@ -1,6 +1,14 @@
 """SECL: label-free test-time self-calibration of verbalized confidence (SPEC §2), and the confidence
-signals it shares with ``hf-calibration diagnose``."""
+signals it shares with ``hf-calibration diagnose``.
 
+- ``confidence``: verbalized confidence, P(True), P(True)Norm, the DINCO-style score (one home).
+- ``drift``: Page-Hinkley and the EMA-standardised entropy gate.
+- ``config`` / ``mixin``: ``SECLConfig`` and ``SECLGenerationMixin`` (``apply_secl``, ``SECLModel``).
+- ``diagnose``: the generation–discrimination gap and whether SECL can help a model.
+- ``stream``: a multi-domain stream through SECL with the baselines (``hf-calibration secl``).
+"""
+
+from hf_calibration.secl.config import SECLConfig
 from hf_calibration.secl.confidence import (
     CONFIDENCE_TEMPLATE,
     P_TRUE_TEMPLATE,
@@ -13,14 +21,26 @@ from hf_calibration.secl.confidence import (
     p_true,
     verbalized_confidence,
 )
+from hf_calibration.secl.diagnose import diagnose, generation_discrimination_gap
+from hf_calibration.secl.drift import EntropyShiftDetector, PageHinkley
+from hf_calibration.secl.mixin import SECLGenerateOutput, SECLGenerationMixin, SECLModel, apply_secl
 
 __all__ = [
     "CONFIDENCE_TEMPLATE",
     "P_TRUE_TEMPLATE",
     "ConfidenceTokens",
+    "EntropyShiftDetector",
     "MCQASignals",
+    "PageHinkley",
+    "SECLConfig",
+    "SECLGenerateOutput",
+    "SECLGenerationMixin",
+    "SECLModel",
     "SignalResult",
+    "apply_secl",
+    "diagnose",
     "dinco_score",
+    "generation_discrimination_gap",
     "mcqa_signals",
     "norm_p_true",
     "p_true",
