@@ -1,0 +1,63 @@
+"""Calibration metrics: pure functions on numpy arrays, Python lists or torch tensors (SPEC §3).
+
+Two input forms, for every metric:
+
+* ``y_prob`` of shape (n, K), rows summing to 1, with integer labels ``y_true`` in [0, K): the
+  top-label view (confidence = max probability, correct = argmax == label) for the binned metrics,
+  smECE and the ranking scores; the multiclass definitions for Brier, NLL and cw-ECE. (n, 2) is
+  K = 2 classes.
+* ``y_prob`` of shape (n,), confidences in [0, 1], with ``y_true`` the 0/1 correctness (the "conf"
+  view, e.g. verbalised confidence or P(True)).
+
+torch is never imported by this package unless a torch tensor is passed or
+:meth:`BinnedCalibrationState.to_tensor` is called.
+
+========================================  ==============================================================
+:func:`expected_calibration_error`        ECE / RMSCE / MCE, uniform or quantile bins, debiased option
+:func:`classwise_ece`                     cw-ECE (Nixon et al. 2019 SCE)
+:func:`adaptive_calibration_error`        ACE: equal-mass bins, equally weighted (netcal)
+:func:`smooth_ece`                        smECE (Błasiok & Nakkiran 2024; relplot)
+:func:`brier_score`                       multiclass / binary Brier score
+:func:`negative_log_likelihood`           NLL (log loss)
+:func:`confidence_auroc`                  AUROC of confidence for correct vs wrong
+:func:`confidence_auprc`                  average precision of confidence for the correct predictions
+:func:`aurc`                              area under the risk–coverage curve (Geifman & El-Yaniv 2017)
+:func:`reliability_diagram`               bin table (:class:`ReliabilityTable`)
+:func:`top_label`                         (confidence, correct) of a prediction
+:func:`bootstrap`                         percentile interval of any metric
+:func:`calibration_report`                every metric with bootstrap intervals, as a dict
+:class:`BinnedCalibrationState`           streaming / distributed accumulator for uniform-bin metrics
+========================================  ==============================================================
+"""
+
+from hf_calibration.metrics.binning import ReliabilityTable, reliability_diagram, top_label
+from hf_calibration.metrics.bootstrap import BootstrapResult, bootstrap, calibration_report
+from hf_calibration.metrics.ece import adaptive_calibration_error, classwise_ece, expected_calibration_error
+from hf_calibration.metrics.scores import (
+    aurc,
+    brier_score,
+    confidence_auprc,
+    confidence_auroc,
+    negative_log_likelihood,
+)
+from hf_calibration.metrics.smooth import smooth_ece
+from hf_calibration.metrics.streaming import BinnedCalibrationState
+
+__all__ = [
+    "BinnedCalibrationState",
+    "BootstrapResult",
+    "ReliabilityTable",
+    "adaptive_calibration_error",
+    "aurc",
+    "bootstrap",
+    "brier_score",
+    "calibration_report",
+    "classwise_ece",
+    "confidence_auprc",
+    "confidence_auroc",
+    "expected_calibration_error",
+    "negative_log_likelihood",
+    "reliability_diagram",
+    "smooth_ece",
+    "top_label",
+]

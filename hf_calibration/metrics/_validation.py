@@ -1,0 +1,217 @@
+"""Input conversion and validation shared by every metric.
+
+Two input forms exist (SPEC §3):
+
+* the "conf" view: ``y_prob`` of shape (n,) holds confidences in [0, 1] and ``y_true`` of shape (n,)
+  holds 0/1 correctness;
+* the multiclass view: ``y_prob`` of shape (n, K), K >= 2, holds probability rows and ``y_true`` holds
+  integer labels in [0, K). An (n, 2) array is multiclass with K = 2, never a binary positive-class
+  column.
+
+Accepted containers: numpy arrays, (nested) Python lists and torch tensors (converted without
+importing torch here: the type is recognised by its module name). float16 / bfloat16 tensors and
+arrays are widened exactly (to float32 for (n, K), to float64 otherwise); float32 (n, K) arrays are
+kept as they are and reduced in float64 chunk by chunk, so no float64 copy of the whole array is made.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+#: Rows of a probability array must sum to 1 within ``max(ROW_SUM_ATOL, K * eps(dtype))``; the second
+#: term only matters for half-precision input, whose rounding alone moves a softmax row by ~K·eps.
+ROW_SUM_ATOL = 1e-4
+
+# Rows processed per step by the chunked (n, K) reductions: keeps the working set in L2 cache.
+CHUNK_ELEMENTS = 1 << 16
+
+
+class Inputs(NamedTuple):
+    """Validated inputs: ``y_true`` (n,) integers, ``y_prob`` (n,) float64 or (n, K) float32/float64."""
+
+    y_true: np.ndarray
+    y_prob: np.ndarray
+    row_sum_atol: float
+
+    @property
+    def n(self) -> int:
+        return self.y_prob.shape[0]
+
+    @property
+    def n_classes(self) -> int | None:
+        """K for the multiclass view, None for the conf view."""
+        return self.y_prob.shape[1] if self.y_prob.ndim == 2 else None
+
+
+def _from_torch(x):
+    """A torch tensor as a numpy array; half precision widened to float32 (exact)."""
+    x = x.detach()
+    if x.device.type != "cpu":
+        x = x.cpu()
+    if str(x.dtype) in ("torch.float16", "torch.bfloat16"):
+        x = x.float()
+    return x.numpy()
+
+
+def to_numpy(x, name: str) -> np.ndarray:
+    """Convert a numpy array, Python list or torch tensor to a numeric numpy array (no copy if possible)."""
+    if type(x).__module__.split(".")[0] == "torch":
+        x = _from_torch(x)
+    try:
+        arr = np.asarray(x)
+    except ValueError as err:  # ragged nested lists
+        raise ValueError(f"{name} must be a rectangular array, got a ragged sequence: {err}") from None
+    if arr.dtype == np.float16:
+        arr = arr.astype(np.float32)
+    if arr.dtype.kind not in "biuf":
+        raise TypeError(f"{name} must hold numbers, got dtype {arr.dtype} (first value {_first(arr)!r})")
+    return arr
+
+
+def _first(arr: np.ndarray):
+    return arr.ravel()[0] if arr.size else None
+
+
+def check_n_bins(n_bins) -> int:
+    """``n_bins`` as a positive int; TypeError for non-integers, ValueError for values <= 0."""
+    if isinstance(n_bins, bool) or not isinstance(n_bins, (int, np.integer)):
+        raise TypeError(f"n_bins must be an int, got {n_bins!r} ({type(n_bins).__name__})")
+    if n_bins <= 0:
+        raise ValueError(f"n_bins must be a positive integer, got {n_bins}")
+    return int(n_bins)
+
+
+def check_choice(value, name: str, choices: tuple) -> str:
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}, got {value!r}")
+    return value
+
+
+def _index(flat_position: int, shape: tuple) -> str:
+    pos = np.unravel_index(flat_position, shape)
+    return ", ".join(str(int(i)) for i in pos)
+
+
+def check_prob_values(y_prob: np.ndarray, offset: int = 0, atol: float = ROW_SUM_ATOL) -> None:
+    """Raise ValueError naming the first NaN/inf, value outside [0, 1] or row not summing to 1.
+
+    ``offset`` is the row index of ``y_prob[0]`` in the caller's full array (for chunked checks).
+    Cheap on valid input: a min, a max and (for 2-D) one matrix-vector product of row sums.
+    """
+    lo, hi = y_prob.min(), y_prob.max()
+    if not (lo >= 0.0 and hi <= 1.0):  # also False for NaN
+        bad = ~np.isfinite(y_prob)
+        if bad.any():
+            pos = int(np.argmax(bad.ravel()))
+            value = y_prob.ravel()[pos]
+            where = _shift(_index(pos, y_prob.shape), offset)
+            raise ValueError(f"y_prob[{where}] = {value} is not finite; probabilities must be finite numbers in [0, 1]")
+        pos = int(np.argmax(((y_prob < 0) | (y_prob > 1)).ravel()))
+        where = _shift(_index(pos, y_prob.shape), offset)
+        raise ValueError(f"y_prob[{where}] = {y_prob.ravel()[pos]} is outside [0, 1]")
+    if y_prob.ndim == 2:
+        sums = y_prob @ np.ones(y_prob.shape[1], dtype=y_prob.dtype)
+        dev = np.abs(sums - 1.0)
+        if dev.max() > atol:
+            row = int(np.argmax(dev > atol))
+            raise ValueError(
+                f"y_prob row {row + offset} sums to {float(sums[row]):.6g}, expected 1 within atol={atol:g}"
+            )
+
+
+def _shift(where: str, offset: int) -> str:
+    first, _, rest = where.partition(", ")
+    return str(int(first) + offset) + (", " + rest if rest else "")
+
+
+def _eps_of(x) -> float:
+    """Machine epsilon of the floating type the caller passed ``y_prob`` in (0 for integer input)."""
+    if type(x).__module__.split(".")[0] == "torch":
+        name = str(x.dtype)
+        if name == "torch.bfloat16":
+            return 2.0**-7
+        if name == "torch.float16":
+            return 2.0**-10
+        if name == "torch.float32":
+            return 2.0**-23
+        return 2.0**-52
+    dtype = getattr(x, "dtype", None)
+    if isinstance(dtype, np.dtype) and dtype.kind == "f":
+        return float(np.finfo(dtype).eps)
+    return 2.0**-52
+
+
+def prepare(y_true, y_prob, *, check_values: bool = True, multiclass: bool | None = None) -> Inputs:
+    """Convert and validate ``(y_true, y_prob)``; see the module docstring for the accepted forms.
+
+    ``multiclass=True`` requires (n, K) probabilities, ``False`` requires (n,) confidences, ``None``
+    accepts both. ``check_values=False`` skips the O(n K) value checks (NaN/inf, range, row sums) for
+    callers that run :func:`check_prob_values` chunk by chunk themselves.
+
+    Raises
+    ------
+    TypeError
+        Non-numeric input.
+    ValueError
+        Wrong shapes, empty input, length mismatch, non-integer or out-of-range labels, NaN/inf,
+        values outside [0, 1], rows not summing to 1 (see ``ROW_SUM_ATOL``).
+    """
+    eps = _eps_of(y_prob)
+    prob = to_numpy(y_prob, "y_prob")
+    if prob.ndim not in (1, 2):
+        raise ValueError(f"y_prob must have shape (n,) or (n, K), got shape {prob.shape}")
+    if prob.ndim == 2 and prob.shape[1] < 2:
+        raise ValueError(
+            f"y_prob has shape {prob.shape}; pass confidences as a 1-D array of shape (n,) "
+            "or probabilities as (n, K) with K >= 2"
+        )
+    if prob.shape[0] == 0:
+        raise ValueError(f"y_prob is empty (shape {prob.shape}); at least one prediction is needed")
+    if multiclass is True and prob.ndim != 2:
+        raise ValueError(f"y_prob must be probabilities of shape (n, K) with K >= 2, got shape {prob.shape}")
+    if multiclass is False and prob.ndim != 1:
+        raise ValueError(f"y_prob must be confidences of shape (n,), got shape {prob.shape}")
+    if prob.dtype.kind != "f" or (prob.ndim == 1 and prob.dtype != np.float64):
+        prob = prob.astype(np.float64)
+    atol = max(ROW_SUM_ATOL, prob.shape[1] * eps) if prob.ndim == 2 else ROW_SUM_ATOL
+    if check_values:
+        check_prob_values(prob, atol=atol)
+    labels = check_labels(y_true, prob)
+    return Inputs(labels, prob, atol)
+
+
+def check_labels(y_true, prob: np.ndarray) -> np.ndarray:
+    """``y_true`` as an integer array matching ``prob``: 0/1 for the conf view, [0, K) for (n, K)."""
+    labels = to_numpy(y_true, "y_true")
+    if labels.ndim != 1:
+        raise ValueError(f"y_true must have shape (n,), got shape {labels.shape}")
+    if labels.shape[0] != prob.shape[0]:
+        raise ValueError(f"y_true has {labels.shape[0]} entries but y_prob has {prob.shape[0]} rows")
+    if labels.dtype.kind == "f":
+        bad = ~np.isfinite(labels) | (labels != np.floor(labels))
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise ValueError(f"y_true[{i}] = {labels[i]} is not an integer label")
+        labels = labels.astype(np.int64)
+    elif labels.dtype.kind == "b":
+        labels = labels.astype(np.int8)
+    k = prob.shape[1] if prob.ndim == 2 else None
+    high = 1 if k is None else k - 1
+    lo, hi = labels.min(), labels.max()
+    if lo < 0 or hi > high:
+        i = int(np.argmax((labels < 0) | (labels > high)))
+        if k is None:
+            raise ValueError(
+                f"y_true[{i}] = {labels[i]} must be 0 or 1 (correctness) when y_prob holds confidences of shape (n,)"
+            )
+        raise ValueError(
+            f"y_true[{i}] = {labels[i]} is not a valid label for K={k} classes (expected 0 <= label < {k})"
+        )
+    return labels
+
+
+def chunk_rows(n_columns: int) -> int:
+    """Rows per chunk for an array with ``n_columns`` columns."""
+    return max(256, CHUNK_ELEMENTS // max(1, n_columns))

@@ -1,0 +1,149 @@
+"""bootstrap / calibration_report: the vectorised resampling equals calling the metric per resample."""
+
+import functools
+import importlib
+import time
+
+import numpy as np
+import pytest
+
+from hf_calibration.metrics import (
+    BootstrapResult,
+    adaptive_calibration_error,
+    aurc,
+    bootstrap,
+    brier_score,
+    calibration_report,
+    classwise_ece,
+    confidence_auprc,
+    confidence_auroc,
+    expected_calibration_error,
+    negative_log_likelihood,
+    smooth_ece,
+    top_label,
+)
+from tests.metrics.data import make_binary, make_multiclass
+
+# the package re-exports the function ``bootstrap`` under the module's name
+bootstrap_module = importlib.import_module("hf_calibration.metrics.bootstrap")
+
+CASES = [
+    (expected_calibration_error, {}),
+    (expected_calibration_error, {"binning": "quantile", "n_bins": 10}),
+    (expected_calibration_error, {"norm": "max"}),
+    (expected_calibration_error, {"norm": "l2", "debiased": True}),
+    (expected_calibration_error, {"debiased": True}),
+    (adaptive_calibration_error, {}),
+    (smooth_ece, {}),
+    (smooth_ece, {"sigma": 0.05}),
+    (brier_score, {}),
+    (negative_log_likelihood, {}),
+    (confidence_auroc, {}),
+    (confidence_auprc, {}),
+    (aurc, {}),
+]
+
+
+def _looped(metric, y, p, kwargs, n_resamples, seed, level=0.95):
+    """Reference: draw the documented indices and call the public metric once per resample."""
+    idx = np.random.default_rng(seed).integers(0, len(y), size=(n_resamples, len(y)))
+    stats = np.array([metric(y[i], p[i], **kwargs) for i in idx])
+    stats = stats[~np.isnan(stats)]
+    return np.percentile(stats, [100 * (1 - level) / 2, 100 * (1 + level) / 2])
+
+
+@pytest.fixture
+def small_blocks(monkeypatch):
+    # force several resample blocks, to check that the block-wise draws form one stream
+    monkeypatch.setattr(bootstrap_module, "_BLOCK_CELLS", 7 * 150)
+
+
+@pytest.mark.parametrize("metric, kwargs", CASES, ids=lambda v: getattr(v, "__name__", str(v)))
+def test_vectorised_equals_loop(metric, kwargs, small_blocks):
+    labels, probs = make_multiclass(150, 4, seed=1, concentration=0.6)
+    probs[:30] = np.round(probs[:30], 1)  # ties
+    probs[:30] /= probs[:30].sum(axis=1, keepdims=True)
+    result = bootstrap(metric, labels, probs, n_resamples=60, seed=3, metric_kwargs=kwargs)
+    assert isinstance(result, BootstrapResult)
+    assert result.estimate == pytest.approx(metric(labels, probs, **kwargs), abs=1e-12)
+    np.testing.assert_allclose([result.low, result.high], _looped(metric, labels, probs, kwargs, 60, 3), atol=1e-12)
+
+
+def test_vectorised_classwise_and_conf_view(small_blocks):
+    labels, probs = make_multiclass(150, 3, seed=2)
+    result = bootstrap(classwise_ece, labels, probs, n_resamples=40, seed=0)
+    np.testing.assert_allclose([result.low, result.high], _looped(classwise_ece, labels, probs, {}, 40, 0), atol=1e-12)
+    outcome, conf = make_binary(150, seed=3)
+    for metric, kwargs in CASES:
+        result = bootstrap(metric, outcome, conf, n_resamples=30, seed=1, metric_kwargs=kwargs)
+        expected = _looped(metric, outcome, conf, kwargs, 30, 1)
+        np.testing.assert_allclose([result.low, result.high], expected, atol=1e-12, err_msg=metric.__name__)
+
+
+def test_partial_and_arbitrary_callables():
+    labels, probs = make_multiclass(200, 4, seed=4)
+    via_partial = bootstrap(functools.partial(expected_calibration_error, n_bins=10), labels, probs, n_resamples=50)
+    via_kwargs = bootstrap(expected_calibration_error, labels, probs, n_resamples=50, metric_kwargs={"n_bins": 10})
+    assert via_partial == via_kwargs
+
+    def accuracy(y, p):
+        return float(np.mean(p.argmax(axis=1) == y))
+
+    est, low, high = bootstrap(accuracy, labels, probs, n_resamples=200, seed=0)
+    correct = probs.argmax(axis=1) == labels
+    assert est == pytest.approx(correct.mean())
+    idx = np.random.default_rng(0).integers(0, 200, size=(200, 200))
+    assert [low, high] == pytest.approx(np.percentile(correct[idx].mean(axis=1), [2.5, 97.5]))
+
+
+def test_bootstrap_argument_errors():
+    with pytest.raises(ValueError, match="n_resamples must be >= 1, got 0"):
+        bootstrap(brier_score, [1], [0.5], n_resamples=0)
+    with pytest.raises(ValueError, match=r"confidence_level must be in \(0, 1\), got 95"):
+        bootstrap(brier_score, [1], [0.5], confidence_level=95)
+    with pytest.raises(TypeError, match="n_resamples must be an int"):
+        bootstrap(brier_score, [1], [0.5], n_resamples=10.0)
+
+
+def test_report_multiclass_matches_metrics():
+    labels, probs = make_multiclass(500, 4, seed=5)
+    report = calibration_report(labels, probs, n_resamples=1000, seed=0)
+    conf, correct = top_label(labels, probs)
+    expected = {
+        "accuracy": correct.mean(),
+        "mean_confidence": conf.mean(),
+        "conf_ece": expected_calibration_error(labels, probs),
+        "mce": expected_calibration_error(labels, probs, norm="max"),
+        "ace": adaptive_calibration_error(labels, probs),
+        "cw_ece": classwise_ece(labels, probs),
+        "smece": smooth_ece(labels, probs),
+        "brier": brier_score(labels, probs),
+        "nll": negative_log_likelihood(labels, probs),
+        "auroc": confidence_auroc(labels, probs),
+        "aurc": aurc(labels, probs),
+    }
+    assert set(report) == set(expected) | {"n"} and report["n"] == 500
+    for name, value in expected.items():
+        entry = report[name]
+        assert set(entry) == {"value", "low", "high"}
+        assert entry["value"] == pytest.approx(value, abs=1e-12), name
+        assert entry["low"] <= entry["high"]
+    # the same resamples as bootstrap() with the same seed
+    ece = bootstrap(expected_calibration_error, labels, probs, n_resamples=1000, seed=0)
+    assert (report["conf_ece"]["low"], report["conf_ece"]["high"]) == pytest.approx((ece.low, ece.high), abs=1e-12)
+
+
+def test_report_conf_view():
+    outcome, conf = make_binary(300, seed=6)
+    report = calibration_report(outcome, conf, n_resamples=200)
+    assert "cw_ece" not in report
+    assert report["accuracy"]["value"] == pytest.approx(outcome.mean())
+    assert report["brier"]["value"] == pytest.approx(np.mean((conf - outcome) ** 2))
+    assert report["nll"]["value"] == pytest.approx(negative_log_likelihood(outcome, conf))
+
+
+def test_report_speed_for_the_main_job():
+    labels, probs = make_multiclass(500, 4, seed=7)
+    start = time.perf_counter()
+    calibration_report(labels, probs, n_resamples=1000)
+    assert time.perf_counter() - start < 20  # ~1 s on a free core; generous for loaded CI machines
