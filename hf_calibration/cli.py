@@ -141,6 +141,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     _add_evaluate(sub)
     _add_fit_posthoc(sub)
+    from hf_calibration.calm.cli import add_calm_parser
+    from hf_calibration.secl.cli import add_diagnose_parser, add_secl_parser
+
+    add_calm_parser(sub)
+    add_diagnose_parser(sub)
+    add_secl_parser(sub)
     return parser
 
 

@@ -19,29 +19,46 @@ import numpy as np
 from hf_calibration.metrics import calibration_report
 
 # (key in calibration_report, column title) in table order.
+# Brier and NLL are of the top-label confidence (comparable across all rows, references included);
+# cw-ECE, Brier_K and NLL_K need probability vectors and are blank for confidence-only signals.
 TABLE_COLUMNS = (
     ("accuracy", "acc"),
     ("mean_confidence", "conf"),
     ("conf_ece", "conf-ECE"),
-    ("cw_ece", "cw-ECE"),
     ("smece", "smECE"),
     ("brier", "Brier"),
-    ("nll", "NLL"),
     ("auroc", "AUROC"),
+    ("cw_ece", "cw-ECE"),
+    ("brier_multiclass", "Brier_K"),
+    ("nll_multiclass", "NLL_K"),
 )
 
 
-def _constant_reference(correct: np.ndarray, value: float, **kwargs) -> dict:
-    return calibration_report(correct.astype(int), np.full(len(correct), value), **kwargs)
-
-
 def references(correct: np.ndarray, n_options: int, *, accuracy: float | None = None, **kwargs) -> dict:
-    """Reports of the two constant confidences: ``accuracy`` (default: measured on ``correct``) and 1/K."""
+    """Reports of the two constant confidences of SPEC §5: ``accuracy`` (default: measured on ``correct``;
+    pass the validation split's) and 1/K, as binary confidences against ``correct``."""
     acc = float(np.mean(correct)) if accuracy is None else accuracy
+    correct = np.asarray(correct).astype(int)
     return {
-        "constant_accuracy": _constant_reference(correct, acc, **kwargs),
-        "constant_1/K": _constant_reference(correct, 1.0 / n_options, **kwargs),
+        "constant_accuracy": calibration_report(correct, np.full(len(correct), acc), **kwargs),
+        "constant_1/K": calibration_report(correct, np.full(len(correct), 1.0 / n_options), **kwargs),
     }
+
+
+def mcqa_report(labels, probs, **kwargs) -> dict:
+    """Report of MCQA probability vectors in the top-label view, plus the multiclass-only metrics.
+
+    The top-label confidence against correctness gives every metric a constant reference also has
+    (conf-ECE, smECE, Brier and NLL of the confidence, AUROC …), so the rows of one table compare;
+    ``cw_ece``, ``brier_multiclass`` and ``nll_multiclass`` come from the full (n, K) vectors.
+    """
+    probs = np.asarray(probs, dtype=np.float64)
+    labels = np.asarray(labels)
+    correct = (probs.argmax(axis=1) == labels).astype(int)
+    report = calibration_report(correct, probs.max(axis=1), **kwargs)
+    multiclass = calibration_report(labels, probs, **kwargs)
+    report.update(cw_ece=multiclass["cw_ece"], brier_multiclass=multiclass["brier"], nll_multiclass=multiclass["nll"])
+    return report
 
 
 def position_bias(labels: np.ndarray, prediction: np.ndarray, n_options: int) -> dict:
@@ -67,7 +84,7 @@ def posthoc_report(calibrator, scores, **kwargs) -> dict:
     probability of being correct, so only the top-label ("conf") metrics exist for them.
     """
     if calibrator.input_kind == "logits":
-        return calibration_report(scores.labels, calibrator.transform(scores.option_logits), **kwargs)
+        return mcqa_report(scores.labels, calibrator.transform(scores.option_logits), **kwargs)
     return calibration_report(scores.correct.astype(int), calibrator.transform(scores.confidence), **kwargs)
 
 
@@ -76,7 +93,7 @@ def mcqa_metrics(scores, *, n_resamples: int = 1000, seed: int = 0, calibrator=N
     post-hoc ``calibrator``, the constant references, and the position bias."""
     kwargs = dict(n_resamples=n_resamples, seed=seed)
     k = scores.probs.shape[1]
-    signals = {"option_probability": calibration_report(scores.labels, scores.probs, **kwargs)}
+    signals = {"option_probability": mcqa_report(scores.labels, scores.probs, **kwargs)}
     if calibrator is not None:
         signals[f"posthoc_{calibrator.method}"] = posthoc_report(calibrator, scores, **kwargs)
     return {
@@ -131,10 +148,6 @@ def _json_default(value):
     raise TypeError(f"not JSON serialisable: {type(value).__name__}")
 
 
-def _finite_or_none(values) -> list:
-    return [None if not np.isfinite(v) else float(v) for v in values]
-
-
 def prediction_records(dataset, scores) -> list[dict]:
     """One JSON-ready record per question (the ``predictions.jsonl`` schema ``fit-posthoc`` reads)."""
     records = []
@@ -148,8 +161,8 @@ def prediction_records(dataset, scores) -> list[dict]:
                 "prediction": int(scores.prediction[i]),
                 "correct": bool(scores.correct[i]),
                 "confidence": float(scores.confidence[i]),
-                "probs": _finite_or_none(scores.probs[i]),
-                "option_logits": _finite_or_none(scores.option_logits[i]),
+                "probs": scores.probs[i].tolist(),
+                "option_logits": scores.option_logits[i].tolist(),  # -inf (absent option) → null
                 "option_mass": float(scores.option_mass[i]),
             }
         )
@@ -216,14 +229,26 @@ class AtomicOutputDir:
         return False
 
 
+def strict_json(obj):
+    """``obj`` with NaN/inf floats replaced by None (strict JSON has no NaN; e.g. AUROC with one class)."""
+    if isinstance(obj, dict):
+        return {k: strict_json(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [strict_json(v) for v in obj]
+    if isinstance(obj, (float, np.floating)):
+        return float(obj) if np.isfinite(obj) else None
+    return obj
+
+
 def write_json(path: Path, obj) -> None:
-    path.write_text(json.dumps(obj, indent=2, default=_json_default) + "\n", encoding="utf-8")
+    text = json.dumps(strict_json(obj), indent=2, default=_json_default, allow_nan=False)
+    path.write_text(text + "\n", encoding="utf-8")
 
 
 def write_jsonl(path: Path, records) -> None:
     with open(path, "w", encoding="utf-8") as f:
         for r in records:
-            f.write(json.dumps(r, default=_json_default) + "\n")
+            f.write(json.dumps(strict_json(r), default=_json_default, allow_nan=False) + "\n")
 
 
 def write_evaluation(out: Path, dataset, scores, metrics: dict, run: dict) -> None:

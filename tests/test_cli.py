@@ -35,15 +35,21 @@ def test_evaluate_writes_outputs(tiny_model_dir, tmp_path, capsys):
     correct = np.array([r["correct"] for r in records])
     report = metrics["signals"]["option_probability"]
     assert report["accuracy"]["value"] == pytest.approx(correct.mean())
-    for key in ("conf_ece", "cw_ece", "smece", "mce", "ace", "brier", "nll", "auroc", "aurc"):
+    for key in ("conf_ece", "cw_ece", "smece", "mce", "ace", "brier", "nll", "auroc", "aurc", "brier_multiclass",
+                "nll_multiclass"):
         entry = report[key]
         assert entry["low"] <= entry["value"] <= entry["high"], key
     assert metrics["run"]["prompt_format"] == "chat"
-    # constant reference at the measured accuracy: ECE 0 on the same items, Brier = a(1 - a)
+    # the model row's Brier is that of its top-label confidence (comparable with the references)
+    conf = np.array([r["confidence"] for r in records])
+    assert report["brier"]["value"] == pytest.approx(np.mean((conf - correct) ** 2))
+    assert "brier_multiclass" in report and "nll_multiclass" in report
+    # constant reference at the measured accuracy a: ECE 0 on the same items, Brier a(1 - a), AUROC 0.5
     ref = metrics["signals"]["constant_accuracy"]
     a = correct.mean()
     assert ref["conf_ece"]["value"] == pytest.approx(0.0, abs=1e-12)
     assert ref["brier"]["value"] == pytest.approx(a * (1 - a))
+    assert ref["auroc"]["value"] == pytest.approx(0.5)
 
 
 def test_same_seed_same_predictions(tiny_model_dir, tmp_path):
