@@ -103,7 +103,9 @@ def run_train(args):
             print(f"{method}: already scored", flush=True)
             continue
         start = time.perf_counter()
-        if method in ("uncalibrated", "ts"):
+        if method == "ts":  # fitted in `report` on the uncalibrated scores; nothing to train or score
+            continue
+        if method == "uncalibrated":
             scores, info = score_all(base, tokenizer, splits, args.eval_batch_size), {}
         else:
             model, info = train_method(method, splits, args, tokenizer)
@@ -131,7 +133,7 @@ def run_report(args):
     kw = dict(n_resamples=args.n_resamples, seed=args.seed)
     table = {}
     for method in METHODS:
-        path = out / "scores" / f"{method}.npz"
+        path = out / "scores" / f"{'uncalibrated' if method == 'ts' else method}.npz"
         if not path.exists():
             continue
         data = np.load(path)
@@ -171,7 +173,7 @@ def run_report(args):
     lines += ["```", ""]
     timing = {}
     for m in table:
-        info_path = out / "scores" / f"{m}.json"
+        info_path = out / "scores" / f"{'uncalibrated' if m == 'ts' else m}.json"
         if info_path.exists():
             timing[m] = json.loads(info_path.read_text())
     results["timing"] = {m: {k: v for k, v in t.items() if k != "log"} for m, t in timing.items()}
