@@ -250,6 +250,43 @@ def continuation_logprobs(
     return torch.cat(chunks)
 
 
+def continuation_then_token(
+    model,
+    cache,
+    n_prefix: int,
+    continuation: Sequence[int],
+    token: int | None,
+    *,
+    requires_grad: bool = False,
+    prefix_mask: torch.Tensor | None = None,
+    start_position: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Next-token log-softmax (1, V) after ``prefix + continuation``, and (1, V) after one more ``token``.
+
+    The second read reuses the first one's cache, so it costs a one-token step (the two-step read of
+    "10"). ``token=None`` skips it. ``cache`` is not modified.
+    """
+    device = next(model.parameters()).device
+    if prefix_mask is None:
+        prefix_mask = torch.ones(n_prefix, dtype=torch.long)
+    if start_position is None:
+        start_position = int(prefix_mask.sum())
+    with torch.set_grad_enabled(requires_grad):
+        ids = torch.as_tensor([list(continuation)], dtype=torch.long, device=device)
+        mask = torch.cat([prefix_mask.to(device), torch.ones(ids.shape[1], dtype=torch.long, device=device)])[None]
+        positions = (start_position + torch.arange(ids.shape[1], device=device))[None]
+        out = model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=_repeat_cache(cache, 1),
+                    use_cache=True, logits_to_keep=1)
+        first = torch.log_softmax(out.logits[:, -1, :].float(), dim=-1)
+        if token is None:
+            return first, None
+        mask = torch.cat([mask, mask.new_ones((1, 1))], dim=1)
+        positions = positions[:, -1:] + 1
+        out = model(input_ids=torch.tensor([[token]], device=device), attention_mask=mask, position_ids=positions,
+                    cache=out.cache, use_cache=True, logits_to_keep=1)
+        return first, torch.log_softmax(out.logits[:, -1, :].float(), dim=-1)
+
+
 def followup_logprobs(
     model,
     prefix_ids: Sequence[int],

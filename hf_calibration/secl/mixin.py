@@ -41,6 +41,7 @@ from hf_calibration.secl.confidence import (
     ConfidenceTokens,
     cache_row,
     continuation_logprobs,
+    continuation_then_token,
     followup_ids,
     norm_p_true,
     p_true_from_logprobs,
@@ -279,12 +280,11 @@ class SECLGenerationMixin:
         else:
             cache, mask, cached = context
             cont, n, start = cont[cached:], len(mask), len(prompt) + cached
-        conts = [cont, cont + [tokens.digits[1][0]]] if tokens.two_step else [cont]
-        lp = continuation_logprobs(self, cache, n, conts, requires_grad=requires_grad,
-                                   pad_id=self.secl_tokenizer.pad_token_id or 0, prefix_mask=mask,
-                                   start_position=start)
-        conf, greedy, _ = verbalized_from_logprobs(lp[:1], tokens, lp[1:] if tokens.two_step else None)
-        return conf, float(greedy[0]), len(conts)
+        first, second = continuation_then_token(
+            self, cache, n, cont, tokens.digits[1][0] if tokens.two_step else None, requires_grad=requires_grad,
+            prefix_mask=mask, start_position=start)
+        conf, greedy, _ = verbalized_from_logprobs(first, tokens, second)
+        return conf, float(greedy[0]), 2 if tokens.two_step else 1
 
     def _secl_alternatives(self, prompt, answer_ids) -> tuple[list, int]:
         """K deduplicated beam-search alternatives to the answer (open-ended distractors)."""

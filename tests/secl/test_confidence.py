@@ -143,3 +143,18 @@ def test_bad_tau_and_lengths(tiny_model, tiny_tokenizer):
         norm_p_true(np.ones((2, 3)), tau=0)
     with pytest.raises(ValueError, match="answers"):
         p_true(tiny_model, tiny_tokenizer, [QUESTION], ["A", "B"])
+
+
+def test_continuation_then_token_equals_full_passes(tiny_model, tiny_tokenizer):
+    from hf_calibration.secl.confidence import continuation_then_token, prefix_pass
+
+    prefix = tiny_tokenizer.encode("Question : which option is correct ?", add_special_tokens=False)
+    cont = tiny_tokenizer.encode("A . Confidence :", add_special_tokens=False)
+    one = tid(tiny_tokenizer, "1")
+    _, cache, n = prefix_pass(tiny_model, prefix)
+    first, second = continuation_then_token(tiny_model, cache, n, cont, one)
+    with torch.no_grad():
+        for ids, got in ((prefix + cont, first), (prefix + cont + [one], second)):
+            ref = torch.log_softmax(tiny_model(torch.tensor([ids])).logits[0, -1].float(), dim=-1)
+            assert torch.allclose(got[0], ref, atol=1e-5)
+    assert cache.get_seq_length() == len(prefix)  # the shared prefix cache is left as it was
