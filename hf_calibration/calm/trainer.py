@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from accelerate.utils import DistributedType
 from torch.func import functional_call
 from trl import SFTTrainer
 
@@ -21,6 +22,26 @@ from hf_calibration.calm.logit_adjustment import (
 )
 
 ALPHA_PREFIX = "logit_adjustment."
+
+
+class _MeanOverProcesses(torch.autograd.Function):
+    """Identity on the way forward; on the way back, the gradients of all inputs averaged over processes."""
+
+    @staticmethod
+    def forward(ctx, *tensors):
+        ctx.like = [torch.zeros((), dtype=t.dtype, device=t.device).expand(t.shape) for t in tensors]
+        return tuple(t.view_as(t) for t in tensors)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        import torch.distributed as dist
+
+        world = dist.get_world_size()
+        grads = [torch.zeros_like(z) if g is None else g for g, z in zip(grads, ctx.like)]  # same collective everywhere
+        flat = torch.cat([g.reshape(-1).float() for g in grads])
+        dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+        flat /= world
+        return tuple(part.view_as(g).to(g.dtype) for g, part in zip(grads, flat.split([g.numel() for g in grads])))
 _NEEDS_CALIBRATION = ("bome", "iterate", "regularization", "scalar")
 
 
@@ -55,9 +76,31 @@ class CALMTrainer(SFTTrainer):
     (H on S_V), ``mean_temperature``; at evaluation: ``eval_accuracy``, ``eval_conf_ece``, ``eval_cw_ece``,
     ``eval_mean_confidence``.
 
-    Distributed training: gradients come from ``torch.autograd.grad`` (not ``backward``), so they are
-    averaged across processes explicitly (``_all_reduce_mean``) before λ; DDP's own hooks do not fire.
-    DeepSpeed ZeRO-2/3 partition ``.grad`` and are not supported by this first version.
+    Distributed training (``accelerate launch``: DDP, DeepSpeed ZeRO-2/3; see docs/distributed.md).
+    BOME needs whole gradients before the step (λ is a ratio of inner products over all parameters), so
+    the per-batch pieces come from ``torch.autograd.grad`` and are reduced explicitly, not by DDP's or
+    DeepSpeed's backward hooks:
+
+    - every inner-step gradient ∇_θ L(α, θ̃) is averaged over processes before the inner step (a
+      ``_MeanOverProcesses`` node on θ in L_tr), so θ̃ is the same on every rank and equals the θ̃ of
+      one process holding the whole global batch;
+    - ∇f, ∇q (both parameter groups, α and θ, alike) and q are summed over gradient-accumulation
+      micro-batches (each scaled by 1/steps) and averaged over processes (``_all_reduce_mean``, one
+      collective) before λ, so λ and the direction ∇f + λ∇q are computed from the global batch and are
+      identical on every rank;
+    - the direction is then handed to the engine as the gradient of the linear surrogate
+      ``Σ_p ⟨stopgrad(direction_p), p⟩`` through ``accelerator.backward``, once per optimizer step.
+      Its gradient is exactly the direction, and the DDP optimizer / the DeepSpeed engine (which owns
+      the gradients and partitions them under ZeRO) then clips and steps as for any loss; averaging an
+      identical direction over ranks leaves it unchanged, so α and θ stay identical on every rank.
+
+    The per-rank batch must have the same number of scored positions on every rank for the mean over
+    processes to equal the global-batch mean (true for MCQA, one answer letter per example).
+    Logging goes through the Trainer (main process); checkpoints are written by the main process.
+    Under ZeRO-3 ``save_model`` needs ``stage3_gather_16bit_weights_on_model_save`` (accelerate:
+    ``zero3_save_16bit_model: true``) so that the full adapter and α are gathered; the trainable
+    parameters (LoRA adapters, α) must stay unpartitioned, i.e. below ``stage3_param_persistence_threshold``
+    (default 1e5 elements, which LoRA matrices and the option-token α are) — the frozen base model is sharded.
     """
 
     _tag_names = ["trl", "sft", "calm", "hf-calibration"]
@@ -265,8 +308,12 @@ class CALMTrainer(SFTTrainer):
     def _entropy(log_probs):
         return -(log_probs.exp() * log_probs).sum(dim=1)
 
-    def _lower_loss(self, batch):
+    def _lower_loss(self, batch, mean_over_processes=False):
+        reduce = mean_over_processes and self.accelerator.num_processes > 1
+
         def loss(alpha, theta):
+            if reduce:  # gradients w.r.t. θ (inner steps, ∇_θ q) come back averaged over processes
+                theta = dict(zip(theta, _MeanOverProcesses.apply(*theta.values())))
             raw, target_ids, _ = self._scored_logits(theta, batch)
             return self._cross_entropy(self._log_probs(raw, alpha), self._targets(target_ids))
 
@@ -316,7 +363,8 @@ class CALMTrainer(SFTTrainer):
         logs = {}
         with self.maybe_activation_offload_context:
             if method in ("bome", "scalar"):
-                terms = bome_terms(self._lower_loss(inputs), self._upper_loss(self._calibration_batch()), alpha, theta,
+                terms = bome_terms(self._lower_loss(inputs, mean_over_processes=True),
+                                   self._upper_loss(self._calibration_batch()), alpha, theta,
                                    inner_steps=args.inner_steps, inner_learning_rate=args.inner_learning_rate)
                 self._accumulate("grad_f", terms.grad_f, scale)
                 self._accumulate("grad_q", terms.grad_q, scale)
@@ -342,7 +390,7 @@ class CALMTrainer(SFTTrainer):
         for key, value in logs.items():
             self._metrics["train"][key].append(self.accelerator.gather_for_metrics(value.reshape(1)).mean().item())
         if self.accelerator.sync_gradients:
-            self._write_gradients(alpha, theta)
+            self._backward_direction(alpha, theta)
             self._micro_step = 0
         else:
             self._micro_step += 1
@@ -354,32 +402,44 @@ class CALMTrainer(SFTTrainer):
             g = g.detach() * scale
             buf[n] = g if n not in buf else buf[n] + g
 
-    def _all_reduce_mean(self, tensors: dict):
-        # Gradients come from autograd.grad, so DDP did not average them: do it here, before λ.
-        if self.accelerator.num_processes > 1:
+    def _all_reduce_mean(self, tensors: dict) -> dict:
+        """Mean over processes of every tensor, in place, with one collective (a no-op on one process).
+
+        The gradients come from ``torch.autograd.grad``, so neither DDP nor DeepSpeed averaged them.
+        """
+        if self.accelerator.num_processes > 1 and tensors:
             import torch.distributed as dist
 
-            for t in tensors.values():
-                dist.all_reduce(t, op=dist.ReduceOp.SUM)
-                t.div_(self.accelerator.num_processes)
+            values = list(tensors.values())
+            flat = torch.cat([t.reshape(-1).float() for t in values])
+            dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+            flat /= self.accelerator.num_processes
+            for t, part in zip(values, flat.split([t.numel() for t in values])):
+                t.copy_(part.view_as(t))
         return tensors
 
-    def _write_gradients(self, alpha, theta):
+    def _backward_direction(self, alpha, theta):
+        """Reduce the accumulated pieces, form the update direction and backpropagate it as a surrogate loss."""
         args = self.args
         buffers, self._buffers = self._buffers, {}
         if "grad" in buffers:
             direction = self._all_reduce_mean(buffers["grad"])
         else:
-            grad_f = self._all_reduce_mean(buffers["grad_f"])
-            grad_q = self._all_reduce_mean(buffers["grad_q"])
-            q = self._all_reduce_mean(buffers["q"])["q"]
-            lam = bome_lambda(grad_f, grad_q, q, eta=args.eta, phi_rule=args.phi_rule, epsilon=args.bome_epsilon)
+            pieces = self._all_reduce_mean({**{("f", n): g for n, g in buffers["grad_f"].items()},
+                                            **{("q", n): g for n, g in buffers["grad_q"].items()},
+                                            ("q", None): buffers["q"]["q"].reshape(1)})
+            grad_f = {n: pieces[("f", n)] for n in buffers["grad_f"]}
+            grad_q = {n: pieces[("q", n)] for n in buffers["grad_q"]}
+            lam = bome_lambda(grad_f, grad_q, pieces[("q", None)][0], eta=args.eta, phi_rule=args.phi_rule,
+                              epsilon=args.bome_epsilon)
             direction = bome_direction(grad_f, grad_q, lam)
             self._metrics["train"]["bome_lambda"].append(float(lam))
-        scaler = getattr(self.accelerator, "scaler", None)
-        factor = scaler.get_scale() if scaler is not None else 1.0  # the optimizer step unscales fp16 grads
-        for n, p in {**theta, **alpha}.items():
-            p.grad = (direction[n] * factor).to(p.dtype)
+        params = {**theta, **alpha}
+        # d/dp Σ⟨stopgrad(d), p⟩ = d exactly: the engine receives ∇f + λ∇q as the gradient of a loss, so
+        # gradient scaling (fp16), ZeRO's gradient partitioning, clipping and the step stay the engine's.
+        surrogate = sum((direction[n].to(p.dtype).detach() * p).sum() for n, p in params.items())
+        kwargs = {"scale_wrt_gas": False} if self.accelerator.distributed_type == DistributedType.DEEPSPEED else {}
+        self.accelerator.backward(surrogate, **kwargs)
         self._metrics["train"]["mean_temperature"].append(float(self._calm.logit_adjustment.temperature.detach().mean()))
 
     # ---- CFT (Xiao et al. ICML 2025) ----------------------------------------------------------
