@@ -20,7 +20,7 @@ SIGNAL_NAMES = {
     "verbalized": "verbalized",
     "dinco": "DINCO-style",
 }
-VERDICTS = ("helps", "level only", "does not help")
+VERDICTS = ("helps", "ranking only", "level only", "does not help")
 
 
 def _interval(values: np.ndarray, estimate: float, confidence_level: float) -> dict:
@@ -54,11 +54,13 @@ def generation_discrimination_gap(
     dict with ``delta_auroc`` = AUROC(P(True)Norm) − AUROC(verbalized) and ``delta_ece`` =
     ECE(P(True)Norm) − ECE(verbalized) (15 equal-width bins), each {"value", "low", "high"};
     ``auroc_norm_p_true`` and ``auroc_verbalized`` likewise; ``verdict`` ∈ ``VERDICTS``;
-    ``secl_expected_to_help`` (bool) and ``explanation`` (one sentence).
+    ``secl_expected_to_help`` (True, False, or None when undecided) and ``explanation`` (plain words).
 
-    Rule: "helps" when the ECE difference's interval lies below 0 and the AUROC difference's interval
-    lies above 0; "level only" when only the ECE interval lies below 0 (SECL could lower ECE only by
-    shifting the level; compare with the constant-accuracy reference); otherwise "does not help".
+    Rule: "helps" (True) when the ECE difference's interval lies below 0 and the AUROC difference's
+    interval lies above 0; "ranking only" (None) when only the AUROC interval lies above 0 (SECL has a
+    ranking to transfer, but a lower ECE is not established at this n); "level only" (False) when only
+    the ECE interval lies below 0 (SECL could lower ECE only by shifting the level, which the
+    constant-accuracy reference also does); otherwise "does not help" (False).
     """
     from hf_calibration.metrics import confidence_auroc, expected_calibration_error
 
@@ -90,29 +92,38 @@ def generation_discrimination_gap(
     ece_gap = d_ece["high"] is not None and d_ece["high"] < 0
     auroc_gap = d_auroc["low"] is not None and d_auroc["low"] > 0
     pct = f"{confidence_level:.0%}"
+    ci = f"{pct} interval"
     if ece_gap and auroc_gap:
-        verdict = "helps"
+        verdict, helps = "helps", True
         explanation = (
             f"P(True)Norm is better calibrated (ECE {d_ece['value']:+.3f}) and ranks correct answers higher "
-            f"(AUROC {d_auroc['value']:+.3f}) than the verbalized confidence, both beyond the {pct} "
-            "intervals: SECL has a signal to distil and is expected to help."
+            f"(AUROC {d_auroc['value']:+.3f}) than the verbalized confidence, both beyond the {ci}s: "
+            "SECL has a signal to distil and is expected to help."
+        )
+    elif auroc_gap:
+        verdict, helps = "ranking only", None
+        explanation = (
+            f"P(True)Norm ranks correct answers higher (AUROC {d_auroc['value']:+.3f}, {ci} above 0) but its ECE "
+            f"difference ({d_ece['value']:+.3f}) is not established ({ci} includes 0 or lies above it): SECL has a "
+            "ranking to transfer; whether it lowers ECE is undecided at this sample size."
         )
     elif ece_gap:
-        verdict = "level only"
+        verdict, helps = "level only", False
         explanation = (
             f"P(True)Norm has the lower ECE ({d_ece['value']:+.3f}) but does not rank correct answers better "
-            f"(AUROC {d_auroc['value']:+.3f}, {pct} interval includes 0): SECL could only shift the confidence "
+            f"(AUROC {d_auroc['value']:+.3f}, {ci} includes 0): SECL could only shift the confidence "
             "level, which a constant equal to the accuracy also does; it is not expected to help."
         )
     else:
-        verdict = "does not help"
+        verdict, helps = "does not help", False
         explanation = (
-            f"P(True)Norm is not better calibrated than the verbalized confidence (ECE {d_ece['value']:+.3f}, "
-            f"AUROC {d_auroc['value']:+.3f}): there is no generation–discrimination gap, so SECL cannot help."
+            f"P(True)Norm is neither better calibrated (ECE {d_ece['value']:+.3f}) nor better at ranking "
+            f"(AUROC {d_auroc['value']:+.3f}) than the verbalized confidence beyond the {ci}s: there is no "
+            "generation–discrimination gap, so SECL cannot help."
         )
     return {
         "delta_auroc": d_auroc, "delta_ece": d_ece, "auroc_norm_p_true": auroc_p, "auroc_verbalized": auroc_v,
-        "verdict": verdict, "secl_expected_to_help": verdict == "helps", "explanation": explanation,
+        "verdict": verdict, "secl_expected_to_help": helps, "explanation": explanation,
         "n_resamples": int(n_resamples), "confidence_level": float(confidence_level), "seed": int(seed),
     }
 

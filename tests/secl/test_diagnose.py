@@ -45,3 +45,11 @@ def test_gap_bad_input():
         generation_discrimination_gap([0, 1], [0.5, 0.5], [0.5, 0.5], n_resamples=0)
     with pytest.raises(ValueError, match="shapes"):
         generation_discrimination_gap([0, 1], [0.5], [0.5, 0.5])
+
+
+def test_ranking_only_when_norm_ranks_but_is_miscalibrated():
+    _, correct, informative, _, _ = synthetic(3)
+    constant = np.full(len(correct), correct.mean())  # perfectly calibrated level, no ranking
+    shifted = np.clip(informative + 0.2, 0, 1)  # ranks well, too confident
+    gap = generation_discrimination_gap(correct, constant, shifted, n_resamples=200, seed=0)
+    assert gap["verdict"] == "ranking only" and gap["secl_expected_to_help"] is None
