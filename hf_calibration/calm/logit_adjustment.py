@@ -120,15 +120,29 @@ class LogitAdjustment(nn.Module):
             "adjusted_logits": "z / tau + l",
         }
 
-    def save_pretrained(self, save_directory: str | os.PathLike) -> None:
-        """Write ``logit_adjustment.safetensors`` (rho, shift) and ``logit_adjustment_config.json``."""
+    def save_pretrained(self, save_directory: str | os.PathLike, state_dict: dict | None = None) -> None:
+        """Write ``logit_adjustment.safetensors`` (rho, shift) and ``logit_adjustment_config.json``.
+
+        ``state_dict`` (keys "rho", "shift") replaces the live parameters, e.g. the full tensors DeepSpeed
+        ZeRO-3 gathered for saving. Raises ValueError when a tensor does not have the layer's shape
+        (an empty, still-partitioned ZeRO-3 tensor would otherwise be saved).
+        """
         from safetensors.torch import save_file
 
         folder = Path(save_directory)
+        state = {n: p for n, p in self.named_parameters()}
+        state.update({n: v for n, v in (state_dict or {}).items() if n in state})
+        covered = self.vocab_size if self.token_ids is None else len(self.token_ids)
+        tensors = {}
+        for name, value in state.items():
+            expected = (1,) if name == "rho" and self.mode == "scalar" else (covered,)
+            if tuple(value.shape) != expected:
+                raise ValueError(
+                    f"state_dict: {name} has shape {tuple(value.shape)}, expected {expected}; under DeepSpeed ZeRO-3 "
+                    "save through the Trainer with stage3_gather_16bit_weights_on_model_save (zero3_save_16bit_model)"
+                )
+            tensors[name] = value.detach().float().cpu().contiguous()
         folder.mkdir(parents=True, exist_ok=True)
-        tensors = {"rho": self.rho.detach().float().cpu().contiguous()}
-        if self.shift is not None:
-            tensors["shift"] = self.shift.detach().float().cpu().contiguous()
         save_file(tensors, str(folder / ADJUSTMENT_WEIGHTS_NAME), metadata={"format": "pt"})
         (folder / ADJUSTMENT_CONFIG_NAME).write_text(json.dumps(self.config_dict(), indent=2) + "\n", encoding="utf-8")
 
@@ -198,10 +212,13 @@ class CALMModel(nn.Module):
     def save_pretrained(self, save_directory: str | os.PathLike, **kwargs) -> None:
         """The wrapped model's ``save_pretrained`` (a PEFT adapter folder or a full model) plus the adjustment files."""
         state_dict = kwargs.pop("state_dict", None)
-        if state_dict is not None:  # keys of the wrapper → keys of the wrapped model
+        adjustment_state = None
+        if state_dict is not None:  # keys of the wrapper → keys of the wrapped model and of the adjustment
+            adjustment_state = {k[len("logit_adjustment."):]: v for k, v in state_dict.items()
+                                if k.startswith("logit_adjustment.")}
             state_dict = {k[len("model."):]: v for k, v in state_dict.items() if k.startswith("model.")}
         self.model.save_pretrained(save_directory, state_dict=state_dict, **kwargs)
-        self.logit_adjustment.save_pretrained(save_directory)
+        self.logit_adjustment.save_pretrained(save_directory, state_dict=adjustment_state)
 
     @classmethod
     def from_pretrained(cls, pretrained: str | os.PathLike, *, base_model=None, **model_kwargs) -> "CALMModel":

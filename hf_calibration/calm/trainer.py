@@ -9,7 +9,6 @@ from pathlib import Path
 import numpy as np
 import torch
 from accelerate.utils import DistributedType
-from torch.func import functional_call
 from trl import SFTTrainer
 
 from hf_calibration.calm.bome import bome_direction, bome_lambda, bome_terms
@@ -22,27 +21,52 @@ from hf_calibration.calm.logit_adjustment import (
 )
 
 ALPHA_PREFIX = "logit_adjustment."
-
-
-class _MeanOverProcesses(torch.autograd.Function):
-    """Identity on the way forward; on the way back, the gradients of all inputs averaged over processes."""
-
-    @staticmethod
-    def forward(ctx, *tensors):
-        ctx.like = [torch.zeros((), dtype=t.dtype, device=t.device).expand(t.shape) for t in tensors]
-        return tuple(t.view_as(t) for t in tensors)
-
-    @staticmethod
-    def backward(ctx, *grads):
-        import torch.distributed as dist
-
-        world = dist.get_world_size()
-        grads = [torch.zeros_like(z) if g is None else g for g, z in zip(grads, ctx.like)]  # same collective everywhere
-        flat = torch.cat([g.reshape(-1).float() for g in grads])
-        dist.all_reduce(flat, op=dist.ReduceOp.SUM)
-        flat /= world
-        return tuple(part.view_as(g).to(g.dtype) for g, part in zip(grads, flat.split([g.numel() for g in grads])))
 _NEEDS_CALIBRATION = ("bome", "iterate", "regularization", "scalar")
+_ZERO3_PIN = -1  # DeepSpeed submodule ids are >= 0
+
+
+class _LossAt(torch.autograd.Function):
+    """A loss of the live model evaluated at given parameter values, with its first-order gradient precomputed.
+
+    ``forward(trainer, value, alpha_names, theta_names, reduce, *alpha_values, *theta_values)``: the live
+    trainable θ temporarily hold ``theta_values`` (their ``.data`` is swapped, so the modules, and
+    DeepSpeed ZeRO-3's hooks on them, see the same parameter objects; ``torch.func.functional_call``
+    would put plain tensors in their place, which ZeRO-3 cannot fetch), ``value(alpha)`` is evaluated
+    and differentiated with ``torch.autograd.grad`` w.r.t. the inputs that require grad, and the data
+    are restored. With ``reduce`` the θ gradients are averaged over processes before they are stored.
+    ``backward`` returns the stored gradients times the incoming scalar gradient (first order only).
+    """
+
+    @staticmethod
+    def forward(ctx, trainer, value, alpha_names, theta_names, reduce, *values):
+        alpha = dict(zip(alpha_names, values[:len(alpha_names)]))
+        theta = dict(zip(theta_names, values[len(alpha_names):]))
+        live = trainer._parameters()[1]
+        alpha_in = {n: a.detach().requires_grad_(a.requires_grad) for n, a in alpha.items()}
+        wrt = [alpha_in[n] for n, a in alpha.items() if a.requires_grad] + \
+              [live[n] for n, t in theta.items() if t.requires_grad]
+        held = {n: live[n].data for n, t in theta.items() if t is not live[n]}
+        try:
+            for n in held:
+                live[n].data = theta[n].detach()
+            with torch.enable_grad():
+                out = value(alpha_in)
+                grads = list(torch.autograd.grad(out, wrt, allow_unused=True)) if wrt else []
+        finally:
+            for n, data in held.items():
+                live[n].data = data
+        grads = [torch.zeros_like(w) if g is None else g for g, w in zip(grads, wrt)]
+        n_alpha = sum(a.requires_grad for a in alpha.values())
+        if reduce:
+            trainer._all_reduce_mean(dict(enumerate(grads[n_alpha:])))
+        ctx.wants = [v.requires_grad for v in values]
+        ctx.save_for_backward(*grads)
+        return out.detach()
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        grads = iter(ctx.saved_tensors)
+        return (None,) * 5 + tuple(grad_out * next(grads) if want else None for want in ctx.wants)
 
 
 class CALMTrainer(SFTTrainer):
@@ -82,7 +106,7 @@ class CALMTrainer(SFTTrainer):
     DeepSpeed's backward hooks:
 
     - every inner-step gradient ∇_θ L(α, θ̃) is averaged over processes before the inner step (a
-      ``_MeanOverProcesses`` node on θ in L_tr), so θ̃ is the same on every rank and equals the θ̃ of
+      ``_LossAt`` evaluation of L_tr), so θ̃ is the same on every rank and equals the θ̃ of
       one process holding the whole global batch;
     - ∇f, ∇q (both parameter groups, α and θ, alike) and q are summed over gradient-accumulation
       micro-batches (each scaled by 1/steps) and averaged over processes (``_all_reduce_mean``, one
@@ -240,16 +264,29 @@ class CALMTrainer(SFTTrainer):
         theta, alpha = {}, {}
         for n, p in self._calm.named_parameters():
             if p.requires_grad:
+                if hasattr(p, "ds_id") and not p.ds_persist:
+                    raise ValueError(
+                        f"stage3_param_persistence_threshold: ZeRO-3 partitions the trainable parameter {n!r} "
+                        f"({p.ds_numel} elements); CALM needs the trainable parameters whole, raise the threshold "
+                        "above their size (LoRA adapters are below the default 1e5)"
+                    )
+                if hasattr(p, "ds_id"):
+                    # BOME reads θ and α outside module forwards (θ̃ = copy of θ; α applied to gathered logits):
+                    # fetch them once and pin them (a submodule id no hook releases), so ZeRO-3's module hooks
+                    # never partition them between forwards. They are persistent anyway (checked above).
+                    if p.numel() == 0:
+                        p.all_gather()
+                    p.ds_active_sub_modules.add(_ZERO3_PIN)
                 (alpha if n.startswith(ALPHA_PREFIX) else theta)[n] = p
         return alpha, theta
 
-    def _scored_logits(self, theta, batch):
+    def _scored_logits(self, batch):
         """Raw logits (N, V) float32 at the scored positions, the target ids (N,) and each one's row.
 
         Scored positions are those whose next token is labelled; with entropy_domain='options' only
         the first per sequence (the answer letter). Only those positions go through the LM head
-        (``logits_to_keep`` with explicit indices). ``theta`` overrides the trainable weights
-        (``torch.func.functional_call``); None uses the live parameters.
+        (``logits_to_keep`` with explicit indices). Uses the live parameters (``_LossAt`` evaluates at
+        other values).
         """
         labels = batch["labels"]
         scored = labels[:, 1:] != -100
@@ -265,7 +302,7 @@ class CALMTrainer(SFTTrainer):
                 kwargs[key] = batch[key]
         calm = self._calm
         with self.compute_loss_context_manager():
-            out = calm(**kwargs) if theta is None else functional_call(calm, theta, (), kwargs)
+            out = calm(**kwargs)
         logits = out.logits[rows, torch.searchsorted(keep, cols)].float()
         return logits, labels[:, 1:][scored], rows
 
@@ -308,23 +345,33 @@ class CALMTrainer(SFTTrainer):
     def _entropy(log_probs):
         return -(log_probs.exp() * log_probs).sum(dim=1)
 
-    def _lower_loss(self, batch, mean_over_processes=False):
-        reduce = mean_over_processes and self.accelerator.num_processes > 1
+    def _at(self, value, reduce=False):
+        """``value(alpha)`` (a loss at the live parameters) as a function ``(alpha, theta) -> loss`` of both groups.
 
+        At the live θ without reduction this is a plain autograd graph; otherwise ``_LossAt`` evaluates it
+        at ``theta`` and (``reduce``) averages its θ gradient over processes.
+        """
         def loss(alpha, theta):
-            if reduce:  # gradients w.r.t. θ (inner steps, ∇_θ q) come back averaged over processes
-                theta = dict(zip(theta, _MeanOverProcesses.apply(*theta.values())))
-            raw, target_ids, _ = self._scored_logits(theta, batch)
+            live = self._parameters()[1]
+            if not reduce and all(t is live[n] for n, t in theta.items()):
+                return value(alpha)
+            return _LossAt.apply(self, value, tuple(alpha), tuple(theta), reduce, *alpha.values(), *theta.values())
+
+        return loss
+
+    def _lower_loss(self, batch, mean_over_processes=False):
+        def value(alpha):
+            raw, target_ids, _ = self._scored_logits(batch)
             return self._cross_entropy(self._log_probs(raw, alpha), self._targets(target_ids))
 
-        return loss
+        return self._at(value, reduce=mean_over_processes and self.accelerator.num_processes > 1)
 
     def _upper_loss(self, batch):
-        def loss(alpha, theta):
-            raw, _, _ = self._scored_logits(theta, batch)
+        def value(alpha):
+            raw, _, _ = self._scored_logits(batch)
             return -self._entropy(self._log_probs(raw, alpha)).mean()
 
-        return loss
+        return self._at(value)
 
     # ---- calibration batches: a pure function of the step, so resuming replays them -------------
 
@@ -347,7 +394,7 @@ class CALMTrainer(SFTTrainer):
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         """L_tr of the adjusted distribution (used for evaluation; training goes through ``training_step``)."""
-        raw, target_ids, _ = self._scored_logits(None, inputs)
+        raw, target_ids, _ = self._scored_logits(inputs)
         loss = self._cross_entropy(self._log_probs(raw, {}), self._targets(target_ids))
         return (loss, None) if return_outputs else loss
 
@@ -434,13 +481,13 @@ class CALMTrainer(SFTTrainer):
                               epsilon=args.bome_epsilon)
             direction = bome_direction(grad_f, grad_q, lam)
             self._metrics["train"]["bome_lambda"].append(float(lam))
+        self._metrics["train"]["mean_temperature"].append(float(self._calm.logit_adjustment.temperature.detach().mean()))
         params = {**theta, **alpha}
         # d/dp Σ⟨stopgrad(d), p⟩ = d exactly: the engine receives ∇f + λ∇q as the gradient of a loss, so
         # gradient scaling (fp16), ZeRO's gradient partitioning, clipping and the step stay the engine's.
         surrogate = sum((direction[n].to(p.dtype).detach() * p).sum() for n, p in params.items())
         kwargs = {"scale_wrt_gas": False} if self.accelerator.distributed_type == DistributedType.DEEPSPEED else {}
         self.accelerator.backward(surrogate, **kwargs)
-        self._metrics["train"]["mean_temperature"].append(float(self._calm.logit_adjustment.temperature.detach().mean()))
 
     # ---- CFT (Xiao et al. ICML 2025) ----------------------------------------------------------
 
@@ -449,7 +496,7 @@ class CALMTrainer(SFTTrainer):
         if self._cft_bin_accuracy is None or (self._micro_step == 0 and self.state.global_step > 0
                                               and self.state.global_step % self.args.cft_refresh_steps == 0):
             self._cft_bin_accuracy = self._cft_bin_accuracies()
-        raw, target_ids, _ = self._scored_logits(None, batch)
+        raw, target_ids, _ = self._scored_logits(batch)
         probs = self._log_probs(raw, {}).exp()
         conf, pred = probs.max(dim=1)
         bins = self.args.cft_num_bins
@@ -470,7 +517,7 @@ class CALMTrainer(SFTTrainer):
         self.model.eval()
         for batch in self.get_train_dataloader():
             batch = self._prepare_inputs(batch)
-            raw, target_ids, _ = self._scored_logits(None, batch)
+            raw, target_ids, _ = self._scored_logits(batch)
             probs = self._log_probs(raw, {}).exp()
             conf, pred = probs.max(dim=1)
             b = torch.clamp((conf * bins).long(), max=bins - 1).cpu()
@@ -485,7 +532,7 @@ class CALMTrainer(SFTTrainer):
     def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
         inputs = self._prepare_inputs(inputs)
         with torch.no_grad():
-            raw, target_ids, _ = self._scored_logits(None, inputs)
+            raw, target_ids, _ = self._scored_logits(inputs)
             log_probs = self._log_probs(raw, {})
             targets = self._targets(target_ids)
             loss = self._cross_entropy(log_probs, targets)
