@@ -21,6 +21,8 @@ from torch import nn
 
 ADJUSTMENT_WEIGHTS_NAME = "logit_adjustment.safetensors"
 ADJUSTMENT_CONFIG_NAME = "logit_adjustment_config.json"
+FORMAT_VERSION = 1  # of logit_adjustment_config.json; bump when the saved layout changes
+PAPER_URL = "https://arxiv.org/abs/2608.07419"
 MODES = ("vector", "scalar")
 PARAMETERIZATIONS = ("exp", "softplus")
 _SOFTPLUS_INV_ONE = math.log(math.e - 1.0)  # softplus(x) = 1 at x = log(e - 1)
@@ -113,6 +115,7 @@ class LogitAdjustment(nn.Module):
 
     def config_dict(self) -> dict:
         return {
+            "format_version": FORMAT_VERSION,
             "vocab_size": self.vocab_size,
             "token_ids": None if self.token_ids is None else self.token_ids.tolist(),
             "mode": self.mode,
@@ -148,16 +151,31 @@ class LogitAdjustment(nn.Module):
 
     @classmethod
     def from_pretrained(cls, folder: str | os.PathLike) -> "LogitAdjustment":
-        """Read the two files ``save_pretrained`` writes; FileNotFoundError names the missing file."""
+        """Read the two files ``save_pretrained`` writes.
+
+        Raises FileNotFoundError naming a missing file; ValueError for a config written by a newer
+        release (``format_version``) or weights whose shapes do not match the config.
+        """
         from safetensors.torch import load_file
+
+        from hf_calibration.hub import check_artifact_config
 
         folder = Path(folder)
         for name in (ADJUSTMENT_CONFIG_NAME, ADJUSTMENT_WEIGHTS_NAME):
             if not (folder / name).is_file():
                 raise FileNotFoundError(f"{folder}: no {name} (not a CALM logit-adjustment folder)")
         cfg = json.loads((folder / ADJUSTMENT_CONFIG_NAME).read_text(encoding="utf-8"))
+        check_artifact_config(cfg, kind="CALM logit adjustment", max_format_version=FORMAT_VERSION,
+                              source=str(folder / ADJUSTMENT_CONFIG_NAME))
         layer = cls(cfg["vocab_size"], cfg["token_ids"], mode=cfg["mode"], parameterization=cfg["parameterization"])
-        layer.load_state_dict(load_file(str(folder / ADJUSTMENT_WEIGHTS_NAME)), strict=False)
+        weights = load_file(str(folder / ADJUSTMENT_WEIGHTS_NAME))
+        for name, param in layer.named_parameters():
+            if name in weights and weights[name].shape != param.shape:
+                raise ValueError(
+                    f"{ADJUSTMENT_WEIGHTS_NAME}: {name} has shape {tuple(weights[name].shape)} in {folder}, but its "
+                    f"config (vocab_size {layer.vocab_size}, mode {layer.mode!r}) needs {tuple(param.shape)}"
+                )
+        layer.load_state_dict(weights, strict=False)
         return layer
 
 
@@ -220,22 +238,55 @@ class CALMModel(nn.Module):
         self.model.save_pretrained(save_directory, state_dict=state_dict, **kwargs)
         self.logit_adjustment.save_pretrained(save_directory, state_dict=adjustment_state)
 
+    def base_model_name(self) -> str | None:
+        """Hub id (or path) of the base model: the PEFT adapter's ``base_model_name_or_path`` or the config's name."""
+        peft_config = getattr(self.model, "peft_config", None)
+        if peft_config:
+            name = next(iter(peft_config.values())).base_model_name_or_path
+        else:
+            name = getattr(self.model.config, "_name_or_path", None)
+        return name or None
+
+    def push_to_hub(self, repo_id: str, *, metrics: dict | None = None, token: str | None = None,
+                    private: bool = False, base_model: str | None = None) -> str:
+        """Upload the adapter (or full model), the logit adjustment and a model card to ``repo_id``.
+
+        The card (``hf_calibration.hub.write_model_card``) carries ``library_name: hf-calibration``, the base
+        model, the method (CALM, arXiv 2608.07419), the adjustment's config and ``metrics`` (name → number,
+        e.g. {"conf_ece": 0.05}). ``base_model`` defaults to ``base_model_name()``. Returns the commit URL.
+        Raises ValueError (before anything is uploaded) for an invalid repo id, no token, or no base model name.
+        """
+        from hf_calibration.hub import push_artifact_to_hub
+
+        base_model = base_model or self.base_model_name()
+        if not base_model:
+            raise ValueError("base_model: the wrapped model has no name_or_path; pass base_model='<hub id>'")
+        usage = f"from hf_calibration.calm import CALMModel\n\nmodel = CALMModel.from_pretrained({repo_id!r})"
+        return push_artifact_to_hub(
+            self, repo_id, base_model=base_model, method="CALM", paper_url=PAPER_URL,
+            config=self.logit_adjustment.config_dict(), metrics=metrics, token=token, private=private,
+            tags=["logit-adjustment", "bilevel-optimization"], usage=usage,
+        )
+
     @classmethod
-    def from_pretrained(cls, pretrained: str | os.PathLike, *, base_model=None, **model_kwargs) -> "CALMModel":
-        """Load what ``save_pretrained`` wrote: a local folder or a Hub id.
+    def from_pretrained(cls, pretrained: str | os.PathLike, *, base_model=None, revision: str | None = None,
+                        token: str | None = None, **model_kwargs) -> "CALMModel":
+        """Load what ``save_pretrained`` (or ``push_to_hub``) wrote: a local folder or a Hub repo id.
 
         A PEFT adapter folder (``adapter_config.json``) is loaded on top of ``base_model`` (a loaded
         model) or of its ``base_model_name_or_path`` (resolved like ``hf_calibration.modeling.load_model``,
         so the packaged offline copies work); a full-model folder loads through
         ``AutoModelForCausalLM``. ``model_kwargs`` go to ``from_pretrained`` of the base model.
+
+        Raises FileNotFoundError naming the missing logit-adjustment file, ValueError for a config
+        written by a newer release or an adjustment whose vocabulary size differs from the model's.
         """
         from transformers import AutoModelForCausalLM
 
-        folder = Path(pretrained).expanduser()
-        if not folder.is_dir():
-            from huggingface_hub import snapshot_download
+        from hf_calibration.hub import download_folder
 
-            folder = Path(snapshot_download(str(pretrained)))
+        folder = download_folder(pretrained, revision=revision, token=token,
+                                 required_files=[ADJUSTMENT_CONFIG_NAME, ADJUSTMENT_WEIGHTS_NAME])
         adjustment = LogitAdjustment.from_pretrained(folder)
         if (folder / "adapter_config.json").is_file():
             from peft import PeftConfig, PeftModel

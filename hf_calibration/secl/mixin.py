@@ -52,6 +52,8 @@ from hf_calibration.secl.drift import EntropyShiftDetector
 
 ADAPTER_NAME = "secl"
 STATE_NAME = "secl_state.json"
+FORMAT_VERSION = 1  # of secl_state.json; bump when the saved layout changes
+PAPER_URL = "https://arxiv.org/abs/2604.09624"
 PEFT_PREFIX = "base_model.model."
 COUNTERS = ("questions", "alarms", "bursts", "burst_questions", "updates", "skipped_by_bin_gate", "forward_passes")
 
@@ -165,7 +167,8 @@ class SECLGenerationMixin:
         gate = self.secl_gate.state_dict()
         gate["ph"] = {k: (None if isinstance(v, float) and math.isinf(v) else v) for k, v in gate["ph"].items()}
         (folder / STATE_NAME).write_text(json.dumps(
-            {"gate": gate, "burst_left": self.secl_burst_left, "counters": self.secl_counters}, indent=2) + "\n",
+            {"format_version": FORMAT_VERSION, "gate": gate, "burst_left": self.secl_burst_left,
+             "counters": self.secl_counters}, indent=2) + "\n",
             encoding="utf-8")
 
     def load_calibration(self, folder) -> None:
@@ -173,10 +176,15 @@ class SECLGenerationMixin:
         from peft import set_peft_model_state_dict
         from safetensors.torch import load_file
 
+        from hf_calibration.hub import check_artifact_config
+
         folder = Path(folder)
+        gate_state = json.loads((folder / STATE_NAME).read_text(encoding="utf-8"))
+        check_artifact_config(gate_state, kind="SECL state", max_format_version=FORMAT_VERSION,
+                              source=str(folder / STATE_NAME))
         state = {k.removeprefix(PEFT_PREFIX): v for k, v in load_file(folder / "adapter_model.safetensors").items()}
         set_peft_model_state_dict(self, state, adapter_name=ADAPTER_NAME)
-        state = json.loads((folder / STATE_NAME).read_text(encoding="utf-8"))
+        state = gate_state
         ph = state["gate"]["ph"]
         ph["min_up"] = math.inf if ph["min_up"] is None else ph["min_up"]
         ph["max_down"] = -math.inf if ph["max_down"] is None else ph["max_down"]
@@ -184,6 +192,29 @@ class SECLGenerationMixin:
         self.secl_burst_left = state["burst_left"]
         self.secl_counters = state["counters"]
         self._secl_optimizer = None
+
+    def push_to_hub(self, repo_id: str, *, metrics: dict | None = None, token: str | None = None,
+                    private: bool = False, base_model: str | None = None) -> str:
+        """Upload the adapted adapter, the SECL config and gate state, and a model card to ``repo_id``.
+
+        The card carries ``library_name: hf-calibration``, the base model (default: the model config's
+        ``_name_or_path``), the method (SECL, arXiv 2604.09624), the SECL config and ``metrics``. Returns the
+        commit URL; ValueError (before any upload) for an invalid repo id, no token, or no base model name.
+        """
+        from hf_calibration.hub import push_artifact_to_hub
+
+        base_model = base_model or getattr(self.config, "_name_or_path", None)
+        if not base_model:
+            raise ValueError("base_model: the model has no name_or_path; pass base_model='<hub id>'")
+        usage = ("from transformers import AutoModelForCausalLM, AutoTokenizer\n"
+                 "from hf_calibration.secl.mixin import SECLModel\n\n"
+                 f"base = AutoModelForCausalLM.from_pretrained({base_model!r})\n"
+                 f"tokenizer = AutoTokenizer.from_pretrained({base_model!r})\n"
+                 f"model = SECLModel.from_pretrained(base, tokenizer, {repo_id!r})")
+        return push_artifact_to_hub(self, repo_id, base_model=base_model, method="SECL", paper_url=PAPER_URL,
+                                    config=self.secl_config.to_dict(), metrics=metrics, token=token,
+                                    private=private, tags=["test-time-calibration", "verbalized-confidence"],
+                                    usage=usage)
 
     # -- the stream -----------------------------------------------------------------------------
     def generate(self, inputs=None, *args, secl_distractors=None, secl_update: bool = True, **kwargs):
@@ -458,8 +489,17 @@ class SECLModel:
         return apply_secl(model, tokenizer, config)
 
     @staticmethod
-    def from_pretrained(model, tokenizer, folder):
-        """Apply SECL with the saved ``secl_config.json`` and load the saved adapter and gate state."""
+    def from_pretrained(model, tokenizer, folder, *, revision=None, token=None):
+        """Apply SECL with the saved ``secl_config.json`` and load the saved adapter and gate state.
+
+        ``folder``: a local folder or a Hub repo id (``push_to_hub``). FileNotFoundError names a missing
+        file; ValueError for state written by a newer release (``format_version``).
+        """
+        from hf_calibration.hub import download_folder
+        from hf_calibration.secl.config import CONFIG_NAME
+
+        folder = download_folder(folder, revision=revision, token=token,
+                                 required_files=[CONFIG_NAME, "adapter_model.safetensors", STATE_NAME])
         model = apply_secl(model, tokenizer, SECLConfig.from_pretrained(folder))
         model.load_calibration(folder)
         return model

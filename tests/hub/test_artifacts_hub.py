@@ -1,14 +1,19 @@
-"""CALM and SECL artifacts through the fake Hub: push_artifact_to_hub, then load by repo id; outputs compared exactly."""
+"""CALM and SECL artifacts through the fake Hub: ``push_to_hub``, then ``from_pretrained(repo id)``; outputs compared exactly."""
+
+import json
 
 import pytest
 import torch
 from peft import LoraConfig, get_peft_model
+from safetensors.torch import load as safetensors_load
+from safetensors.torch import save_file
 
-from hf_calibration.hub import download_folder, push_artifact_to_hub, push_folder_to_hub
+from hf_calibration.hub import push_folder_to_hub
 from tests.tiny import make_tiny_model
 
 calm = pytest.importorskip("hf_calibration.calm.logit_adjustment")
-PAPER = "https://arxiv.org/abs/2410.00000"
+mixin = pytest.importorskip("hf_calibration.secl.mixin")
+BASE = "HuggingFaceTB/SmolLM2-135M-Instruct"
 IDS = torch.tensor([[5, 9, 13, 2, 7, 11]])
 
 
@@ -34,19 +39,31 @@ def _calm_model(tiny_model, tiny_tokenizer):
 def test_calm_push_then_from_pretrained_by_repo_id(fake_hub, tiny_model, tiny_tokenizer):
     model = _calm_model(tiny_model, tiny_tokenizer)
     repo_id = f"{fake_hub.user}/tiny-calm"
-    push_artifact_to_hub(model, repo_id, base_model="HuggingFaceTB/SmolLM2-135M-Instruct", method="CALM",
-                         paper_url=PAPER, config=model.logit_adjustment.config_dict(), metrics={"ece": 0.04},
-                         token=fake_hub.token)
+    model.push_to_hub(repo_id, metrics={"conf_ece": 0.04}, token=fake_hub.token, base_model=BASE)
     stored = fake_hub.hub.stored_files(repo_id)
     assert {"README.md", "adapter_config.json", "adapter_model.safetensors", calm.ADJUSTMENT_WEIGHTS_NAME,
             calm.ADJUSTMENT_CONFIG_NAME} <= set(stored)
-    assert b"library_name: hf-calibration" in stored["README.md"]
+    card = stored["README.md"].decode()
+    for text in ("library_name: hf-calibration", f"base_model: {BASE}", "CALM", "https://arxiv.org/abs/2608.07419",
+                 "| conf_ece | 0.0400 |", '"format_version": 1'):
+        assert text in card, text
+    assert json.loads(stored[calm.ADJUSTMENT_CONFIG_NAME])["format_version"] == 1
+    assert torch.equal(safetensors_load(stored[calm.ADJUSTMENT_WEIGHTS_NAME])["rho"], model.logit_adjustment.rho.detach())
 
     loaded = calm.CALMModel.from_pretrained(repo_id, base_model=make_tiny_model(tiny_tokenizer)).eval()
     with torch.no_grad():
         expected = model(IDS).logits
         assert torch.equal(loaded(IDS).logits, expected)
         assert not torch.equal(loaded(IDS, adjust_logits=False).logits, expected)  # α really was applied
+
+
+def test_calm_push_needs_a_token_and_a_valid_repo_id(fake_hub, tiny_model, tiny_tokenizer):
+    model = _calm_model(tiny_model, tiny_tokenizer)
+    with pytest.raises(ValueError, match="token"):
+        model.push_to_hub(f"{fake_hub.user}/no-token", base_model=BASE)
+    with pytest.raises(ValueError, match="repo_id"):
+        model.push_to_hub(f"{fake_hub.user}/bad name!", token=fake_hub.token, base_model=BASE)
+    assert not fake_hub.hub.repos  # refused before any request: no repo was created
 
 
 def test_calm_repo_without_logit_adjustment_names_the_missing_file(fake_hub, tiny_model, tiny_tokenizer, tmp_path):
@@ -58,31 +75,76 @@ def test_calm_repo_without_logit_adjustment_names_the_missing_file(fake_hub, tin
         calm.CALMModel.from_pretrained(repo_id, base_model=make_tiny_model(tiny_tokenizer))
 
 
-def test_calm_weights_for_another_vocabulary_are_refused(fake_hub, tiny_model, tiny_tokenizer):
+def test_calm_config_from_a_newer_release_is_refused(fake_hub, tiny_model, tiny_tokenizer, tmp_path):
+    model = _calm_model(tiny_model, tiny_tokenizer)
+    model.save_pretrained(tmp_path)
+    path = tmp_path / calm.ADJUSTMENT_CONFIG_NAME
+    path.write_text(json.dumps({**json.loads(path.read_text()), "format_version": 2}))
+    repo_id = f"{fake_hub.user}/from-the-future"
+    push_folder_to_hub(tmp_path, repo_id, token=fake_hub.token)
+    with pytest.raises(ValueError, match="format_version 2.*newer release"):
+        calm.CALMModel.from_pretrained(repo_id, base_model=make_tiny_model(tiny_tokenizer))
+
+
+def test_calm_weights_for_another_vocabulary_are_refused(fake_hub, tiny_model, tiny_tokenizer, tmp_path):
     model = _calm_model(tiny_model, tiny_tokenizer)
     repo_id = f"{fake_hub.user}/tiny-calm-vocab"
-    push_artifact_to_hub(model, repo_id, base_model="m/x", method="CALM", paper_url=PAPER, config={},
-                         token=fake_hub.token)
+    model.push_to_hub(repo_id, token=fake_hub.token, base_model=BASE)
     bigger = make_tiny_model(tiny_tokenizer)
     bigger.resize_token_embeddings(len(tiny_tokenizer) + 8)
     with pytest.raises(ValueError, match="vocab_size"):
         calm.CALMModel.from_pretrained(repo_id, base_model=bigger)
+    # weights whose shape disagrees with their own config (e.g. a full-vocabulary rho for option tokens)
+    model.save_pretrained(tmp_path)
+    save_file({"rho": torch.zeros(len(tiny_tokenizer)), "shift": torch.zeros(len(tiny_tokenizer))},
+              str(tmp_path / calm.ADJUSTMENT_WEIGHTS_NAME))
+    push_folder_to_hub(tmp_path, f"{fake_hub.user}/bad-shape", token=fake_hub.token)
+    with pytest.raises(ValueError, match="rho has shape"):
+        calm.CALMModel.from_pretrained(f"{fake_hub.user}/bad-shape", base_model=make_tiny_model(tiny_tokenizer))
 
 
-def test_secl_push_then_load_from_the_hub(fake_hub, tiny_model, tiny_tokenizer):
-    mixin = pytest.importorskip("hf_calibration.secl.mixin")
+def _secl_model(tiny_model, tiny_tokenizer):
     model = mixin.SECLModel.wrap(tiny_model, tiny_tokenizer)
     _randomize(model)
     for entropy in [0.1, 0.9, 0.2, 0.8] * 5:  # give the gate a non-initial state
         model.secl_gate.update(entropy)
     model.secl_counters["questions"] = 20
-    repo_id = f"{fake_hub.user}/tiny-secl"
-    push_artifact_to_hub(model, repo_id, base_model="HuggingFaceTB/SmolLM2-135M-Instruct", method="SECL",
-                         paper_url=PAPER, config=model.secl_config.to_dict(), token=fake_hub.token)
+    return model
 
-    folder = download_folder(repo_id, required_files=["adapter_model.safetensors", mixin.STATE_NAME])
-    loaded = mixin.SECLModel.from_pretrained(make_tiny_model(tiny_tokenizer), tiny_tokenizer, folder)
+
+def test_secl_push_then_load_from_the_hub(fake_hub, tiny_model, tiny_tokenizer):
+    model = _secl_model(tiny_model, tiny_tokenizer)
+    repo_id = f"{fake_hub.user}/tiny-secl"
+    model.push_to_hub(repo_id, metrics={"conf_ece": 0.1}, token=fake_hub.token, base_model=BASE)
+    stored = fake_hub.hub.stored_files(repo_id)
+    assert {"README.md", "adapter_config.json", "adapter_model.safetensors", "secl_config.json",
+            mixin.STATE_NAME} <= set(stored)
+    card = stored["README.md"].decode()
+    for text in ("library_name: hf-calibration", f"base_model: {BASE}", "SECL", "https://arxiv.org/abs/2604.09624",
+                 "| conf_ece | 0.1000 |"):
+        assert text in card, text
+    assert json.loads(stored[mixin.STATE_NAME])["format_version"] == 1
+
+    loaded = mixin.SECLModel.from_pretrained(make_tiny_model(tiny_tokenizer), tiny_tokenizer, repo_id)
     assert loaded.secl_counters == model.secl_counters
     assert loaded.secl_gate.state_dict() == model.secl_gate.state_dict()
     with torch.no_grad():
         assert torch.equal(loaded(IDS).logits, model(IDS).logits)
+
+
+def test_secl_bad_input(fake_hub, tiny_model, tiny_tokenizer, tmp_path):
+    model = _secl_model(tiny_model, tiny_tokenizer)
+    with pytest.raises(ValueError, match="token"):
+        model.push_to_hub(f"{fake_hub.user}/secl-no-token", base_model=BASE)
+    with pytest.raises(ValueError, match="repo_id"):
+        model.push_to_hub("bad//id", token=fake_hub.token, base_model=BASE)
+    model.save_pretrained(tmp_path)
+    state = tmp_path / mixin.STATE_NAME
+    state.write_text(json.dumps({**json.loads(state.read_text()), "format_version": 2}))
+    push_folder_to_hub(tmp_path, f"{fake_hub.user}/secl-future", token=fake_hub.token)
+    with pytest.raises(ValueError, match="format_version 2"):
+        mixin.SECLModel.from_pretrained(make_tiny_model(tiny_tokenizer), tiny_tokenizer, f"{fake_hub.user}/secl-future")
+    state.unlink()
+    push_folder_to_hub(tmp_path, f"{fake_hub.user}/secl-no-state", token=fake_hub.token)
+    with pytest.raises(FileNotFoundError, match=mixin.STATE_NAME):
+        mixin.SECLModel.from_pretrained(make_tiny_model(tiny_tokenizer), tiny_tokenizer, f"{fake_hub.user}/secl-no-state")
