@@ -362,6 +362,16 @@ class TemperatureScaler(_PosthocCalibrator):
         (log_t,) = _lbfgs(nll_and_grad, np.array([x0]), max_iter=self.max_iter,
                           name="TemperatureScaler", bounds=[_LOG_TEMPERATURE_BOUNDS])
         self.temperature_ = float(np.exp(log_t))
+        if log_t >= hi or log_t <= lo:
+            # At the upper bound the NLL still falls as T grows: the logits rank the labels no better
+            # than chance on this data, and TS collapses every prediction to the uniform 1/K.
+            warnings.warn(
+                f"TemperatureScaler: the fitted temperature {self.temperature_:.4g} sits at the bound "
+                f"exp({log_t:+.0f}); the NLL is monotone in T on these logits "
+                + ("(no information about the labels: the output is ~uniform)" if log_t >= hi else "(every argmax is right)"),
+                RuntimeWarning,
+                stacklevel=2,
+            )
         return self
 
     def transform(self, logits):

@@ -466,3 +466,15 @@ def test_iteration_cap_warns(mc_data):
     z, y = mc_data
     with pytest.warns(ConvergenceWarning, match="max_iter=1"):
         VectorScaler(max_iter=1).fit(z, y)
+
+
+def test_temperature_at_bound_warns_for_uninformative_logits():
+    # Labels independent of the logits: NLL keeps falling as T grows (the uniform prediction is best),
+    # so the optimum is the upper bound exp(10) and the fit says so.
+    rng = np.random.default_rng(0)
+    logits = rng.normal(size=(400, 4)) * 3
+    labels = rng.integers(0, 4, size=400)
+    logits[np.arange(400), (labels + 1) % 4] += 5.0  # confidently wrong everywhere
+    with pytest.warns(RuntimeWarning, match="bound"):
+        ts = TemperatureScaler().fit(logits, labels)
+    assert ts.temperature_ == pytest.approx(np.exp(10.0))
