@@ -125,9 +125,8 @@ def _probs(logits):
 
 
 def run_report(args):
-    from hf_calibration.metrics import calibration_report
     from hf_calibration.posthoc import TemperatureScaler
-    from hf_calibration.reports import format_table, references
+    from hf_calibration.reports import format_table, mcqa_report, references
 
     out = Path(args.output_dir)
     kw = dict(n_resamples=args.n_resamples, seed=args.seed)
@@ -144,7 +143,7 @@ def run_report(args):
         table[method] = {}
         for name in ("validation", "id_test", *OOD_SETS):
             logits = transform(np.where(np.isfinite(data[f"{name}_logits"]), data[f"{name}_logits"], -1e9))
-            table[method][name] = calibration_report(data[f"{name}_labels"], _probs(np.asarray(logits)), **kw)
+            table[method][name] = mcqa_report(data[f"{name}_labels"], _probs(np.asarray(logits)), **kw)
     results = {"tables": table, "references": {}}
     lines = []
     base = np.load(out / "scores" / "uncalibrated.npz") if (out / "scores" / "uncalibrated.npz").exists() else None
