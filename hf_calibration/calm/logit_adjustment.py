@@ -179,6 +179,12 @@ class LogitAdjustment(nn.Module):
         return layer
 
 
+def lm_head_vocab_size(model: nn.Module) -> int:
+    """Rows of the model's LM head; its full size also when DeepSpeed ZeRO-3 has partitioned the weight."""
+    weight = model.get_output_embeddings().weight
+    return int(getattr(weight, "ds_shape", weight.shape)[0])
+
+
 class CALMModel(nn.Module):
     """A causal LM (``PreTrainedModel`` or ``PeftModel``) whose output logits pass through a ``LogitAdjustment``.
 
@@ -193,7 +199,7 @@ class CALMModel(nn.Module):
 
     def __init__(self, model: nn.Module, logit_adjustment: LogitAdjustment):
         super().__init__()
-        vocab = model.get_output_embeddings().weight.shape[0]
+        vocab = lm_head_vocab_size(model)
         if logit_adjustment.vocab_size != vocab:
             raise ValueError(
                 f"logit_adjustment: vocab_size {logit_adjustment.vocab_size} does not match the model's LM head ({vocab})"

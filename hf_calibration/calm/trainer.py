@@ -18,6 +18,7 @@ from hf_calibration.calm.logit_adjustment import (
     CALMModel,
     LogitAdjustment,
     adjust_logits,
+    lm_head_vocab_size,
 )
 
 ALPHA_PREFIX = "logit_adjustment."
@@ -166,7 +167,7 @@ class CALMTrainer(SFTTrainer):
         args, tok = self.args, self._tokenizer
         inner = self.model
         head = inner.get_output_embeddings().weight
-        vocab = head.shape[0]
+        vocab = lm_head_vocab_size(inner)
         self._options = args.entropy_domain == "options"
         if self._options:
             variants = option_token_ids(tok, args.num_options)
