@@ -87,7 +87,11 @@ def _letter(text: str, n_options: int) -> int:
 
 
 def judge(item: StreamItem, text: str) -> tuple[str, bool]:
-    """(parsed answer, correct) of a generated answer text."""
+    """(parsed answer, correct) of a generated answer text.
+
+    MCQA: the first standalone option letter in the first 40 characters ("C", "C. …", "The answer is C");
+    open-ended: the last number in the text (``extract_final_number``) compared numerically.
+    """
     from hf_calibration.data.loaders import extract_final_number
 
     if item.kind == "mcqa":
