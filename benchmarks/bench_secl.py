@@ -2,8 +2,10 @@
 
     python benchmarks/bench_secl.py --model HuggingFaceTB/SmolLM2-135M-Instruct --n 20
 
-Same prompts (MMLU, chat format), greedy, ``--max-new-tokens`` tokens, batch 1, one thread per
-process is up to the caller (OMP_NUM_THREADS). Prints seconds per question and the ratios:
+Same prompts (MMLU, chat format), greedy, ``--max-new-tokens`` tokens, batch 1 (set OMP_NUM_THREADS
+yourself). Plain and SECL calls alternate prompt by prompt on the same model (plain = the model
+class's own ``generate``, adapter at identity), so a changing machine load affects both alike.
+Prints seconds per question and the ratios:
 - outside bursts / plain generate (target: at most 1.10; the extra work is the verbalized-confidence
   read, which continues from generate's own key/value cache),
 - inside a burst / plain generate, and forward passes per question in each mode.
@@ -16,7 +18,7 @@ import torch
 
 from hf_calibration.modeling import load_model
 from hf_calibration.modeling.prompts import LETTERS
-from hf_calibration.secl import SECLConfig, apply_secl
+from hf_calibration.secl import SECLConfig, SECLGenerationMixin, apply_secl
 from hf_calibration.secl.stream import build_stream
 
 
@@ -42,10 +44,13 @@ def main():
         t = torch.tensor([item.prompt_ids])
         return dict(input_ids=t, attention_mask=torch.ones_like(t))
 
-    timed(lambda it: model.generate(**ids(it), **kw), items[:2])  # warm-up
-    plain = timed(lambda it: model.generate(**ids(it), **kw), items)
     model = apply_secl(model, tokenizer, SECLConfig(burst_size=10 ** 6))
-    quiet = timed(lambda it: model.generate(**ids(it), **kw), items)
+    plain_generate = super(SECLGenerationMixin, model).generate  # the model class's own generate
+    plain_generate(**ids(items[0]), **kw)  # warm-up
+    plain = quiet = 0.0
+    for item in items:
+        plain += timed(lambda it: plain_generate(**ids(it), **kw), [item]) / len(items)
+        quiet += timed(lambda it: model.generate(**ids(it), **kw), [item]) / len(items)
     quiet_passes = model.secl_counters["forward_passes"] / model.secl_counters["questions"]
     model.reset_calibration()
     model.start_burst()
