@@ -1,6 +1,5 @@
 """The generation–discrimination verdict on synthetic signals, and the diagnose CLI."""
 
-import json
 
 import numpy as np
 import pytest
