@@ -7,36 +7,12 @@ output file is written.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
 
 from hf_calibration import reports
-
-
-class UsageError(ValueError):
-    """A bad command-line value; the message names the option and the value."""
-
-
-def _positive_int(name):
-    def parse(text):
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be a positive integer, got {text!r}") from None
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"{name} must be a positive integer, got {text!r}")
-        return value
-
-    return parse
-
-
-def _output_dir(path: str) -> Path:
-    out = Path(path)
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"--output-dir: {path!r} exists and is not a directory")
-    return out
+from hf_calibration._cli_args import output_dir, positive
 
 
 class _Parser(argparse.ArgumentParser):
@@ -57,13 +33,13 @@ def _add_evaluate(sub):
     p.add_argument("--dataset", default="mmlu", help="mmlu, gpqa or halueval_qa")
     p.add_argument("--subjects", default=None,
                    help="MMLU subjects and/or categories, comma-separated (stem, humanities, social_sciences, other)")
-    p.add_argument("--limit", type=_positive_int("--limit"), default=500,
+    p.add_argument("--limit", type=positive(int, "--limit"), default=500,
                    help="number of questions, stratified by subject (default 500)")
     p.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
-    p.add_argument("--batch-size", type=_positive_int("--batch-size"), default=8, help="questions per forward pass")
+    p.add_argument("--batch-size", type=positive(int, "--batch-size"), default=8, help="questions per forward pass")
     p.add_argument("--prompt-format", default="auto", choices=["auto", "chat", "plain"],
                    help="chat template or plain prompt (auto: chat when the tokenizer has a template)")
-    p.add_argument("--n-resamples", type=_positive_int("--n-resamples"), default=1000,
+    p.add_argument("--n-resamples", type=positive(int, "--n-resamples"), default=1000,
                    help="bootstrap resamples for the 95%% intervals")
     p.add_argument("--posthoc", default=None,
                    help="a calibrator saved by `fit-posthoc`; its metrics are reported next to the uncalibrated ones")
@@ -91,7 +67,7 @@ def _run_fit_posthoc(args) -> int:
 
     out = Path(args.output)
     if out.is_dir():
-        raise UsageError(f"--output: {args.output!r} is a directory; give a file name")
+        raise ValueError(f"--output: {args.output!r} is a directory; give a file name")
     records = reports.read_predictions(args.predictions)
     calibrator = CALIBRATORS[args.method]()
     if calibrator.input_kind == "logits":
@@ -112,7 +88,7 @@ def _run_evaluate(args) -> int:
 
     from hf_calibration.posthoc import load_calibrator
 
-    out = _output_dir(args.output_dir)
+    out = output_dir(args.output_dir)
     calibrator = load_calibrator(args.posthoc) if args.posthoc else None
     dataset = load_mcqa(args.dataset, subjects=args.subjects, limit=args.limit, seed=args.seed)
     resolve_model_path(args.model)  # fails fast on a bad path before the heavy load

@@ -48,11 +48,15 @@ def build_mcqa_prompt(tokenizer, question: str, choices: Sequence[str], *, promp
 
 
 def single_token_ids(tokenizer, texts: Sequence[str]) -> list[int]:
-    """Token ids of those ``texts`` that encode to exactly one token (variants such as "A" and " A")."""
+    """Token ids of those ``texts`` that encode to exactly one token (variants such as "A" and " A").
+
+    The unknown token does not count: a word-level vocabulary maps any missing text to it.
+    """
+    unk = getattr(tokenizer, "unk_token_id", None)
     ids = []
     for text in texts:
         enc = tokenizer.encode(text, add_special_tokens=False)
-        if len(enc) == 1 and enc[0] not in ids:
+        if len(enc) == 1 and enc[0] != unk and enc[0] not in ids:
             ids.append(enc[0])
     return ids
 

@@ -11,39 +11,21 @@ import argparse
 import time
 from pathlib import Path
 
-
-def _positive(kind, name):
-    def parse(text):
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be a positive number, got {text!r}") from None
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"{name} must be positive, got {text!r}")
-        return value
-
-    return parse
-
-
-def _output_dir(path: str) -> Path:
-    out = Path(path)
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"--output-dir: {path!r} exists and is not a directory")
-    return out
+from hf_calibration._cli_args import output_dir, positive
 
 
 def _common(p, default_limit=None):
     p.add_argument("--model", default="HuggingFaceTB/SmolLM2-135M-Instruct",
                    help="Hub id or local folder (offline: the packaged SmolLM2 / Qwen2.5-Coder copies)")
     if default_limit is not None:
-        p.add_argument("--limit", type=_positive(int, "--limit"), default=default_limit,
+        p.add_argument("--limit", type=positive(int, "--limit"), default=default_limit,
                        help=f"number of questions (default {default_limit})")
     p.add_argument("--seed", type=int, default=0, help="sampling and bootstrap seed (default 0)")
     p.add_argument("--prompt-format", default="auto", choices=["auto", "chat", "plain"],
                    help="chat template or plain prompt (auto: chat when the tokenizer has a template)")
-    p.add_argument("--batch-size", type=_positive(int, "--batch-size"), default=8,
+    p.add_argument("--batch-size", type=positive(int, "--batch-size"), default=8,
                    help="follow-up prompts per forward pass")
-    p.add_argument("--n-resamples", type=_positive(int, "--n-resamples"), default=1000,
+    p.add_argument("--n-resamples", type=positive(int, "--n-resamples"), default=1000,
                    help="bootstrap resamples for the 95%% intervals")
     p.add_argument("--output-dir", required=True, help="folder for the outputs (created)")
 
@@ -63,7 +45,7 @@ def add_diagnose_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--dataset", default="mmlu", help="mmlu, gpqa or halueval_qa")
     p.add_argument("--subjects", default=None,
                    help="MMLU subjects and/or categories, comma-separated (stem, humanities, social_sciences, other)")
-    p.add_argument("--tau-n", type=_positive(float, "--tau-n"), default=None,
+    p.add_argument("--tau-n", type=positive(float, "--tau-n"), default=None,
                    help="temperature τ_n of P(True)Norm (default 0.2)")
     _common(p, default_limit=200)
     p.set_defaults(func=run_diagnose)
@@ -102,7 +84,7 @@ def run_diagnose(args) -> int:
     from hf_calibration.secl.confidence import DEFAULT_TAU_N
     from hf_calibration.secl.diagnose import diagnose, format_diagnosis
 
-    out = _output_dir(args.output_dir)
+    out = output_dir(args.output_dir)
     tau_n = DEFAULT_TAU_N if args.tau_n is None else args.tau_n
     dataset = load_mcqa(args.dataset, subjects=args.subjects, limit=args.limit, seed=args.seed)
     resolve_model_path(args.model)
@@ -155,9 +137,9 @@ def add_secl_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--stream", default="mmlu:stem,mmlu:humanities,halueval_qa",
                    help="comma-separated domains in stream order: mmlu:<category or subject, '+'-joined>, gpqa, "
                         "halueval_qa, gsm8k")
-    p.add_argument("--limit-per-domain", type=_positive(int, "--limit-per-domain"), default=50,
+    p.add_argument("--limit-per-domain", type=positive(int, "--limit-per-domain"), default=50,
                    help="questions per domain (default 50)")
-    p.add_argument("--max-new-tokens", type=_positive(int, "--max-new-tokens"), default=8,
+    p.add_argument("--max-new-tokens", type=positive(int, "--max-new-tokens"), default=8,
                    help="answer length (default 8: a letter or a number)")
     p.add_argument("--burst-at-start", action="store_true",
                    help="open a burst at the first question (the entropy gate cannot fire during its warm-up)")
@@ -178,7 +160,7 @@ def run_secl(args) -> int:
     from hf_calibration.secl.mixin import apply_secl
     from hf_calibration.secl.stream import build_stream, format_stream_summary, parse_stream, run_stream, summarize_stream
 
-    out = _output_dir(args.output_dir)
+    out = output_dir(args.output_dir)
     parse_stream(args.stream)
     overrides = {name: getattr(args, name) for _, name, _ in _CONFIG_OPTIONS if getattr(args, name) is not None}
     config = SECLConfig(prompt_format=args.prompt_format, **overrides)

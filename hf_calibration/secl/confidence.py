@@ -550,7 +550,7 @@ def mcqa_signals(
     """
     from tqdm.auto import tqdm
 
-    from hf_calibration.modeling.prompts import LETTERS, build_mcqa_prompt, format_mcqa, option_token_ids
+    from hf_calibration.modeling.prompts import LETTERS, build_mcqa_prompt, option_token_ids
 
     check_template(confidence_template, "confidence_template")
     check_template(p_true_template, "p_true_template")

@@ -122,7 +122,7 @@ class SECLGenerationMixin:
         self._secl_optimizer = None
 
     def _secl_adapter_params(self):
-        return [p for n, p in self.named_parameters() if f"lora_" in n and f".{ADAPTER_NAME}" in n]
+        return [p for n, p in self.named_parameters() if "lora_" in n and f".{ADAPTER_NAME}" in n]
 
     def _secl_adapter_state(self) -> dict:
         from peft import get_peft_model_state_dict
@@ -338,7 +338,7 @@ class SECLGenerationMixin:
         return alts[:k], k + 1
 
     def _secl_step(self, prompt, answer_ids, entropy, distractors, update_enabled, context=None) -> dict:
-        cfg, counters = self.secl_config, self.secl_counters
+        counters = self.secl_counters
         was_training = self.training
         self.eval()
         with torch.no_grad():

@@ -99,3 +99,10 @@ def test_prompt_formats(tiny_tokenizer):
         resolve_prompt_format(tiny_tokenizer, "markdown")
     with pytest.raises(ValueError, match="choices"):
         format_mcqa("q", ["only one"])
+
+
+def test_unknown_token_is_not_an_option_letter(tiny_tokenizer):
+    # the word-level tokenizer maps " F" (not in its vocabulary) to <unk>: that is no letter token
+    assert tiny_tokenizer.encode("F", add_special_tokens=False) == [tiny_tokenizer.unk_token_id]
+    with pytest.raises(ValueError, match="'F'"):
+        option_token_ids(tiny_tokenizer, 6)
