@@ -1,29 +1,86 @@
-"""Argument types shared by the ``hf-calibration`` subcommands (one home, used by every cli module)."""
+"""Argument types and checks shared by the ``hf-calibration`` subcommands (one home for every cli module)."""
 
 from __future__ import annotations
 
 import argparse
+import math
+import os
 from pathlib import Path
 
 
 def positive(kind, name: str):
-    """argparse ``type=`` that parses ``kind`` (int or float) and rejects values ≤ 0, naming ``name``."""
+    """argparse ``type=`` that parses ``kind`` (int or float) and rejects values ≤ 0, NaN and inf, naming ``name``."""
 
     def parse(text):
         try:
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{name} must be a positive {kind.__name__}, got {text!r}") from None
-        if value <= 0:
+        if not math.isfinite(value) or value <= 0:
             raise argparse.ArgumentTypeError(f"{name} must be a positive {kind.__name__}, got {text!r}")
         return value
 
     return parse
 
 
+def non_negative_int(name: str):
+    """argparse ``type=`` for seeds and counts: an integer ≥ 0, naming ``name`` otherwise."""
+
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be an integer ≥ 0, got {text!r}") from None
+        if value < 0:
+            raise argparse.ArgumentTypeError(f"{name} must be an integer ≥ 0, got {text!r}")
+        return value
+
+    return parse
+
+
+def _check_writable_location(path: Path, name: str, raw: str) -> None:
+    """The nearest existing ancestor of ``path`` must be a writable directory (checked before any work)."""
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ValueError(f"{name}: {raw!r} cannot be created: {str(parent)!r} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ValueError(f"{name}: {raw!r} cannot be created: {str(parent)!r} is not writable")
+
+
 def output_dir(path: str, name: str = "--output-dir") -> Path:
-    """``path`` as a folder to write into; ValueError when it exists and is not a directory."""
+    """``path`` as a folder to write into, checked up front: not empty, not an existing file, creatable."""
+    if not path:
+        raise ValueError(f"{name}: must name a folder, got {path!r}")
     out = Path(path)
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"{name}: {path!r} exists and is not a directory")
+    if out.exists():
+        if not out.is_dir():
+            raise ValueError(f"{name}: {path!r} exists and is not a directory")
+        if not os.access(out, os.W_OK | os.X_OK):
+            raise ValueError(f"{name}: {path!r} is not writable")
+    else:
+        _check_writable_location(out, name, path)
     return out
+
+
+def output_file(path: str, name: str = "--output") -> Path:
+    """``path`` as a file to write, checked up front: not empty, not a directory, its folder creatable."""
+    if not path:
+        raise ValueError(f"{name}: must name a file, got {path!r}")
+    out = Path(path)
+    if out.is_dir():
+        raise ValueError(f"{name}: {path!r} is a directory; give a file name")
+    if out.exists() and not os.access(out, os.W_OK):
+        raise ValueError(f"{name}: {path!r} is not writable")
+    if not out.exists():
+        _check_writable_location(out, name, path)
+    return out
+
+
+def input_file(path: str, name: str) -> Path:
+    """``path`` as an existing, readable file, or ValueError naming ``name`` and the value given."""
+    p = Path(path)
+    if not path or not p.is_file():
+        raise ValueError(f"{name}: {path!r} is not a file")
+    return p

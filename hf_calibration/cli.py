@@ -9,10 +9,9 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 
 from hf_calibration import reports
-from hf_calibration._cli_args import output_dir, positive
+from hf_calibration._cli_args import input_file, non_negative_int, output_dir, output_file, positive
 
 
 class _Parser(argparse.ArgumentParser):
@@ -35,7 +34,7 @@ def _add_evaluate(sub):
                    help="MMLU subjects and/or categories, comma-separated (stem, humanities, social_sciences, other)")
     p.add_argument("--limit", type=positive(int, "--limit"), default=500,
                    help="number of questions, stratified by subject (default 500)")
-    p.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    p.add_argument("--seed", type=non_negative_int("--seed"), default=0, help="sampling seed (default 0)")
     p.add_argument("--batch-size", type=positive(int, "--batch-size"), default=8, help="questions per forward pass")
     p.add_argument("--prompt-format", default="auto", choices=["auto", "chat", "plain"],
                    help="chat template or plain prompt (auto: chat when the tokenizer has a template)")
@@ -65,10 +64,8 @@ def _add_fit_posthoc(sub):
 def _run_fit_posthoc(args) -> int:
     from hf_calibration.posthoc import CALIBRATORS
 
-    out = Path(args.output)
-    if out.is_dir():
-        raise ValueError(f"--output: {args.output!r} is a directory; give a file name")
-    records = reports.read_predictions(args.predictions)
+    out = output_file(args.output)
+    records = reports.read_predictions(input_file(args.predictions, "--predictions"))
     calibrator = CALIBRATORS[args.method]()
     if calibrator.input_kind == "logits":
         calibrator.fit(reports.option_logits_of(records, "--predictions"), [r["answer"] for r in records])
@@ -82,6 +79,12 @@ def _run_fit_posthoc(args) -> int:
     return 0
 
 
+def _as_option(message: str, options: dict) -> str:
+    """Replace a leading "<parameter>:" of a library error with the command-line option it came from."""
+    head, sep, rest = message.partition(":")
+    return f"{options[head]}:{rest}" if sep and head in options else message
+
+
 def _run_evaluate(args) -> int:
     from hf_calibration.data import load_mcqa
     from hf_calibration.modeling import load_model, resolve_model_path, score_mcqa
@@ -89,8 +92,17 @@ def _run_evaluate(args) -> int:
     from hf_calibration.posthoc import load_calibrator
 
     out = output_dir(args.output_dir)
-    calibrator = load_calibrator(args.posthoc) if args.posthoc else None
-    dataset = load_mcqa(args.dataset, subjects=args.subjects, limit=args.limit, seed=args.seed)
+    calibrator = None
+    if args.posthoc is not None:
+        path = input_file(args.posthoc, "--posthoc")
+        try:
+            calibrator = load_calibrator(path)
+        except (ValueError, TypeError, KeyError, UnicodeDecodeError) as err:
+            raise ValueError(f"--posthoc: {args.posthoc!r} is not a calibrator saved by fit-posthoc ({err})") from None
+    try:
+        dataset = load_mcqa(args.dataset, subjects=args.subjects, limit=args.limit, seed=args.seed)
+    except ValueError as err:  # the loader names its parameters; say which option they came from
+        raise ValueError(_as_option(str(err), {"name": "--dataset", "subjects": "--subjects"})) from None
     resolve_model_path(args.model)  # fails fast on a bad path before the heavy load
     start = time.perf_counter()
     model, tokenizer = load_model(args.model)
@@ -130,7 +142,7 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ValueError, FileNotFoundError) as err:
+    except (ValueError, OSError) as err:  # bad values, and files that cannot be read or written
         print(f"hf-calibration: error: {err}", file=sys.stderr)
         return 2
 

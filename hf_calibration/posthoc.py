@@ -242,6 +242,8 @@ class _PosthocCalibrator(BaseEstimator):
             if attr not in state:
                 raise ValueError(f"saved {self.method!r} calibrator lacks state field {attr!r}")
             value = np.asarray(state[attr], dtype=np.float64)
+            if not np.all(np.isfinite(value)):
+                raise ValueError(f"saved {self.method!r} calibrator has a non-finite {attr!r}: {state[attr]!r}")
             setattr(self, attr, float(value) if value.ndim == 0 else value)
 
     def save(self, path):
@@ -373,6 +375,11 @@ class TemperatureScaler(_PosthocCalibrator):
                 stacklevel=2,
             )
         return self
+
+    def _state_from_json(self, state):
+        super()._state_from_json(state)
+        if not self.temperature_ > 0:
+            raise ValueError(f"saved temperature calibrator has temperature_={self.temperature_!r}; it must be > 0")
 
     def transform(self, logits):
         """Calibrated probabilities ``softmax(logits / temperature_)``, shape (n, K), float64."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -169,24 +170,52 @@ def prediction_records(dataset, scores) -> list[dict]:
     return records
 
 
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _check_record(record, where: str) -> None:
+    """Types and ranges of one predictions.jsonl record (the schema ``prediction_records`` writes)."""
+    if not isinstance(record, dict):
+        raise ValueError(f"{where} is not a JSON object")
+    missing = {"answer", "correct", "confidence", "option_logits"} - set(record)
+    if missing:
+        raise ValueError(f"{where} lacks {sorted(missing)}")
+    answer, correct, conf, logits = (record[k] for k in ("answer", "correct", "confidence", "option_logits"))
+    if not isinstance(answer, int) or isinstance(answer, bool) or answer < 0:
+        raise ValueError(f"{where}: 'answer' must be an option index ≥ 0, got {answer!r}")
+    if not isinstance(correct, bool):
+        raise ValueError(f"{where}: 'correct' must be true or false, got {correct!r}")
+    if not _is_number(conf) or not 0.0 <= conf <= 1.0:
+        raise ValueError(f"{where}: 'confidence' must be a number in [0, 1], got {conf!r}")
+    if not isinstance(logits, list) or not all(v is None or _is_number(v) for v in logits):
+        raise ValueError(f"{where}: 'option_logits' must be a list of numbers (null for absent options), got {logits!r}")
+    if any(v is not None and not math.isfinite(v) for v in logits):
+        raise ValueError(f"{where}: 'option_logits' must be finite, got {logits!r}")
+    if answer >= len(logits):
+        raise ValueError(f"{where}: 'answer' {answer} is out of range for {len(logits)} options")
+
+
 def read_predictions(path) -> list[dict]:
-    """Records of a predictions.jsonl; ValueError naming the file and line when one does not parse."""
+    """Records of a predictions.jsonl, validated; ValueError naming ``--predictions``, the file and line."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"--predictions: {str(path)!r} is not a file")
     records = []
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ValueError(f"--predictions: {str(path)!r} line {lineno} is not JSON ({err.msg})") from None
-            missing = {"answer", "correct", "confidence", "option_logits"} - set(record)
-            if missing:
-                raise ValueError(f"--predictions: {str(path)!r} line {lineno} lacks {sorted(missing)}")
-            records.append(record)
+    try:
+        with open(path, encoding="utf-8") as f:
+            for lineno, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                where = f"--predictions: {str(path)!r} line {lineno}"
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError as err:
+                    raise ValueError(f"{where} is not JSON ({err.msg})") from None
+                _check_record(record, where)
+                records.append(record)
+    except UnicodeDecodeError as err:
+        raise ValueError(f"--predictions: {str(path)!r} is not UTF-8 text ({err.reason} at byte {err.start})") from None
     if not records:
         raise ValueError(f"--predictions: {str(path)!r} holds no predictions")
     return records
@@ -223,7 +252,12 @@ class AtomicOutputDir:
             if exc_type is None:
                 self.path.mkdir(parents=True, exist_ok=True)
                 for f in Path(self._tmp.name).iterdir():
-                    os.replace(f, self.path / f.name)
+                    target = self.path / f.name
+                    if target.is_dir() and not target.is_symlink():
+                        shutil.rmtree(target)  # os.replace cannot replace a non-empty folder (a rerun's adapter)
+                    elif target.is_dir():
+                        target.unlink()
+                    os.replace(f, target)
         finally:
             self._tmp.cleanup()
         return False

@@ -129,5 +129,57 @@ def test_entry_point_prints_one_line_and_exits_2(tmp_path):
         capture_output=True, text=True, env={"HF_HUB_OFFLINE": "1", "PATH": ""}, timeout=120,
     )
     assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines() == ["hf-calibration: error: name: unknown dataset 'nope'; choose one of "
+    assert proc.stderr.strip().splitlines() == ["hf-calibration: error: --dataset: unknown dataset 'nope'; choose one of "
                                                 "['gpqa', 'halueval_qa', 'mmlu']"]
+
+
+@pytest.mark.parametrize(
+    "make, fragment",
+    [
+        (lambda tmp: ("--output-dir", str(tmp / "afile" / "out")), "not a directory"),
+        (lambda tmp: ("--output-dir", ""), "--output-dir"),
+        (lambda tmp: ("--seed", "-1"), "--seed"),
+        (lambda tmp: ("--posthoc", str(tmp)), "--posthoc"),
+        (lambda tmp: ("--posthoc", str(tmp / "corrupt.json")), "--posthoc"),
+    ],
+)
+def test_evaluate_bad_locations_and_files_fail_before_scoring(tiny_model_dir, tmp_path, capsys, make, fragment):
+    (tmp_path / "afile").write_text("x")
+    (tmp_path / "corrupt.json").write_text('{"method": "temperature", "format_version": 1, "state": {"temperature_": -1}}')
+    flag, value = make(tmp_path)
+    argv = ["evaluate", "--model", str(tiny_model_dir), "--limit", "4", "--output-dir", str(tmp_path / "o"), flag, value]
+    try:
+        code = main(argv)
+    except SystemExit as exit_:
+        code = exit_.code
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and fragment in err and "Traceback" not in err, err
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize(
+    "line, fragment",
+    [
+        ("42", "not a JSON object"),
+        ('{"answer": 1, "correct": true, "confidence": 0.5, "option_logits": null}', "option_logits"),
+        ('{"answer": "B", "correct": true, "confidence": 0.5, "option_logits": [1, 2]}', "'answer'"),
+        ('{"answer": 1, "correct": "yes", "confidence": 0.5, "option_logits": [1, 2]}', "'correct'"),
+        ('{"answer": 1, "correct": true, "confidence": NaN, "option_logits": [1, 2]}', "'confidence'"),
+        ('{"answer": 1, "correct": true, "confidence": 0.5, "option_logits": ["a", 2]}', "option_logits"),
+        ('{"answer": 7, "correct": true, "confidence": 0.5, "option_logits": [1, 2]}', "out of range"),
+    ],
+)
+def test_fit_posthoc_rejects_malformed_records(tmp_path, capsys, line, fragment):
+    bad = tmp_path / "p.jsonl"
+    bad.write_text(line + "\n")
+    _bad(["fit-posthoc", "--method", "platt", "--predictions", str(bad), "--output", str(tmp_path / "c.json")],
+         capsys, fragment)
+    assert not (tmp_path / "c.json").exists()
+
+
+def test_rerun_into_the_same_folder_replaces_outputs(tiny_model_dir, tmp_path):
+    out = tmp_path / "run"
+    (out / "reliability_diagram.png").mkdir(parents=True)  # a stale folder where a file goes
+    (out / "reliability_diagram.png" / "junk").write_text("x")
+    assert _evaluate(tiny_model_dir, out) == 0
+    assert (out / "reliability_diagram.png").is_file()

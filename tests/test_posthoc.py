@@ -478,3 +478,15 @@ def test_temperature_at_bound_warns_for_uninformative_logits():
     with pytest.warns(RuntimeWarning, match="bound"):
         ts = TemperatureScaler().fit(logits, labels)
     assert ts.temperature_ == pytest.approx(np.exp(10.0))
+
+
+@pytest.mark.parametrize("bad", [-1.0, 0.0, float("nan")])
+def test_loading_a_non_positive_or_nan_temperature_fails(tmp_path, bad):
+    ts = TemperatureScaler().fit(np.array([[2.0, 0.0], [0.0, 1.0], [1.0, 0.5]]), np.array([0, 1, 1]))
+    path = tmp_path / "ts.json"
+    ts.save(path)
+    payload = json.loads(path.read_text())
+    payload["state"]["temperature_"] = bad
+    path.write_text(json.dumps(payload))
+    with pytest.raises(ValueError, match="temperature_"):
+        TemperatureScaler.load(path)

@@ -77,6 +77,8 @@ def _datasets(args, tokenizer):
 def run_calm(args) -> int:
     from peft import LoraConfig
 
+    from hf_calibration._cli_args import output_dir
+
     from hf_calibration.calm.trainer import CALMTrainer
     from hf_calibration.data.loaders import resolve_subjects
     from hf_calibration.modeling import load_model, resolve_model_path
@@ -88,6 +90,17 @@ def run_calm(args) -> int:
         raise ValueError(f"--n-eval: must be ≥ 0, got {args.n_eval!r}")
     if args.lora_r < 0:
         raise ValueError(f"--lora-r: must be ≥ 0, got {args.lora_r!r}")
+    if not args.output_dir:
+        raise ValueError("--output-dir: required (the folder for the adapter, logit adjustment and model card)")
+    output_dir(args.output_dir)
+    from hf_calibration.data import MCQA_DATASETS
+
+    if args.train_dataset not in MCQA_DATASETS:
+        raise ValueError(f"--train-dataset: unknown dataset {args.train_dataset!r}; choose one of {sorted(MCQA_DATASETS)}")
+    if args.train_dataset != "mmlu" and (args.calibration_subjects or args.eval_subjects
+                                         or args.train_subjects not in (None, "stem")):
+        raise ValueError(f"--train-subjects/--calibration-subjects/--eval-subjects: only --train-dataset mmlu has "
+                         f"subjects, got --train-dataset {args.train_dataset!r}")
     if args.train_dataset == "mmlu":
         for opt in ("train_subjects", "calibration_subjects", "eval_subjects"):
             try:

@@ -22,6 +22,12 @@ def _is_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _bf16_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+
+
 @dataclass
 class CALMConfig(SFTConfig):
     r"""Configuration of ``CALMTrainer``: every ``SFTConfig`` field, plus the CALM fields below.
@@ -196,6 +202,16 @@ class CALMConfig(SFTConfig):
             self.load_best_model_at_end = True
             self.metric_for_best_model = f"eval_{self.select_best_by}"
             self.greater_is_better = False
+        if not _is_int(self.per_device_train_batch_size) or self.per_device_train_batch_size < 1:
+            raise ValueError(
+                f"per_device_train_batch_size: must be a positive integer, got {self.per_device_train_batch_size!r}"
+            )
+        if not self.learning_rate >= 0:
+            raise ValueError(f"learning_rate: must be ≥ 0, got {self.learning_rate!r}")
+        if self.bf16 is None and not self.fp16 and not _bf16_available():
+            # TRL defaults bf16 to True, which transformers refuses on a machine without a bf16 GPU;
+            # fall back to fp32 there instead of failing (an explicit --bf16 true still errors).
+            self.bf16 = False
         super().__post_init__()
 
     @property

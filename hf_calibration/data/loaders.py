@@ -250,6 +250,11 @@ def _stratified_indices(groups: Sequence[str], limit: int, seed: int) -> list[in
     return sorted(chosen)
 
 
+def _check_seed(seed):
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed: must be an integer ≥ 0, got {seed!r}")
+
+
 def _check_limit(limit):
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, (int, np.integer)) or limit <= 0):
         raise ValueError(f"limit: must be a positive integer or None, got {limit!r}")
@@ -302,10 +307,12 @@ def load_mcqa(
 
     Raises
     ------
-    ValueError for an unknown name, subject, source or a non-positive limit (before any file is read);
+    ValueError for an unknown name, subject, source, a non-positive limit or a negative seed (before any
+    file is read);
     FileNotFoundError naming the pip package when an offline copy is not installed.
     """
     _check_limit(limit)
+    _check_seed(seed)
     wanted = resolve_subjects(subjects)
     if wanted is not None and name != "mmlu":
         raise ValueError(f"subjects: only 'mmlu' has subjects, got subjects={subjects!r} for name={name!r}")
@@ -324,6 +331,7 @@ def load_open_qa(name: str, *, limit: int | None = None, seed: int = 0, source: 
     name or a non-positive limit.
     """
     _check_limit(limit)
+    _check_seed(seed)
     rows = _load(OPEN_QA_DATASETS, name, source, seed)
     if limit is not None and limit < len(rows):
         rows = [rows[i] for i in sorted(np.random.default_rng(seed).choice(len(rows), size=limit, replace=False))]

@@ -11,7 +11,7 @@ import argparse
 import time
 from pathlib import Path
 
-from hf_calibration._cli_args import output_dir, positive
+from hf_calibration._cli_args import non_negative_int, output_dir, positive
 
 
 def _common(p, default_limit=None):
@@ -20,7 +20,7 @@ def _common(p, default_limit=None):
     if default_limit is not None:
         p.add_argument("--limit", type=positive(int, "--limit"), default=default_limit,
                        help=f"number of questions (default {default_limit})")
-    p.add_argument("--seed", type=int, default=0, help="sampling and bootstrap seed (default 0)")
+    p.add_argument("--seed", type=non_negative_int("--seed"), default=0, help="sampling and bootstrap seed (default 0)")
     p.add_argument("--prompt-format", default="auto", choices=["auto", "chat", "plain"],
                    help="chat template or plain prompt (auto: chat when the tokenizer has a template)")
     p.add_argument("--batch-size", type=positive(int, "--batch-size"), default=8,
