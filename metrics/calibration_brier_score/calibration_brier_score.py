@@ -9,6 +9,7 @@ import evaluate
 import numpy as np
 
 from hf_calibration.metrics import brier_score
+from hf_calibration.metrics.evaluate_features import calibration_features
 
 _CITATION = """\
 @article{brier1950verification,
@@ -57,12 +58,7 @@ Examples:
     0.3267
 """
 
-_FEATURES = [
-    datasets.Features({"predictions": datasets.Value("float64"), "references": datasets.Value("int64")}),
-    datasets.Features(
-        {"predictions": datasets.Sequence(datasets.Value("float64")), "references": datasets.Value("int64")}
-    ),
-]
+_FEATURES = calibration_features()
 
 
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)

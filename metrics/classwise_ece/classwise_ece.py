@@ -9,6 +9,7 @@ import evaluate
 import numpy as np
 
 from hf_calibration.metrics import classwise_ece
+from hf_calibration.metrics.evaluate_features import calibration_features
 
 _CITATION = """\
 @inproceedings{nixon2019measuring,
@@ -55,9 +56,7 @@ Examples:
     0.3667
 """
 
-_FEATURES = datasets.Features(
-    {"predictions": datasets.Sequence(datasets.Value("float64")), "references": datasets.Value("int64")}
-)
+_FEATURES = calibration_features(("probabilities",))
 
 
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)

@@ -9,6 +9,7 @@ import evaluate
 import numpy as np
 
 from hf_calibration.metrics import smooth_ece
+from hf_calibration.metrics.evaluate_features import calibration_features
 
 _CITATION = """\
 @inproceedings{blasiok2024smooth,
@@ -55,12 +56,7 @@ Examples:
     0.1397
 """
 
-_FEATURES = [
-    datasets.Features({"predictions": datasets.Value("float64"), "references": datasets.Value("int64")}),
-    datasets.Features(
-        {"predictions": datasets.Sequence(datasets.Value("float64")), "references": datasets.Value("int64")}
-    ),
-]
+_FEATURES = calibration_features()
 
 
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
