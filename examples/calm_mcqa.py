@@ -157,7 +157,8 @@ def run_report(args):
             refs = references(correct, k, accuracy=val_acc, **kw)
             results["references"][name] = refs
             signals.update({f"ref: const = val acc ({val_acc:.3f})": refs["constant_accuracy"], "ref: const = 1/K": refs["constant_1/K"]})
-        lines += [f"### {name} (n={table[next(iter(table))][name]['n']['value'] if isinstance(table[next(iter(table))][name]['n'], dict) else table[next(iter(table))][name]['n']})", "", "```",
+        n = next(iter(table.values()))[name]["n"]  # calibration_report's "n" is a plain int
+        lines += [f"### {name} (n={n})", "", "```",
                   format_table(signals), "```", ""]
     ood_mean = {}
     for m in table:
