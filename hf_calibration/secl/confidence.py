@@ -20,7 +20,9 @@ and K distractors cost one long pass plus K+1 short ones).
 Multi-token numbers. Tokenizers that split digits (SmolLM2, Qwen2.5, Llama 3) have no single token
 "10". Then the first step reads "0".."9"; the mass of "1" is split by a second next-token read after
 "1": ``P(10) = P("1")·P("0" | "1")`` and ``P(1) = P("1")·(1 − P("0" | "1"))`` (the scale stops at
-10, so any other continuation means 1). That read is one more forward pass and is counted.
+10, so any other continuation means 1). That read is counted as one more forward pass; where one
+answer is read (``continuation_then_token``: SECL's ``generate``, ``mcqa_signals``) it costs only one
+more token in the same pass, "1" appended to the follow-up.
 
 Forward passes are counted logically: one per next-token distribution read (one scored prompt), as if
 no cache were shared; the ``seconds`` fields give the real cost with the cache.
@@ -185,19 +187,26 @@ def _repeat_cache(cache, repeats: int):
     """A copy of ``cache`` repeated along the batch; the prefix tensors are shared, not copied.
 
     Shallow copies suffice because cache layers replace their tensors (``torch.cat``) rather than
-    writing into them; deep copies would also fail on tensors that carry gradients.
+    writing into them; deep copies would also fail on tensors that carry gradients. ``repeats=1``
+    copies no tensor at all (``repeat_interleave(1)`` would).
     """
     new = copy.copy(cache)
     new.layers = [copy.copy(layer) for layer in cache.layers]
-    new.batch_repeat_interleave(repeats)
+    if repeats != 1:
+        new.batch_repeat_interleave(repeats)
     return new
 
 
 def cache_row(cache, index: int, keep: int):
-    """Row ``index`` of a batched cache, cut to its first ``keep`` positions (prefix tensors shared)."""
+    """Row ``index`` of a batched cache, cut to its first ``keep`` positions (prefix tensors shared).
+
+    A batch of one is only cropped (a view), not indexed (a copy).
+    """
     new = copy.copy(cache)
     new.layers = [copy.copy(layer) for layer in cache.layers]
-    new.batch_select_indices(torch.tensor([index]))
+    keys = getattr(new.layers[0], "keys", None) if new.layers else None
+    if not (index == 0 and keys is not None and keys.shape[0] == 1):
+        new.batch_select_indices(torch.tensor([index]))
     if keep < new.get_seq_length():
         new.crop(keep - new.get_seq_length())
     return new
@@ -263,28 +272,27 @@ def continuation_then_token(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Next-token log-softmax (1, V) after ``prefix + continuation``, and (1, V) after one more ``token``.
 
-    The second read reuses the first one's cache, so it costs a one-token step (the two-step read of
-    "10"). ``token=None`` skips it. ``cache`` is not modified.
+    Both come from one forward pass over ``continuation + [token]`` on ``cache``: the logits at its
+    last two positions (causal attention makes the first one blind to ``token``). This is the
+    two-step read of "10" at the price of one more token in the pass rather than a second pass.
+    ``token=None`` reads only the first. ``cache`` is not modified.
     """
     device = next(model.parameters()).device
     if prefix_mask is None:
         prefix_mask = torch.ones(n_prefix, dtype=torch.long)
     if start_position is None:
         start_position = int(prefix_mask.sum())
+    tokens = list(continuation) + ([] if token is None else [token])
     with torch.set_grad_enabled(requires_grad):
-        ids = torch.as_tensor([list(continuation)], dtype=torch.long, device=device)
-        mask = torch.cat([prefix_mask.to(device), torch.ones(ids.shape[1], dtype=torch.long, device=device)])[None]
-        positions = (start_position + torch.arange(ids.shape[1], device=device))[None]
+        ids = torch.as_tensor([tokens], dtype=torch.long, device=device)
+        mask = torch.cat([prefix_mask.to(device), torch.ones(len(tokens), dtype=torch.long, device=device)])[None]
+        positions = (start_position + torch.arange(len(tokens), device=device))[None]
         out = model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=_repeat_cache(cache, 1),
-                    use_cache=True, logits_to_keep=1)
-        first = torch.log_softmax(out.logits[:, -1, :].float(), dim=-1)
-        if token is None:
-            return first, None
-        mask = torch.cat([mask, mask.new_ones((1, 1))], dim=1)
-        positions = positions[:, -1:] + 1
-        out = model(input_ids=torch.tensor([[token]], device=device), attention_mask=mask, position_ids=positions,
-                    cache=out.cache, use_cache=True, logits_to_keep=1)
-        return first, torch.log_softmax(out.logits[:, -1, :].float(), dim=-1)
+                    use_cache=True, logits_to_keep=1 if token is None else 2)
+        lp = torch.log_softmax(out.logits[0].float(), dim=-1)
+    if token is None:
+        return lp[-1:], None
+    return lp[-2:-1], lp[-1:]
 
 
 def followup_logprobs(
@@ -594,9 +602,9 @@ def mcqa_signals(
             cont = _answer_then_followup(tokenizer, LETTERS[pred],
                                          confidence_template.replace("{answer}", answers[pred]),
                                          fmt, PLAIN_CONFIDENCE_PREFIX)
-            conts = [cont, cont + [tokens.digits[1][0]]] if tokens.two_step else [cont]
-            vlp = continuation_logprobs(model, cache, n_prefix, conts, batch_size=batch_size, pad_id=pad)
-            c, g, m = verbalized_from_logprobs(vlp[:1], tokens, vlp[1:] if tokens.two_step else None)
+            first, second = continuation_then_token(model, cache, n_prefix, cont,
+                                                    tokens.digits[1][0] if tokens.two_step else None)
+            c, g, m = verbalized_from_logprobs(first, tokens, second)
             verb[i], greedy[i], verb_mass[i] = float(c[0]), g[0], m[0]
             t3 = time.perf_counter()
             t_option, t_ptrue, t_verb = t_option + t1 - t0, t_ptrue + t2 - t1, t_verb + t3 - t2

@@ -19,7 +19,10 @@ Counters (``secl_counters``) and per-item records of the last call (``secl_recor
 
 Forward passes are counted as in ``confidence.py``: one per generation and one per next-token read
 (verbalized: 1, or 2 when "10" is two tokens; P(True): one per candidate; the beam search for
-alternatives: one per beam; an update step: one forward with its backward).
+alternatives: one per beam; an update step: one forward with its backward). Outside bursts the real
+extra work is one forward pass over the follow-up turn on ``generate``'s own cache (both reads of a
+two-token "10" come from it): no prompt or answer token is run again, and for a batch of one the
+cache is cropped, not copied.
 """
 
 from __future__ import annotations
@@ -242,18 +245,21 @@ class SECLGenerationMixin:
         n_prompt = input_ids.shape[1]
         eos = self._secl_stop_ids(kwargs)
         cache = getattr(out, "cache", None)
+        # one device-to-host transfer each for the ids, the mask and the per-step entropies of the batch
+        answers = out.sequences[:, n_prompt:].tolist()
+        prompt_ids, prompt_mask = input_ids.tolist(), attention_mask.cpu()
+        step_entropy = self._secl_step_entropies(out.scores)
         confidences, records = [], []
-        for i in range(len(input_ids)):
-            prompt = input_ids[i][attention_mask[i].bool()].tolist()
-            answer = out.sequences[i, n_prompt:].tolist()
+        for i, answer in enumerate(answers):
+            prompt = [t for t, m in zip(prompt_ids[i], prompt_mask[i].tolist()) if m]
             length = next((j for j, t in enumerate(answer) if t in eos), len(answer))
-            entropy = self._secl_entropy([s[i] for s in out.scores[:max(length, 1)]])
+            entropy = float(step_entropy[: max(length, 1), i].mean()) if len(step_entropy) else 0.0
             distractors = None if secl_distractors is None else list(secl_distractors[i])
             context = None
             if cache is not None and hasattr(cache, "layers"):
                 # generate's cache holds the prompt and all answer tokens but the last: reuse it
                 keep = min(cache.get_seq_length(), n_prompt + length)
-                mask = torch.cat([attention_mask[i].cpu(), torch.ones(keep - n_prompt, dtype=torch.long)])
+                mask = torch.cat([prompt_mask[i], torch.ones(keep - n_prompt, dtype=torch.long)])
                 context = (cache_row(cache, i, keep), mask, keep - n_prompt)
             record = self._secl_step(prompt, answer[:length], entropy, distractors, secl_update, context)
             confidences.append(record["confidence"])
@@ -277,14 +283,14 @@ class SECLGenerationMixin:
         return ids
 
     @staticmethod
-    def _secl_entropy(step_scores) -> float:
-        """Mean entropy (nats) of the next-token distributions of the generated answer."""
+    def _secl_step_entropies(step_scores) -> torch.Tensor:
+        """Entropy (nats) of each step's next-token distribution, (steps, batch) float32 on the CPU;
+        an answer's gate input is the mean over its own steps."""
         if not step_scores:
-            return 0.0
-        logits = torch.stack([s.float() for s in step_scores])
-        logp = torch.log_softmax(logits, dim=-1)
+            return torch.zeros(0)
+        logp = torch.log_softmax(torch.stack(step_scores).float(), dim=-1)  # (steps, batch, V)
         ent = -(torch.exp(logp) * torch.where(torch.isfinite(logp), logp, torch.zeros_like(logp))).sum(-1)
-        return float(ent.mean())
+        return ent.cpu()
 
     def _secl_text(self, answer_ids) -> str:
         text = self.secl_tokenizer.decode(answer_ids, skip_special_tokens=True).strip()
@@ -340,7 +346,8 @@ class SECLGenerationMixin:
     def _secl_step(self, prompt, answer_ids, entropy, distractors, update_enabled, context=None) -> dict:
         counters = self.secl_counters
         was_training = self.training
-        self.eval()
+        if was_training:  # eval() walks every module: skip it when there is nothing to switch
+            self.eval()
         with torch.no_grad():
             conf, greedy, passes = self._secl_verbalized(prompt, answer_ids, context=context)
         c = float(conf[0])

