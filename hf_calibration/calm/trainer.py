@@ -22,6 +22,8 @@ from hf_calibration.calm.logit_adjustment import (
 )
 
 ALPHA_PREFIX = "logit_adjustment."
+# CFT's bin accuracies in a checkpoint: training state (like the optimizer's), not part of the saved model.
+CFT_STATE_NAME = "cft_state.safetensors"
 _NEEDS_CALIBRATION = ("bome", "iterate", "regularization", "scalar")
 _ZERO3_PIN = -1  # DeepSpeed submodule ids are >= 0
 
@@ -585,6 +587,33 @@ class CALMTrainer(SFTTrainer):
         if not (Path(resume_from_checkpoint) / ADJUSTMENT_WEIGHTS_NAME).is_file():
             raise ValueError(f"resume_from_checkpoint: {resume_from_checkpoint!r} has no {ADJUSTMENT_WEIGHTS_NAME}")
         self._load_calm_weights(resume_from_checkpoint)
+
+    def _save_checkpoint(self, model, trial):
+        super()._save_checkpoint(model, trial)
+        if self._cft_bin_accuracy is not None and self.args.should_save:
+            from safetensors.torch import save_file
+            from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+            folder = Path(self._get_output_dir(trial=trial)) / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+            save_file({"bin_accuracy": self._cft_bin_accuracy.contiguous()}, str(folder / CFT_STATE_NAME))
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        # Called on every resume, whatever the backend (DDP, DeepSpeed, one process), after the weights.
+        super()._load_optimizer_and_scheduler(checkpoint)
+        if checkpoint is None or self.args.method != "cft":
+            return
+        from safetensors.torch import load_file
+
+        path = Path(checkpoint) / CFT_STATE_NAME
+        if not path.is_file():
+            raise ValueError(f"resume_from_checkpoint: {str(checkpoint)!r} has no {CFT_STATE_NAME}, the CFT bin "
+                             "accuracies every method='cft' checkpoint holds; without them the run would not continue "
+                             "as it began")
+        accuracy = load_file(str(path))["bin_accuracy"]
+        if accuracy.shape != (self.args.cft_num_bins,):
+            raise ValueError(f"cft_num_bins: the checkpoint's CFT state has {accuracy.numel()} bins, "
+                             f"got cft_num_bins={self.args.cft_num_bins}")
+        self._cft_bin_accuracy = accuracy
 
     def _load_best_model(self):
         self._load_calm_weights(self.state.best_model_checkpoint)

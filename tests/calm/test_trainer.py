@@ -103,16 +103,27 @@ def test_save_load_round_trip(tmp_path, tiny_tokenizer, mcqa_data):
     torch.testing.assert_close(loaded(input_ids=ids).logits, trainer.model(input_ids=ids).logits)
 
 
-def test_resume_equals_uninterrupted(tmp_path, tiny_tokenizer, mcqa_data):
+@pytest.mark.parametrize("method, extra", [
+    ("bome", {}), ("scalar", {}), ("iterate", {}), ("regularization", {}), ("sft", {}),
+    # CFT's bin accuracies come from step 0 and are not refreshed before step 4: the resumed run must read
+    # them from the checkpoint, not recompute them from the step-2 model. The tiny model's confidences sit
+    # near 1/4, so fine bins and a larger lr are needed for the step-2 accuracies to differ from step 0's.
+    ("cft", {"cft_num_bins": 100, "learning_rate": 5e-2}),
+    # and a refresh after the resume (step 3) happens at the same step as in the uninterrupted run
+    ("cft", {"cft_num_bins": 100, "learning_rate": 5e-2, "cft_refresh_steps": 3}),
+])
+def test_resume_equals_uninterrupted(tmp_path, tiny_tokenizer, mcqa_data, method, extra):
     kw = dict(max_steps=4, save_strategy="steps", save_steps=2, per_device_train_batch_size=2,
-              gradient_accumulation_steps=2, logging_steps=1)
+              gradient_accumulation_steps=2, logging_steps=1, method=method, **extra)
     full = make_trainer(tmp_path / "a", tiny_tokenizer, mcqa_data, **kw)
     full.train()
     first = make_trainer(tmp_path / "b", tiny_tokenizer, mcqa_data, **kw)
     first.add_callback(StopAfter(2))  # same schedule, interrupted after the checkpoint at step 2
     first.train()
+    checkpoint = tmp_path / "b" / "out" / "checkpoint-2"
+    assert (checkpoint / "cft_state.safetensors").is_file() == (method == "cft")
     resumed = make_trainer(tmp_path / "b", tiny_tokenizer, mcqa_data, **kw)
-    resumed.train(resume_from_checkpoint=str(tmp_path / "b" / "out" / "checkpoint-2"))
+    resumed.train(resume_from_checkpoint=str(checkpoint))
     a, b = trainable(full), trainable(resumed)
     for n in a:
         torch.testing.assert_close(a[n], b[n], rtol=0, atol=1e-6)
@@ -160,3 +171,4 @@ def test_evaluate_logs_accuracy_and_ece(tmp_path, tiny_tokenizer, mcqa_data):
     assert metrics["eval_accuracy"] == scores.correct.mean()
     assert metrics["eval_conf_ece"] == __import__("pytest").approx(
         expected_calibration_error(scores.labels, scores.probs, n_bins=15), abs=1e-5)
+
