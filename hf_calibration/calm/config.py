@@ -41,7 +41,11 @@ class CALMConfig(SFTConfig):
         default="bome",
         metadata={
             "help": "Training method. 'bome': CALM, the first-order bilevel update of SPEC §1 (paper). 'iterate': "
-            "α steps on −H and θ steps on L_tr from the same point, no λ coupling (paper ablation). "
+            "the paper's alternating ablation (SPEC §1: an α step on −H alternated with a θ step on L_tr, no λ "
+            "coupling): even optimizer steps update θ on L_tr only, odd steps α on −H only, at the θ just updated; "
+            "the resting group gets no gradient, so the optimizer leaves it untouched (one θ step per α step, θ "
+            "first: ours, the paper gives no ratio; under DeepSpeed ZeRO the engine zero-fills missing gradients, "
+            "so Adam momentum still moves the resting group). "
             "'regularization': single level, min L_tr − β·H over (α, θ) (paper ablation). 'scalar': 'bome' with one "
             "shared temperature and no shift (paper's 'learned TS' ablation). 'sft': L_tr only, α fixed at the "
             "identity (set label_smoothing_factor for the label-smoothing baseline). 'cft': calibration-aware "

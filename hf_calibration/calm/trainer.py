@@ -421,21 +421,20 @@ class CALMTrainer(SFTTrainer):
                 self._accumulate("q", {"q": terms.q}, scale)
                 lower, logs["residual_q"], logs["calibration_entropy"] = terms.lower, terms.q, -terms.upper
             else:
-                lower = self._lower_loss(inputs)(alpha, theta)
-                total = lower
-                if method in ("iterate", "regularization"):
+                if method == "iterate":
+                    lower, total, params = self._iterate_loss(inputs, alpha, theta, logs)
+                else:
+                    lower = self._lower_loss(inputs)(alpha, theta)
+                    total, params = lower, {**theta, **alpha}
+                if method == "regularization":
                     upper = self._upper_loss(self._calibration_batch())(alpha, theta)
                     logs["calibration_entropy"] = -upper.detach()
-                if method == "regularization":
                     total = lower + args.regularization_beta * upper
                 elif method == "cft":
                     total = (1 - args.cft_weight) * lower + args.cft_weight * args.cft_coefficient * self._cft_term(inputs)
-                grads = torch.autograd.grad(total, [*theta.values(), *alpha.values()], allow_unused=True)
-                grads = dict(zip([*theta, *alpha], grads))
-                if method == "iterate":  # θ follows L_tr, α follows −H, from the same point
-                    grads.update(zip(alpha, torch.autograd.grad(upper, list(alpha.values()), allow_unused=True)))
-                grads = {n: torch.zeros_like(p) if grads[n] is None else grads[n] for n, p in {**theta, **alpha}.items()}
-                self._accumulate("grad", grads, scale)
+                grads = torch.autograd.grad(total, list(params.values()), allow_unused=True)
+                self._accumulate("grad", {n: torch.zeros_like(p) if g is None else g
+                                          for (n, p), g in zip(params.items(), grads)}, scale)
         logs["lower_loss"] = lower.detach()
         for key, value in logs.items():
             self._metrics["train"][key].append(self.accelerator.gather_for_metrics(value.reshape(1)).mean().item())
@@ -445,6 +444,24 @@ class CALMTrainer(SFTTrainer):
         else:
             self._micro_step += 1
         return (lower.detach() * scale).to(self.args.device)
+
+    def _iterate_loss(self, inputs, alpha, theta, logs):
+        """method='iterate': optimizer steps alternate, a θ step on L_tr then an α step on −H (SPEC §1 ablation).
+
+        Even optimizer steps differentiate L_tr w.r.t. θ only; odd steps differentiate −H on a calibration
+        batch w.r.t. α only, at the θ the previous step produced. The resting group's ``.grad`` stays None,
+        so the optimizer skips it (no momentum, no weight decay): each step moves one group. L_tr of the
+        training batch is still evaluated on α steps (no gradient), so ``loss`` is L_tr at every step.
+        Returns (L_tr, the loss to differentiate, the parameters it is differentiated with respect to).
+        """
+        if self.state.global_step % 2 == 0:
+            lower = self._lower_loss(inputs)(alpha, theta)
+            return lower, lower, theta
+        with torch.no_grad():
+            lower = self._lower_loss(inputs)(alpha, theta)
+        upper = self._upper_loss(self._calibration_batch())(alpha, theta)
+        logs["calibration_entropy"] = -upper.detach()
+        return lower, upper, alpha
 
     def _accumulate(self, key, grads, scale):
         buf = self._buffers.setdefault(key, {})
@@ -488,7 +505,8 @@ class CALMTrainer(SFTTrainer):
         params = {**theta, **alpha}
         # d/dp Σ⟨stopgrad(d), p⟩ = d exactly: the engine receives ∇f + λ∇q as the gradient of a loss, so
         # gradient scaling (fp16), ZeRO's gradient partitioning, clipping and the step stay the engine's.
-        surrogate = sum((direction[n].to(p.dtype).detach() * p).sum() for n, p in params.items())
+        # Parameters without a direction (the resting group of method='iterate') get no gradient at all.
+        surrogate = sum((direction[n].to(p.dtype).detach() * p).sum() for n, p in params.items() if n in direction)
         kwargs = {"scale_wrt_gas": False} if self.accelerator.distributed_type == DistributedType.DEEPSPEED else {}
         self.accelerator.backward(surrogate, **kwargs)
 

@@ -64,14 +64,46 @@ def test_methods_differ_and_baselines_keep_alpha_fixed(tmp_path, tiny_tokenizer,
     assert not torch.allclose(alphas["bome"], alphas["regularization"])
 
 
+class RecordParameters(TrainerCallback):
+    def __init__(self, trainer):
+        self.trainer, self.seen = trainer, []
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.seen.append(trainable(self.trainer))
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.seen.append(trainable(self.trainer))
+
+
+def test_iterate_alternates_theta_and_alpha_steps(tmp_path, tiny_tokenizer, mcqa_data):
+    """'iterate' (SPEC §1): optimizer steps 0, 2 move only θ (on L_tr), steps 1, 3 only α (on −H)."""
+    trainer = make_trainer(tmp_path, tiny_tokenizer, mcqa_data, method="iterate", max_steps=4,
+                           per_device_train_batch_size=2, weight_decay=0.1, alpha_weight_decay=0.1)
+    record = RecordParameters(trainer)
+    trainer.add_callback(record)
+    trainer.train()
+    assert len(record.seen) == 5
+    for step, (before, after) in enumerate(zip(record.seen, record.seen[1:])):
+        moved = {n for n in before if not torch.equal(before[n], after[n])}
+        alpha = {n for n in before if n.startswith("logit_adjustment.")}
+        # the resting group does not move at all: no momentum, no weight decay (its .grad is None)
+        expected = (set(before) - alpha) if step % 2 == 0 else alpha
+        assert moved - {n for n in expected if "lora_A" in n} == {n for n in expected if "lora_A" not in n}, step
+        assert not moved - expected, step
+    logs = [e for e in trainer.state.log_history if "lower_loss" in e]
+    assert ["calibration_entropy" in e for e in logs] == [False, True, False, True]
+
+
 def test_iterate_alpha_gradient_is_the_entropy_gradient_only(tmp_path, tiny_tokenizer, mcqa_data):
-    """'iterate': α's gradient is ∇_α(−H) on the calibration batch, recomputed here from raw logits."""
+    """'iterate' α step: α's gradient is ∇_α(−H) on the calibration batch, recomputed here from raw logits."""
     trainer = make_trainer(tmp_path, tiny_tokenizer, mcqa_data, method="iterate")
     trainer.create_optimizer()
-    calibration = trainer._calibration_batch()  # the batch step 0 uses (a pure function of the step)
+    trainer.state.global_step = 1  # odd steps are the α steps
+    calibration = trainer._calibration_batch()  # the batch step 1 uses (a pure function of the step)
     adj = trainer.model.logit_adjustment
     train_batch = trainer.data_collator([trainer.train_dataset[i] for i in range(4)])
     trainer.training_step(trainer.model, train_batch)
+    assert all(p.grad is None for n, p in trainer.model.named_parameters() if not n.startswith("logit_adjustment."))
     written = adj.rho.grad.clone()
     # independent recomputation: last-prompt-token logits → LogitAdjustment → option softmax → −H
     with torch.no_grad():
