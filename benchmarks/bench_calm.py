@@ -44,7 +44,7 @@ def worker(args) -> dict:
     data = mcqa_to_prompt_completion(load_mcqa("mmlu", subjects="stem", limit=2 * n, seed=0), tok)
     train, calibration = data.select(range(n)), data.select(range(n, 2 * n)).remove_columns("completion")
     common = dict(output_dir=os.path.join(args.output_dir, args.worker), max_steps=args.steps + 1,
-                  per_device_train_batch_size=args.batch_size, bf16=False, gradient_checkpointing=False,
+                  per_device_train_batch_size=args.batch_size, bf16=False, activation_checkpointing=False,
                   report_to="none", save_strategy="no", logging_steps=1000, disable_tqdm=True, seed=0,
                   use_cpu=not torch.cuda.is_available(), learning_rate=1e-4, max_length=None)
     peft = LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, task_type="CAUSAL_LM",

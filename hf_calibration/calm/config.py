@@ -37,6 +37,19 @@ class CALMConfig(SFTConfig):
     "eval_<metric>"`` (lower is better), which needs a labelled ``eval_dataset``.
     """
 
+    # TRL 1.16's SFTConfig defaults `gradient_checkpointing` to True, a name transformers 5.24 deprecates, so every
+    # SFTConfig warns though the user never wrote it. Both are None here and __post_init__ sets TRL's default under
+    # the new name; a user who writes the old name still gets transformers' warning.
+    activation_checkpointing: bool | None = field(
+        default=None,
+        metadata={"help": "Recompute activations in the backward pass to save memory (transformers' field). Default "
+                  "None: True, TRL's SFTConfig default, unless gradient_checkpointing is given.",
+                  "nargs": "?", "const": True},
+    )
+    gradient_checkpointing: bool | None = field(
+        default=None,
+        metadata={"help": "Deprecated alias of activation_checkpointing (transformers 5.24).", "nargs": "?", "const": True},
+    )
     method: str = field(
         default="bome",
         metadata={
@@ -212,6 +225,8 @@ class CALMConfig(SFTConfig):
             )
         if not self.learning_rate >= 0:
             raise ValueError(f"learning_rate: must be ≥ 0, got {self.learning_rate!r}")
+        if self.activation_checkpointing is None and self.gradient_checkpointing is None:
+            self.activation_checkpointing = True
         if self.bf16 is None and not self.fp16 and not _bf16_available():
             # TRL defaults bf16 to True, which transformers refuses on a machine without a bf16 GPU;
             # fall back to fp32 there instead of failing (an explicit --bf16 true still errors).

@@ -62,6 +62,18 @@ def _check_token_ids(token_ids, vocab_size):
     return ids
 
 
+
+@contextlib.contextmanager
+def peft_checkpointing_warning_silenced():
+    """Silence one FutureWarning by its exact message: PEFT 0.21's ``PeftModel`` reads
+    ``is_gradient_checkpointing``, which transformers 5.24 deprecates. A mismatch between the two
+    libraries that the caller cannot act on; every other warning still shows."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+        yield
+
 class LogitAdjustment(nn.Module):
     """α = (τ, l) applied to next-token logits as z / τ + l (CALM, SPEC §1).
 
@@ -302,7 +314,8 @@ class CALMModel(nn.Module):
 
                 base_name = PeftConfig.from_pretrained(str(folder)).base_model_name_or_path
                 base_model = AutoModelForCausalLM.from_pretrained(resolve_model_path(base_name), **model_kwargs)
-            model = PeftModel.from_pretrained(base_model, str(folder))
+            with peft_checkpointing_warning_silenced():
+                model = PeftModel.from_pretrained(base_model, str(folder))
         else:
             model = AutoModelForCausalLM.from_pretrained(str(folder), **model_kwargs)
         model.eval()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +20,7 @@ from hf_calibration.calm.logit_adjustment import (
     LogitAdjustment,
     adjust_logits,
     lm_head_vocab_size,
+    peft_checkpointing_warning_silenced,
 )
 
 ALPHA_PREFIX = "logit_adjustment."
@@ -156,9 +158,16 @@ class CALMTrainer(SFTTrainer):
             raise ValueError(
                 f"calibration_dataset: needs a 'prompt' column, got columns {calibration_dataset.column_names!r}"
             )
-        super().__init__(model, args=args, data_collator=data_collator, train_dataset=train_dataset,
-                         eval_dataset=eval_dataset, processing_class=processing_class, compute_metrics=compute_metrics,
-                         callbacks=callbacks, optimizers=optimizers, peft_config=peft_config, **kwargs)
+        with warnings.catch_warnings(), peft_checkpointing_warning_silenced():  # PEFT builds its model in here
+            # TRL 1.16 deprecates its own label smoothing (an extra full-logit forward pass) and says so whenever
+            # label_smoothing_factor > 0; CALMTrainer never uses TRL's loss, it smooths the adjusted distribution
+            # itself (``_cross_entropy``), so that one message, and only it, is silenced.
+            warnings.filterwarnings("ignore", message=r"`label_smoothing_factor` is deprecated in `SFTTrainer`",
+                                    category=FutureWarning)
+            super().__init__(model, args=args, data_collator=data_collator, train_dataset=train_dataset,
+                             eval_dataset=eval_dataset, processing_class=processing_class,
+                             compute_metrics=compute_metrics, callbacks=callbacks, optimizers=optimizers,
+                             peft_config=peft_config, **kwargs)
         self._setup_calm(calibration_dataset, compute_metrics)
 
     # ---- construction ------------------------------------------------------------------------

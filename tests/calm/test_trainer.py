@@ -1,3 +1,5 @@
+import warnings
+
 import pytest
 import torch
 from peft import LoraConfig
@@ -20,7 +22,7 @@ class StopAfter(TrainerCallback):
 
 def make_config(tmp_path, **kw):
     base = dict(output_dir=str(tmp_path / "out"), max_steps=2, per_device_train_batch_size=4, bf16=False,
-                gradient_checkpointing=False, report_to="none", logging_steps=1, learning_rate=1e-2,
+                activation_checkpointing=False, report_to="none", logging_steps=1, learning_rate=1e-2,
                 alpha_learning_rate=5e-2, save_strategy="no", use_cpu=True, disable_tqdm=True, seed=0)
     base.update(kw)
     return CALMConfig(**base)
@@ -204,3 +206,16 @@ def test_evaluate_logs_accuracy_and_ece(tmp_path, tiny_tokenizer, mcqa_data):
     assert metrics["eval_conf_ece"] == __import__("pytest").approx(
         expected_calibration_error(scores.labels, scores.probs, n_bins=15), abs=1e-5)
 
+
+def test_no_spurious_future_warnings(tmp_path, tiny_tokenizer, mcqa_data):
+    """Building a config and a LoRA trainer with label smoothing warns about nothing the caller wrote."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        default = CALMConfig(output_dir=str(tmp_path / "d"), use_cpu=True, report_to="none")
+        make_trainer(tmp_path, tiny_tokenizer, mcqa_data, method="sft", label_smoothing_factor=0.1)
+    assert [str(w.message) for w in caught if issubclass(w.category, FutureWarning)] == []
+    assert default.activation_checkpointing is True and default.gradient_checkpointing is True  # TRL's default
+    # the deprecated name still works and still warns, since the caller wrote it
+    with pytest.warns(FutureWarning, match="gradient_checkpointing"):
+        old = make_config(tmp_path, activation_checkpointing=None, gradient_checkpointing=False)
+    assert old.activation_checkpointing is False
