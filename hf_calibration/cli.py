@@ -135,6 +135,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_calm_parser(sub)
     add_diagnose_parser(sub)
     add_secl_parser(sub)
+    from hf_calibration.experiments import add_experiment_parser
+
+    add_experiment_parser(sub)
     return parser
 
 

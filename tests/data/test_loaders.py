@@ -109,3 +109,52 @@ def test_open_qa_unknown_name():
 @pytest.mark.parametrize("text, expected", [("#### 1,000", "1000"), ("so $18.", "18"), ("x = 2.50", "2.5"), ("none", None)])
 def test_extract_final_number(text, expected):
     assert extract_final_number(text) == expected
+
+
+def _lengths(row):
+    right = row["choices"][row["answer"]]
+    wrong = row["choices"][1 - row["answer"]]
+    return len(right), len(wrong)
+
+
+def test_length_matched_halueval_is_a_real_control():
+    """Filter by the documented ratio, then as many right-shorter as right-longer items (hand-counted rule)."""
+    import json
+
+    from hf_calibration.data.loaders import LENGTH_MATCH_RATIO, _halueval_packaged_records
+
+    lm = load_mcqa("halueval_qa_lm")
+    assert len(lm) >= 300
+    lengths = [_lengths(r) for r in lm]
+    assert all(min(a, b) >= LENGTH_MATCH_RATIO * max(a, b) for a, b in lengths)
+    shorter = sum(a < b for a, b in lengths)
+    longer = sum(a > b for a, b in lengths)
+    assert shorter == longer
+    # counted directly from the packaged file: every item passing the filter with a tie is kept
+    ties = sum(
+        len(r["right_answer"].strip()) == len(r["hallucinated_answer"].strip())
+        for r in _halueval_packaged_records()
+        if min(len(r["right_answer"].strip()), len(r["hallucinated_answer"].strip()))
+        >= LENGTH_MATCH_RATIO * max(len(r["right_answer"].strip()), len(r["hallucinated_answer"].strip()))
+    )
+    assert sum(a == b for a, b in lengths) == ties
+    assert len(lm) == 2 * shorter + ties
+    # the full set: the right answer is the shorter one in almost every item (SPEC §5), unlike the control
+    full = load_mcqa("halueval_qa", limit=500, seed=0)
+    full_lengths = [_lengths(r) for r in full]
+    assert sum(a < b for a, b in full_lengths) / len(full) > 0.9
+    answers = json.dumps(sorted(lm["answer"]))
+    assert abs(lm["answer"].count(0) - lm["answer"].count(1)) <= 1, answers
+
+
+def test_balance_gold_moves_only_the_position():
+    plain = load_mcqa("mmlu", limit=120, seed=3)
+    balanced = load_mcqa("mmlu", limit=120, seed=3, balance_gold=True)
+    assert [balanced["answer"].count(k) for k in range(4)] == [30, 30, 30, 30]
+    for a, b in zip(plain, balanced):
+        assert a["question"] == b["question"]
+        assert a["choices"][a["answer"]] == b["choices"][b["answer"]]
+        assert sorted(a["choices"]) == sorted(b["choices"])
+    assert balanced["answer"] != plain["answer"]
+    again = load_mcqa("mmlu", limit=120, seed=3, balance_gold=True)
+    assert again["choices"] == balanced["choices"]

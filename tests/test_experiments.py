@@ -1,0 +1,109 @@
+"""`hf-calibration experiment NAME` on a tiny random model and a handful of items (smoke + consistency)."""
+
+import json
+
+import numpy as np
+import pytest
+
+from hf_calibration.cli import main
+
+
+@pytest.fixture(scope="module")
+def tiny_model_dir(tmp_path_factory):
+    from tests.tiny import make_tiny_model, make_tiny_tokenizer
+
+    tokenizer = make_tiny_tokenizer()
+    path = tmp_path_factory.mktemp("tiny-model")
+    make_tiny_model(tokenizer).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def _read_jsonl(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_diagnose_experiment_writes_every_sub_run_and_resumes(tiny_model_dir, tmp_path, capsys):
+    out = tmp_path / "diag"
+    argv = ["experiment", "diagnose", "--models", str(tiny_model_dir), "--datasets", "mmlu,halueval_qa_lm,gsm8k",
+            "--limit", "4", "--n-resamples", "20", "--output-dir", str(out)]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "constant_accuracy" in printed and "AUROC" in printed and "ΔAUROC" in printed
+    alias = tiny_model_dir.name
+    for name in ("mmlu", "halueval_qa_lm", "gsm8k"):
+        assert (out / alias / name / "diagnosis.json").is_file()
+        assert (out / alias / name / "reliability_diagrams.png").stat().st_size > 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    # the table's accuracy is the share of correct items in the per-item file
+    signals = _read_jsonl(out / alias / "mmlu" / "signals.jsonl")
+    acc = metrics["results"][alias]["mmlu"]["signals"]["verbalized"]["accuracy"]["value"]
+    assert acc == pytest.approx(np.mean([r["correct"] for r in signals]))
+    # gold positions balanced: 4 MMLU items → one per letter
+    assert sorted(r["answer"] for r in signals) == [0, 1, 2, 3]
+    records = _read_jsonl(out / alias / "gsm8k" / "records.jsonl")
+    assert len(records) == 4 and all("norm_p_true" in r and "secl" not in r for r in records)
+    # the length control is the hand-computed "pick the shorter answer" accuracy of the same items
+    from hf_calibration.data import load_mcqa
+
+    rows = load_mcqa("halueval_qa_lm", limit=4, seed=0, balance_gold=True)
+    expected = np.mean([len(r["choices"][r["answer"]]) < len(r["choices"][1 - r["answer"]]) for r in rows])
+    assert metrics["results"][alias]["halueval_qa_lm"]["run"]["length_only_accuracy"] == pytest.approx(expected)
+    # a second call reads the sub-runs back instead of recomputing them
+    stamp = (out / alias / "mmlu" / "diagnosis.json").stat().st_mtime_ns
+    assert main(argv) == 0
+    assert "read " in capsys.readouterr().out
+    assert (out / alias / "mmlu" / "diagnosis.json").stat().st_mtime_ns == stamp
+
+
+def test_secl_experiment_table_and_pngs(tiny_model_dir, tmp_path, capsys):
+    out = tmp_path / "secl"
+    assert main(["experiment", "secl", "--models", str(tiny_model_dir), "--datasets", "halueval_qa_lm,gsm8k",
+                 "--limit", "2", "--n-resamples", "20", "--output-dir", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "SECL" in printed and "trained on" in printed and "constant_accuracy" in printed
+    alias = tiny_model_dir.name
+    records = _read_jsonl(out / alias / "records.jsonl")
+    assert [r["domain"] for r in records] == ["halueval_qa_lm"] * 2 + ["gsm8k"] * 2
+    assert (out / alias / "reliability_halueval_qa_lm.png").is_file() and (out / alias / "reliability_gsm8k.png").is_file()
+    summary = json.loads((out / "metrics.json").read_text())["results"][alias]["summary"]
+    assert summary["overall"]["share_trained"] == pytest.approx(np.mean([r["updated"] for r in records]))
+
+
+def test_calm_experiment_smoke(tiny_model_dir, tmp_path, capsys):
+    out = tmp_path / "calm"
+    sizes = ("--n-train 4 --n-calibration 4 --n-validation 4 --n-test 4 --n-ood 4 --max-steps 1 --batch-size 2 "
+             "--methods uncalibrated ts sft bome")
+    assert main(["experiment", "calm", "--models", str(tiny_model_dir), "--n-resamples", "20",
+                 "--output-dir", str(out), "--calm-args", sizes]) == 0
+    printed = capsys.readouterr().out
+    assert "bome" in printed and "ref: const = val acc" in printed
+    items = _read_jsonl(out / "items.jsonl")
+    assert {r["split"] for r in items} == {"validation", "id_test", "mmlu_stem", "halueval_qa"}
+    report = json.loads((out / "metrics.json").read_text())
+    test_items = [r for r in items if r["split"] == "id_test"]
+    acc = np.mean([r["bome_prediction"] == r["answer"] for r in test_items])
+    assert report["tables"]["bome"]["id_test"]["accuracy"]["value"] == pytest.approx(acc)
+    assert (out / "reliability_id_test.png").is_file() and (out / "table.md").is_file()
+
+
+@pytest.mark.parametrize(
+    "argv, fragment",
+    [
+        (["experiment", "diagnose", "--datasets", "mmlu,nope"], "--datasets"),
+        (["experiment", "secl", "--datasets", "mmlu,nope"], "--stream"),
+        (["experiment", "calm", "--limit", "5"], "--limit"),
+        (["experiment", "diagnose", "--models", ","], "--models"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(argv, fragment, tmp_path, capsys):
+    assert main([*argv, "--output-dir", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and fragment in err[0]
+    assert not (tmp_path / "x").exists()
+
+
+def test_unknown_experiment_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["experiment", "nope"])
+    assert exc.value.code == 2
