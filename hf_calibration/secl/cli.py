@@ -151,6 +151,17 @@ def add_secl_parser(subparsers) -> argparse.ArgumentParser:
     return p
 
 
+def _warn_short_domains(items, limit: int) -> None:
+    """One line on stderr per domain that has fewer questions than ``--limit-per-domain`` asked for."""
+    import sys
+    from collections import Counter
+
+    for domain, n in Counter(item.domain for item in items).items():
+        if n < limit:
+            print(f"hf-calibration: warning: --limit-per-domain {limit} exceeds the {n} questions of {domain}; "
+                  f"using all {n}", file=sys.stderr)
+
+
 def run_secl(args) -> int:
     import json
 
@@ -162,7 +173,11 @@ def run_secl(args) -> int:
 
     out = output_dir(args.output_dir)
     parse_stream(args.stream)
-    overrides = {name: getattr(args, name) for _, name, _ in _CONFIG_OPTIONS if getattr(args, name) is not None}
+    overrides = {}
+    for option, name, _ in _CONFIG_OPTIONS:
+        if getattr(args, name) is not None:
+            SECLConfig.check_value(name, getattr(args, name), option)  # the error names the option, not the field
+            overrides[name] = getattr(args, name)
     config = SECLConfig(prompt_format=args.prompt_format, **overrides)
     resolve_model_path(args.model)
     start = time.perf_counter()
@@ -171,6 +186,7 @@ def run_secl(args) -> int:
     model = apply_secl(model, tokenizer, config)
     items = build_stream(tokenizer, args.stream, limit_per_domain=args.limit_per_domain, seed=args.seed,
                          prompt_format=args.prompt_format)
+    _warn_short_domains(items, args.limit_per_domain)
     start = time.perf_counter()
     records = run_stream(model, items, max_new_tokens=args.max_new_tokens, burst_at_start=args.burst_at_start)
     wall = time.perf_counter() - start

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -60,38 +61,17 @@ class SECLConfig:
         "help": "Length of the beam-search alternatives for open-ended answers."})
 
     def __post_init__(self):
-        def positive_int(name, minimum=1):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
-                raise ValueError(f"{name}: must be an integer >= {minimum}, got {v!r}")
-
-        def positive(name, upper=None):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 or (upper and v > upper):
-                raise ValueError(f"{name}: must be > 0{f' and <= {upper}' if upper else ''}, got {v!r}")
-
-        for name in ("burst_size", "num_distractors", "n_bins", "ph_min_instances", "lora_r", "lora_alpha",
-                     "steps_per_update", "answer_max_chars", "distractor_max_new_tokens"):
-            positive_int(name)
-        positive_int("warmup", 2)
-        positive_int("bin_gate_width", 0)
-        for name in ("tau_n", "alpha_step", "delta", "ph_threshold", "learning_rate"):
-            positive(name)
-        positive("ema_rate", 1.0)
-        if isinstance(self.ph_delta, bool) or not isinstance(self.ph_delta, (int, float)) or self.ph_delta < 0:
-            raise ValueError(f"ph_delta: must be >= 0, got {self.ph_delta!r}")
-        check_template(self.confidence_template, "confidence_template")
-        check_template(self.p_true_template, "p_true_template")
-        if self.prompt_format not in ("auto", "chat", "plain"):
-            raise ValueError(f"prompt_format: must be 'auto', 'chat' or 'plain', got {self.prompt_format!r}")
-        if isinstance(self.target_modules, str) or not self.target_modules:
-            raise ValueError(f"target_modules: must be a non-empty sequence of module names, got {self.target_modules!r}")
+        for name in _CHECKS:
+            self.check_value(name, getattr(self, name))
         self.target_modules = tuple(self.target_modules)
         if self.target_layers is not None:
-            layers = tuple(self.target_layers)
-            if not layers or any(isinstance(i, bool) or not isinstance(i, int) or i < 0 for i in layers):
-                raise ValueError(f"target_layers: must be non-negative layer indices or None, got {self.target_layers!r}")
-            self.target_layers = layers
+            self.target_layers = tuple(self.target_layers)
+
+    @staticmethod
+    def check_value(name: str, value, label: str | None = None) -> None:
+        """Raise ValueError when ``value`` is not valid for the field ``name``, naming ``label`` (default:
+        the field name; the CLI passes its option, e.g. ``--burst-size``) and the value."""
+        _CHECKS[name](value, label or name)
 
     def layers_for(self, num_layers: int) -> list[int]:
         """The layer indices that get adapters in a model with ``num_layers`` layers."""
@@ -115,3 +95,65 @@ class SECLConfig:
     @classmethod
     def from_pretrained(cls, folder) -> "SECLConfig":
         return cls(**json.loads((Path(folder) / CONFIG_NAME).read_text(encoding="utf-8")))
+
+
+def _integer(minimum: int):
+    def check(v, label):
+        if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+            raise ValueError(f"{label}: must be an integer >= {minimum}, got {v!r}")
+
+    return check
+
+
+def _number(*, lower_open: float | None = 0.0, lower_closed: float | None = None, upper: float | None = None,
+            finite: bool = True):
+    def check(v, label):
+        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and not math.isnan(v)
+        ok = ok and (lower_open is None or v > lower_open) and (lower_closed is None or v >= lower_closed)
+        ok = ok and (upper is None or v <= upper) and (not finite or math.isfinite(v))
+        if not ok:
+            bound = f"> {lower_open:g}" if lower_open is not None else f">= {lower_closed:g}"
+            raise ValueError(f"{label}: must be a {'finite ' if finite else ''}number {bound}"
+                             f"{f' and <= {upper:g}' if upper is not None else ''}, got {v!r}")
+
+    return check
+
+
+def _template(v, label):
+    check_template(v, label)
+
+
+def _prompt_format(v, label):
+    if v not in ("auto", "chat", "plain"):
+        raise ValueError(f"{label}: must be 'auto', 'chat' or 'plain', got {v!r}")
+
+
+def _target_modules(v, label):
+    if isinstance(v, str) or not v:
+        raise ValueError(f"{label}: must be a non-empty sequence of module names, got {v!r}")
+
+
+def _target_layers(v, label):
+    if v is None:
+        return
+    layers = tuple(v)
+    if not layers or any(isinstance(i, bool) or not isinstance(i, int) or i < 0 for i in layers):
+        raise ValueError(f"{label}: must be non-negative layer indices or None, got {v!r}")
+
+
+# one check per field (ph_threshold may be inf: a gate that never fires)
+_CHECKS = {
+    **dict.fromkeys(("burst_size", "num_distractors", "n_bins", "ph_min_instances", "lora_r", "lora_alpha",
+                     "steps_per_update", "answer_max_chars", "distractor_max_new_tokens"), _integer(1)),
+    "warmup": _integer(2),
+    "bin_gate_width": _integer(0),
+    **dict.fromkeys(("tau_n", "alpha_step", "delta", "learning_rate"), _number()),
+    "ph_threshold": _number(finite=False),
+    "ema_rate": _number(upper=1.0),
+    "ph_delta": _number(lower_open=None, lower_closed=0.0),
+    "confidence_template": _template,
+    "p_true_template": _template,
+    "prompt_format": _prompt_format,
+    "target_modules": _target_modules,
+    "target_layers": _target_layers,
+}

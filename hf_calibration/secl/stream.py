@@ -44,8 +44,11 @@ class StreamItem:
 def parse_stream(spec: str) -> list[tuple[str, str | None]]:
     """"mmlu:humanities,gsm8k,halueval_qa" → [("mmlu", "humanities"), ("gsm8k", None), ("halueval_qa", None)].
 
-    MMLU subjects/categories inside one domain are joined with "+" (``mmlu:stem+other``).
+    MMLU subjects/categories inside one domain are joined with "+" (``mmlu:stem+other``). Raises
+    ValueError naming ``--stream`` for an unknown domain or MMLU subject/category.
     """
+    from hf_calibration.data.loaders import resolve_subjects
+
     if not isinstance(spec, str) or not spec.strip():
         raise ValueError(f"--stream: need comma-separated domains, got {spec!r}")
     out = []
@@ -55,6 +58,11 @@ def parse_stream(spec: str) -> list[tuple[str, str | None]]:
             raise ValueError(f"--stream: unknown domain {name!r} in {spec!r}; known: {', '.join(MCQA_DOMAINS + OPEN_DOMAINS)}")
         if subjects and name != "mmlu":
             raise ValueError(f"--stream: only mmlu takes subjects, got {part!r}")
+        if subjects:  # checked here, before any model is loaded
+            try:
+                resolve_subjects(subjects.replace("+", ","))
+            except ValueError as err:
+                raise ValueError(f"--stream: in {part.strip()!r}, {str(err).removeprefix('subjects: ')}") from None
         out.append((name, subjects.replace("+", ",") or None))
     return out
 

@@ -66,7 +66,7 @@ def test_secl_stream_writes_outputs(tiny_dir, tmp_path, capsys):
     assert "[overall]" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("spec", ["", "mmlu:stem,trivia", "gsm8k:algebra"])
+@pytest.mark.parametrize("spec", ["", "mmlu:stem,trivia", "gsm8k:algebra", "mmlu:astrologyy", "mmlu:stem+astrologyy"])
 def test_bad_stream(spec):
     with pytest.raises(ValueError, match="--stream"):
         parse_stream(spec)
@@ -78,3 +78,61 @@ def test_judge():
     assert judge(mcqa, "I think so") == ("", False)
     assert judge(StreamItem("gsm8k", [], "42", "open"), "The answer is 42.")[1]
     assert parse_stream("mmlu:stem+other,gsm8k") == [("mmlu", "stem,other"), ("gsm8k", None)]
+
+
+@pytest.fixture()
+def no_model_load(monkeypatch):
+    """Bad input must be rejected before the model is loaded: loading fails the test."""
+    import hf_calibration.modeling
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the model was loaded before the bad input was rejected")
+
+    monkeypatch.setattr(hf_calibration.modeling, "load_model", refuse)
+    monkeypatch.setattr(hf_calibration.modeling, "resolve_model_path", refuse)
+
+
+@pytest.mark.parametrize("option, value, field, expected", [
+    ("--burst-size", "0", "burst_size", "must be an integer >= 1, got 0"),
+    ("--num-distractors", "-2", "num_distractors", "must be an integer >= 1, got -2"),
+    ("--bin-gate-width", "-1", "bin_gate_width", "must be an integer >= 0, got -1"),
+    ("--tau-n", "0", "tau_n", "got 0.0"),
+    ("--ema-rate", "1.5", "ema_rate", "<= 1, got 1.5"),
+    ("--learning-rate", "nan", "learning_rate", "got nan"),
+    ("--ph-delta", "-0.5", "ph_delta", ">= 0, got -0.5"),
+])
+def test_secl_config_errors_name_the_option(option, value, field, expected, tmp_path, capsys, no_model_load):
+    from hf_calibration.cli import main as cli_main
+
+    out = tmp_path / "out"
+    assert cli_main(["secl", option, value, "--output-dir", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"hf-calibration: error: {option}: ") and expected in err
+    assert field not in err
+    assert not out.exists()
+
+
+def test_secl_unknown_mmlu_subject_fails_before_loading(tmp_path, capsys, no_model_load):
+    from hf_calibration.cli import main as cli_main
+
+    out = tmp_path / "out"
+    assert cli_main(["secl", "--stream", "mmlu:stem,mmlu:astrologyy", "--output-dir", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--stream" in err and "'astrologyy'" in err and "'mmlu:astrologyy'" in err
+    assert not out.exists()
+
+
+def test_secl_limit_above_domain_size_warns(tiny_dir, tmp_path, capsys, monkeypatch):
+    import hf_calibration.data
+
+    real = hf_calibration.data.load_mcqa
+    # a domain with only 2 questions (the packaged ones are 100+; a tiny model keeps the run short)
+    monkeypatch.setattr(hf_calibration.data, "load_mcqa", lambda name, **kw: real(name, **{**kw, "limit": 2}))
+    out = tmp_path / "secl"
+    argv = ["secl", "--model", tiny_dir, "--stream", "mmlu:stem,gsm8k", "--limit-per-domain", "3",
+            "--n-resamples", "20", "--output-dir", str(out)]
+    assert main(argv) == 0
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    assert warnings == ["hf-calibration: warning: --limit-per-domain 3 exceeds the 2 questions of mmlu:stem; using all 2"]
+    records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    assert [r["domain"] for r in records] == ["mmlu:stem"] * 2 + ["gsm8k"] * 3
