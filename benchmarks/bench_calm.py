@@ -44,7 +44,7 @@ def worker(args) -> dict:
     data = mcqa_to_prompt_completion(load_mcqa("mmlu", subjects="stem", limit=2 * n, seed=0), tok)
     train, calibration = data.select(range(n)), data.select(range(n, 2 * n)).remove_columns("completion")
     common = dict(output_dir=os.path.join(args.output_dir, args.worker), max_steps=args.steps + 1,
-                  per_device_train_batch_size=args.batch_size, bf16=False, activation_checkpointing=False,
+                  per_device_train_batch_size=args.batch_size, bf16=args.bf16, activation_checkpointing=False,
                   report_to="none", save_strategy="no", logging_steps=1000, disable_tqdm=True, seed=0,
                   use_cpu=not torch.cuda.is_available(), learning_rate=1e-4, max_length=None)
     peft = LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, task_type="CAUSAL_LM",
@@ -85,6 +85,7 @@ def main(argv=None):
     p.add_argument("--steps", type=int, default=3, help="timed optimizer steps (after one warm-up step)")
     p.add_argument("--batch-size", type=int, default=4)
     p.add_argument("--output-dir", default="/tmp/bench_calm")
+    p.add_argument("--bf16", action="store_true", help="bf16 mixed precision (CUDA; TrainingArguments.bf16)")
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:
@@ -93,7 +94,7 @@ def main(argv=None):
     results = {}
     for name in ("sft", "calm_T1", "calm_T3"):
         cmd = [sys.executable, __file__, "--worker", name, "--model", args.model, "--steps", str(args.steps),
-               "--batch-size", str(args.batch_size), "--output-dir", args.output_dir]
+               "--batch-size", str(args.batch_size), "--output-dir", args.output_dir] + (["--bf16"] if args.bf16 else [])
         out = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
         line = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")]
         if out.returncode != 0 or not line:
@@ -105,7 +106,7 @@ def main(argv=None):
         r = results[name]
         print(f"{name} / sft: step time {r['step_s'] / sft['step_s']:.2f}x, peak memory "
               f"{r['peak_mb'] / sft['peak_mb']:.2f}x")
-    print(f"model {args.model}, batch {args.batch_size}, LoRA r=8 on q/k/v/o, {args.steps} timed steps; "
+    print(f"model {args.model}, batch {args.batch_size}, bf16 {args.bf16}, LoRA r=8 on q/k/v/o, {args.steps} timed steps; "
           "targets: T=1 step ≤ 2.5x, memory ≤ 1.3x")
 
 
