@@ -38,7 +38,7 @@ MCQA_SETS = ("mmlu", "gpqa", "halueval_qa", "halueval_qa_lm")
 
 # The sizes of the recorded runs (README "Results"); each experiment finishes in about an hour on 2 CPU cores.
 DEFAULTS = {
-    "diagnose": {"models": "smollm2,qwen", "datasets": ",".join(DIAGNOSE_DATASETS), "limit": 100},
+    "diagnose": {"models": "smollm2,qwen", "datasets": ",".join(DIAGNOSE_DATASETS), "limit": 100, "limit_open": 40},
     "secl": {"models": "qwen", "datasets": "halueval_qa_lm,gsm8k,mmlu:stem", "limit": 40},
     "calm": {"models": "qwen", "datasets": "halueval_qa_lm", "limit": None},
 }
@@ -76,6 +76,9 @@ def add_experiment_parser(subparsers) -> argparse.ArgumentParser:
                         + "; ".join(f"{k}: {v['datasets']}" for k, v in DEFAULTS.items()))
     p.add_argument("--limit", type=positive(int, "--limit"), default=None,
                    help="questions per dataset or stream domain (diagnose: 100, secl: 40)")
+    p.add_argument("--limit-open", type=positive(int, "--limit-open"), default=None,
+                   help="diagnose only: GSM8K problems (default 40; each costs a generation, a beam search for the "
+                        "alternatives and their P(True) reads, several times an MCQA question)")
     p.add_argument("--seed", type=non_negative_int("--seed"), default=0, help="sampling and bootstrap seed (default 0)")
     p.add_argument("--batch-size", type=positive(int, "--batch-size"), default=8, help="prompts per forward pass")
     p.add_argument("--n-resamples", type=positive(int, "--n-resamples"), default=1000,
@@ -94,7 +97,10 @@ def run_experiment(args) -> int:
     datasets = [d.strip() for d in (args.datasets or defaults["datasets"]).split(",") if d.strip()]
     limit = args.limit or defaults["limit"]
     if args.name == "diagnose":
-        return _diagnose(out, models, datasets, limit, args)
+        limits = {d: (args.limit_open or defaults["limit_open"]) if d == "gsm8k" else limit for d in datasets}
+        return _diagnose(out, models, datasets, limits, args)
+    if args.limit_open is not None:
+        raise ValueError(f"--limit-open: only diagnose has an open-ended dataset size, got --limit-open {args.limit_open}")
     if args.name == "secl":
         return _secl(out, models, ",".join(datasets), limit, args)
     from hf_calibration.calm.experiment import main as calm_main
@@ -115,9 +121,9 @@ def run_experiment(args) -> int:
     return code
 
 
-# The recorded Qwen run: sized so nine methods fit in about an hour and a half of one CPU core each
-# (seven trainings of 8 steps, nine scorings of 200 questions).
-CALM_SIZES = ("--n-train 32 --n-calibration 32 --n-validation 30 --n-test 50 --n-ood 30 --max-steps 8 "
+# The recorded Qwen run: sized so nine methods fit in about an hour on one CPU core beside other jobs
+# (seven trainings of 4 steps, eight scorings of 110 questions): too small for significance.
+CALM_SIZES = ("--n-train 16 --n-calibration 16 --n-validation 20 --n-test 30 --n-ood 20 --max-steps 4 "
               "--batch-size 4 --eval-batch-size 8 --learning-rate 1e-3 --alpha-learning-rate 5e-2")
 
 
@@ -253,7 +259,7 @@ def diagnose_table(results: dict) -> str:
     return "\n".join(summary) + "\n\n" + "\n\n".join(blocks)
 
 
-def _diagnose(out: Path, models, datasets, limit, args) -> int:
+def _diagnose(out: Path, models, datasets, limits: dict, args) -> int:
     from hf_calibration.modeling import load_model, resolve_model_path
 
     _check_datasets(datasets)
@@ -274,10 +280,10 @@ def _diagnose(out: Path, models, datasets, limit, args) -> int:
             if model is None:
                 model, tokenizer = load_model(model_name)
             run = _diagnose_open if name == "gsm8k" else _diagnose_mcqa
-            results[alias][name] = run(model_name, model, tokenizer, name, dest, limit, args)
+            results[alias][name] = run(model_name, model, tokenizer, name, dest, limits[name], args)
             print(f"{alias} · {name}: {results[alias][name]['run']['wall_seconds']:.0f} s → {dest}", flush=True)
         del model
-    return _finish(out, "diagnose", results, diagnose_table(results), models, datasets, limit, args, start)
+    return _finish(out, "diagnose", results, diagnose_table(results), models, datasets, limits, args, start)
 
 
 def _finish(out: Path, name, results, table, models, datasets, limit, args, start) -> int:
@@ -288,7 +294,7 @@ def _finish(out: Path, name, results, table, models, datasets, limit, args, star
            "command": "hf-calibration " + " ".join(sys.argv[1:]) if sys.argv else None}
     write_json(out / "metrics.json", {"run": run, "results": results})
     header = (f"experiment {name}: models {', '.join(_alias(m) for m in models)}; datasets {', '.join(datasets)}; "
-              f"limit {limit}/dataset; seed {args.seed}; 95% bootstrap intervals ({args.n_resamples} resamples); "
+              f"questions per dataset {limit}; seed {args.seed}; 95% bootstrap intervals ({args.n_resamples} resamples); "
               f"this invocation {run['wall_seconds_this_invocation']:.0f} s")
     (out / "table.md").write_text(header + "\n\n" + table + "\n")
     print(header)

@@ -26,7 +26,7 @@ def _read_jsonl(path):
 def test_diagnose_experiment_writes_every_sub_run_and_resumes(tiny_model_dir, tmp_path, capsys):
     out = tmp_path / "diag"
     argv = ["experiment", "diagnose", "--models", str(tiny_model_dir), "--datasets", "mmlu,halueval_qa_lm,gsm8k",
-            "--limit", "4", "--n-resamples", "20", "--output-dir", str(out)]
+            "--limit", "4", "--limit-open", "3", "--n-resamples", "20", "--output-dir", str(out)]
     assert main(argv) == 0
     printed = capsys.readouterr().out
     assert "constant_accuracy" in printed and "AUROC" in printed and "ΔAUROC" in printed
@@ -42,7 +42,7 @@ def test_diagnose_experiment_writes_every_sub_run_and_resumes(tiny_model_dir, tm
     # gold positions balanced: 4 MMLU items → one per letter
     assert sorted(r["answer"] for r in signals) == [0, 1, 2, 3]
     records = _read_jsonl(out / alias / "gsm8k" / "records.jsonl")
-    assert len(records) == 4 and all("norm_p_true" in r and "secl" not in r for r in records)
+    assert len(records) == 3 and all("norm_p_true" in r and "secl" not in r for r in records)
     # the length control is the hand-computed "pick the shorter answer" accuracy of the same items
     from hf_calibration.data import load_mcqa
 
@@ -94,6 +94,7 @@ def test_calm_experiment_smoke(tiny_model_dir, tmp_path, capsys):
         (["experiment", "secl", "--datasets", "mmlu,nope"], "--stream"),
         (["experiment", "calm", "--limit", "5"], "--limit"),
         (["experiment", "diagnose", "--models", ","], "--models"),
+        (["experiment", "secl", "--limit-open", "3"], "--limit-open"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(argv, fragment, tmp_path, capsys):
