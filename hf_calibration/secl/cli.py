@@ -141,6 +141,8 @@ def add_secl_parser(subparsers) -> argparse.ArgumentParser:
                    help="questions per domain (default 50)")
     p.add_argument("--max-new-tokens", type=positive(int, "--max-new-tokens"), default=8,
                    help="answer length (default 8: a letter or a number)")
+    p.add_argument("--balance-gold", action="store_true",
+                   help="move each MCQA question's correct option so every letter is gold equally often")
     p.add_argument("--burst-at-start", action="store_true",
                    help="open a burst at the first question (the entropy gate cannot fire during its warm-up)")
     for option, name, kind in _CONFIG_OPTIONS:
@@ -185,6 +187,7 @@ def run_secl(args) -> int:
     load_s = time.perf_counter() - start
     model = apply_secl(model, tokenizer, config)
     items = build_stream(tokenizer, args.stream, limit_per_domain=args.limit_per_domain, seed=args.seed,
+                         balance_gold=args.balance_gold,
                          prompt_format=args.prompt_format)
     _warn_short_domains(items, args.limit_per_domain)
     start = time.perf_counter()
@@ -193,7 +196,7 @@ def run_secl(args) -> int:
     summary = summarize_stream(records, n_resamples=args.n_resamples, seed=args.seed)
     run = {"model": args.model, "stream": args.stream, "limit_per_domain": args.limit_per_domain, "n": len(items),
            "seed": args.seed, "prompt_format": model.secl_prompt_format, "max_new_tokens": args.max_new_tokens,
-           "burst_at_start": args.burst_at_start,
+           "burst_at_start": args.burst_at_start, "balance_gold": args.balance_gold,
            "config": config.to_dict(), "counters": model.secl_counters, "load_seconds": round(load_s, 1),
            "wall_seconds": round(wall, 1),
            "seconds_per_question": {

@@ -25,7 +25,7 @@ import torch
 
 from hf_calibration.modeling.prompts import LETTERS, build_prompt, format_mcqa
 
-MCQA_DOMAINS = ("mmlu", "gpqa", "halueval_qa")
+MCQA_DOMAINS = ("mmlu", "gpqa", "halueval_qa", "halueval_qa_lm")
 OPEN_DOMAINS = ("gsm8k",)
 GSM8K_INSTRUCTION = "Reply with the final number only."
 
@@ -67,8 +67,12 @@ def parse_stream(spec: str) -> list[tuple[str, str | None]]:
     return out
 
 
-def build_stream(tokenizer, spec: str, *, limit_per_domain: int, seed: int = 0, prompt_format: str = "auto") -> list:
-    """The stream's items, domain after domain, ``limit_per_domain`` each (seeded sample)."""
+def build_stream(tokenizer, spec: str, *, limit_per_domain: int, seed: int = 0, prompt_format: str = "auto",
+                 balance_gold: bool = False) -> list:
+    """The stream's items, domain after domain, ``limit_per_domain`` each (seeded sample).
+
+    balance_gold : passed to ``load_mcqa`` (every option letter gold equally often in each MCQA domain).
+    """
     from hf_calibration.data import load_mcqa, load_open_qa
 
     if isinstance(limit_per_domain, bool) or not isinstance(limit_per_domain, int) or limit_per_domain < 1:
@@ -77,7 +81,7 @@ def build_stream(tokenizer, spec: str, *, limit_per_domain: int, seed: int = 0, 
     for name, subjects in parse_stream(spec):
         label = name if subjects is None else f"{name}:{subjects.replace(',', '+')}"
         if name in MCQA_DOMAINS:
-            for row in load_mcqa(name, subjects=subjects, limit=limit_per_domain, seed=seed):
+            for row in load_mcqa(name, subjects=subjects, limit=limit_per_domain, seed=seed, balance_gold=balance_gold):
                 text = build_prompt(tokenizer, format_mcqa(row["question"], row["choices"]), prompt_format=prompt_format)
                 items.append(StreamItem(label, tokenizer.encode(text, add_special_tokens=False), int(row["answer"]),
                                         "mcqa", len(row["choices"])))
@@ -138,11 +142,13 @@ def _generate(model, item: StreamItem, *, max_new_tokens: int, update: bool):
 
 
 def run_stream(model, items: list, *, max_new_tokens: int = 8, burst_at_start: bool = False,
-               progress: bool = True) -> list[dict]:
+               progress: bool = True, baseline_only: bool = False) -> list[dict]:
     """Both passes (module docstring) over ``items`` with a SECL model; one record per item.
 
     burst_at_start : open a burst at the first question of the SECL pass, treating the start of the
         stream as a shift (the entropy gate cannot fire during its warm-up).
+    baseline_only : run the baseline pass alone (records then lack the SECL fields; summarise them
+        with ``summarize_stream(..., signals=BASELINE_ROWS)``).
     """
     from tqdm.auto import tqdm
 
@@ -166,6 +172,8 @@ def run_stream(model, items: list, *, max_new_tokens: int = 8, burst_at_start: b
                        "norm_p_true": 1 + label["forward_passes"], "dinco": 1 + label["forward_passes"]},
             "baseline_seconds": time.perf_counter() - start,
         })
+    if baseline_only:
+        return records
     model.reset_calibration()
     if burst_at_start:
         model.start_burst()
@@ -210,10 +218,16 @@ def _cross_fit(conf: np.ndarray, correct: np.ndarray, method: str, seed: int) ->
 
 
 SIGNAL_ROWS = ("verbalized", "p_true", "norm_p_true", "dinco", "secl", "platt", "temperature")
+BASELINE_ROWS = ("verbalized", "p_true", "norm_p_true", "dinco", "platt", "temperature")
 
 
-def summarize_stream(records: list[dict], *, n_resamples: int = 1000, seed: int = 0) -> dict:
-    """Per domain and overall: a calibration report per signal (+ passes/q), the references, SECL shares."""
+def summarize_stream(records: list[dict], *, n_resamples: int = 1000, seed: int = 0,
+                     signals: tuple = SIGNAL_ROWS) -> dict:
+    """Per domain and overall: a calibration report per signal (+ passes/q), the references, SECL shares.
+
+    signals : which rows to report; ``BASELINE_ROWS`` for records of ``run_stream(baseline_only=True)``.
+    """
+    with_secl = "secl" in signals
     from hf_calibration.metrics import calibration_report
     from hf_calibration.reports import references
 
@@ -227,9 +241,9 @@ def summarize_stream(records: list[dict], *, n_resamples: int = 1000, seed: int 
         idx = np.array([i for i, r in enumerate(records) if name == "overall" or r["domain"] == name])
         sub = [records[i] for i in idx]
         y = correct_all[idx]
-        y_secl = np.array([r["secl_correct"] for r in sub], dtype=int)
-        signals = {}
-        for sig in SIGNAL_ROWS:
+        y_secl = np.array([r["secl_correct"] for r in sub], dtype=int) if with_secl else y
+        reports = {}
+        for sig in signals:
             if sig == "platt":
                 conf, yy, passes = platt[idx], y, np.mean([r["passes"]["verbalized"] for r in sub])
             elif sig == "temperature":
@@ -240,21 +254,20 @@ def summarize_stream(records: list[dict], *, n_resamples: int = 1000, seed: int 
                 passes = np.mean([r["passes"][sig] for r in sub])
             report = calibration_report(yy, conf, n_resamples=n_resamples, seed=seed)
             report["forward_passes"] = float(passes)
-            signals[sig] = report
+            reports[sig] = report
         k = max(r["n_options"] for r in sub)
         refs = references(y.astype(bool), max(k, 1), n_resamples=n_resamples, seed=seed)
         if k == 0:  # open-ended: no 1/K reference
             del refs["constant_1/K"]
-        out[name] = {
-            "n": len(sub),
-            "signals": signals,
-            "references": refs,
-            "share_in_burst": float(np.mean([r["burst"] for r in sub])),
-            "share_trained": float(np.mean([r["updated"] for r in sub])),
-            "skipped_by_bin_gate": int(sum(r["skipped_by_bin_gate"] for r in sub)),
-            "alarms": int(sum(r["alarm"] for r in sub)),
-            "accuracy_change_secl": float(y_secl.mean() - y.mean()),
-        }
+        out[name] = {"n": len(sub), "signals": reports, "references": refs}
+        if with_secl:
+            out[name].update({
+                "share_in_burst": float(np.mean([r["burst"] for r in sub])),
+                "share_trained": float(np.mean([r["updated"] for r in sub])),
+                "skipped_by_bin_gate": int(sum(r["skipped_by_bin_gate"] for r in sub)),
+                "alarms": int(sum(r["alarm"] for r in sub)),
+                "accuracy_change_secl": float(y_secl.mean() - y.mean()),
+            })
     return out
 
 
@@ -273,6 +286,9 @@ def format_stream_summary(summary: dict) -> str:
     for domain, s in summary.items():
         rows = {names[k]: v for k, v in s["signals"].items()}
         rows.update({f"ref: {k}": v for k, v in s["references"].items()})
+        if "share_in_burst" not in s:
+            blocks.append(f"[{domain}] n={s['n']}\n" + format_table(rows, columns=STREAM_COLUMNS))
+            continue
         blocks.append(
             f"[{domain}] n={s['n']}; SECL: in burst {s['share_in_burst']:.0%}, trained on {s['share_trained']:.0%}, "
             f"bin-gate skips {s['skipped_by_bin_gate']}, alarms {s['alarms']}, accuracy change "
