@@ -27,6 +27,8 @@ cache is cropped, not copied.
 
 from __future__ import annotations
 
+import re
+
 import json
 import math
 from dataclasses import dataclass
@@ -77,6 +79,22 @@ def confidence_bin(c: float, n_bins: int) -> int:
 def directional_target(c: float, c_star: float, *, alpha_step: float, delta: float) -> float:
     """ĉ = c + α_step·clip(c* − c, −δ, δ) (SPEC §2 step 6)."""
     return c + alpha_step * max(-delta, min(delta, c_star - c))
+
+
+def same_option(answer: str, distractor: str) -> bool:
+    """Whether ``distractor`` names the option ``answer`` already chose, so it is not its own alternative.
+
+    Equal texts (case and surrounding space ignored), or a one-letter distractor ("A") equal to the first
+    standalone option letter A–J in the answer's first 40 characters ("A", "A. Paris", "The answer is A"),
+    the rule ``secl.stream.judge`` grades answers by.
+    """
+    a, d = answer.strip(), distractor.strip()
+    if a.lower() == d.lower():
+        return True
+    if len(d) == 1 and d.upper() in "ABCDEFGHIJ":
+        m = re.search(r"\b([A-J])\b", a[:40])
+        return m is not None and m.group(1) == d.upper()
+    return False
 
 
 def bin_gate_passes(c: float, c_star: float, *, n_bins: int, width: int) -> bool:
@@ -392,7 +410,7 @@ class SECLGenerationMixin:
                 candidates = [(list(answer_ids), self._secl_text(answer_ids))] + [(a, self._secl_text(a)) for a in alt_ids]
             else:
                 own = self._secl_text(answer_ids)
-                alts = [d for d in dict.fromkeys(distractors) if d.strip().lower() != own.strip().lower()]
+                alts = [d for d in dict.fromkeys(distractors) if not same_option(own, d)]
                 candidates = [(list(answer_ids), own)] + [
                     (tok.encode(d if self.secl_prompt_format == "chat" else " " + d, add_special_tokens=False), d)
                     for d in alts[: cfg.num_distractors]]

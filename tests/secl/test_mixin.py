@@ -257,3 +257,22 @@ def test_real_model_confidences_equal_two_uncached_passes():
         answer = answer[: next((j for j, t in enumerate(answer) if t in secl._secl_stop_ids({})), len(answer))]
         ref = reference_confidence(secl, tokenizer, item.prompt_ids, answer, two_step=True)
         assert float(out.confidences[0]) == pytest.approx(ref, abs=1e-5)
+
+
+@pytest.mark.parametrize(
+    "answer, distractor, expected",
+    [("A", "A", True), (" a ", "A", True), ("A. the", "A", True), ("The answer is B", "B", True),
+     ("B. the", "A", False), ("Paris", "A", False), ("42", "42", True), ("41", "42", False)],
+)
+def test_same_option(answer, distractor, expected):
+    from hf_calibration.secl.mixin import same_option
+
+    assert same_option(answer, distractor) is expected
+
+
+def test_answer_letter_is_not_its_own_distractor(tiny_tokenizer, secl):
+    """An answer "A. the" chose option A: the distractors are the other letters only (K = 4 → B, C, D)."""
+    prompt = encode(tiny_tokenizer, PROMPTS[:1])["input_ids"][0].tolist()
+    answer = tiny_tokenizer.encode("A. the", add_special_tokens=False)
+    label = secl.secl_pseudo_label(prompt, answer, ["A", "B", "C", "D"])
+    assert label["n_distractors"] == 3 and label["p_true"].shape == (4,)
