@@ -245,7 +245,10 @@ def diagnose_table(results: dict) -> str:
             length = run.get("length_only_accuracy")
             head = (f"**{alias} · {name}** (n={run['n']}, seed {run['seed']}, {run['wall_seconds']:.0f} s"
                     + (f"; pick-the-shorter-answer accuracy {length:.3f}" if length is not None else "") + ")")
-            gap = res["gap"]
+            gap = dict(res["gap"])
+            acc = res["signals"]["verbalized"]["accuracy"]["value"]
+            if acc in (0.0, 1.0):  # one class: no ranking to measure, so no verdict
+                gap["verdict"] = f"undefined (accuracy {acc:.0f}: AUROC needs right and wrong answers)"
             blocks.append(head + "\n\n" + format_table(rows, columns=columns, markdown=True)
                           + f"\n\nΔAUROC {_signed(gap['delta_auroc'])}, ΔECE {_signed(gap['delta_ece'])} → "
                           f"**{gap['verdict']}**")
@@ -289,12 +292,15 @@ def _diagnose(out: Path, models, datasets, limits: dict, args) -> int:
 def _finish(out: Path, name, results, table, models, datasets, limit, args, start) -> int:
     from hf_calibration.reports import write_json
 
+    sub_runs = [r["run"] for per in results.values() for r in (per.values() if name == "diagnose" else [per])]
     run = {"experiment": name, "models": models, "datasets": datasets, "limit": limit, "seed": args.seed,
            "n_resamples": args.n_resamples, "wall_seconds_this_invocation": round(time.perf_counter() - start, 1),
+           "wall_seconds_sub_runs": round(sum(r.get("wall_seconds", 0.0) for r in sub_runs), 1),
            "command": "hf-calibration " + " ".join(sys.argv[1:]) if sys.argv else None}
     write_json(out / "metrics.json", {"run": run, "results": results})
     header = (f"experiment {name}: models {', '.join(_alias(m) for m in models)}; datasets {', '.join(datasets)}; "
               f"questions per dataset {limit}; seed {args.seed}; 95% bootstrap intervals ({args.n_resamples} resamples); "
+              f"sub-runs {run['wall_seconds_sub_runs']:.0f} s of compute as recorded when they ran, "
               f"this invocation {run['wall_seconds_this_invocation']:.0f} s")
     (out / "table.md").write_text(header + "\n\n" + table + "\n")
     print(header)
