@@ -85,6 +85,8 @@ def test_calm_experiment_smoke(tiny_model_dir, tmp_path, capsys):
     acc = np.mean([r["bome_prediction"] == r["answer"] for r in test_items])
     assert report["tables"]["bome"]["id_test"]["accuracy"]["value"] == pytest.approx(acc)
     assert (out / "reliability_id_test.png").is_file() and (out / "table.md").is_file()
+    # trained on length-matched HaluEval (2 options): L_tr and the entropy read A and B only
+    assert json.loads((out / "scores" / "bome.json").read_text())["num_options"] == 2
 
 
 @pytest.mark.parametrize(

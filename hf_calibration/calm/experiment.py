@@ -85,12 +85,13 @@ def train_method(method, splits, args, tokenizer):
 
     model, _ = load_model(args.model)
     calm_method = "sft" if method == "label_smoothing" else method
+    num_options = len(splits["train"][0]["choices"])  # the entropy and L_tr read these letters only (K = 2 for HaluEval)
     config = CALMConfig(
         output_dir=str(Path(args.output_dir) / "runs" / method), method=calm_method, max_steps=args.max_steps,
         per_device_train_batch_size=args.batch_size, learning_rate=args.learning_rate,
-        alpha_learning_rate=args.alpha_learning_rate, inner_steps=args.inner_steps,
+        alpha_learning_rate=args.alpha_learning_rate, inner_steps=args.inner_steps, num_options=num_options,
         inner_learning_rate=args.inner_learning_rate, label_smoothing_factor=0.1 if method == "label_smoothing" else 0.0,
-        lr_scheduler_type="constant", warmup_steps=0, bf16=False, gradient_checkpointing=False, save_strategy="no",
+        lr_scheduler_type="constant", warmup_steps=0, bf16=False, activation_checkpointing=False, save_strategy="no",
         report_to="none", logging_steps=10, seed=args.seed, use_cpu=not torch.cuda.is_available(), max_length=None,
         disable_tqdm=True, dataset_num_proc=None,
     )
@@ -105,7 +106,7 @@ def train_method(method, splits, args, tokenizer):
     seconds = time.perf_counter() - start
     trainer.model.eval()
     logs = [e for e in trainer.state.log_history if "lower_loss" in e]
-    return trainer.model, {"train_seconds": seconds, "seconds_per_step": seconds / args.max_steps, "log": logs,
+    return trainer.model, {"num_options": num_options, "train_seconds": seconds, "seconds_per_step": seconds / args.max_steps, "log": logs,
                            "mean_temperature": float(trainer.model.logit_adjustment.temperature.detach().mean())}
 
 
