@@ -29,7 +29,7 @@ def _add_evaluate(sub):
     )
     p.add_argument("--model", default="HuggingFaceTB/SmolLM2-135M-Instruct",
                    help="Hub id or local folder (offline: the packaged SmolLM2 / Qwen2.5-Coder copies)")
-    p.add_argument("--dataset", default="mmlu", help="mmlu, gpqa or halueval_qa")
+    p.add_argument("--dataset", default="mmlu", help="mmlu, gpqa, halueval_qa or halueval_qa_lm (length-matched HaluEval)")
     p.add_argument("--subjects", default=None,
                    help="MMLU subjects and/or categories, comma-separated (stem, humanities, social_sciences, other)")
     p.add_argument("--limit", type=positive(int, "--limit"), default=500,

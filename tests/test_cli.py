@@ -130,7 +130,7 @@ def test_entry_point_prints_one_line_and_exits_2(tmp_path):
     )
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == ["hf-calibration: error: --dataset: unknown dataset 'nope'; choose one of "
-                                                "['gpqa', 'halueval_qa', 'mmlu']"]
+                                                "['gpqa', 'halueval_qa', 'halueval_qa_lm', 'mmlu']"]
 
 
 @pytest.mark.parametrize(

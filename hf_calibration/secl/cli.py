@@ -42,7 +42,7 @@ def add_diagnose_parser(subparsers) -> argparse.ArgumentParser:
         "over the options, verbalized confidence and a DINCO-style score. Writes diagnosis.json, signals.jsonl "
         "and reliability_diagrams.png; prints the table and the verdict.",
     )
-    p.add_argument("--dataset", default="mmlu", help="mmlu, gpqa or halueval_qa")
+    p.add_argument("--dataset", default="mmlu", help="mmlu, gpqa, halueval_qa or halueval_qa_lm (length-matched HaluEval)")
     p.add_argument("--subjects", default=None,
                    help="MMLU subjects and/or categories, comma-separated (stem, humanities, social_sciences, other)")
     p.add_argument("--tau-n", type=positive(float, "--tau-n"), default=None,
@@ -136,7 +136,7 @@ def add_secl_parser(subparsers) -> argparse.ArgumentParser:
     )
     p.add_argument("--stream", default="mmlu:stem,mmlu:humanities,halueval_qa",
                    help="comma-separated domains in stream order: mmlu:<category or subject, '+'-joined>, gpqa, "
-                        "halueval_qa, gsm8k")
+                        "halueval_qa, halueval_qa_lm, gsm8k")
     p.add_argument("--limit-per-domain", type=positive(int, "--limit-per-domain"), default=50,
                    help="questions per domain (default 50)")
     p.add_argument("--max-new-tokens", type=positive(int, "--max-new-tokens"), default=8,
