@@ -7,7 +7,7 @@
 
 import sys
 
-from hf_calibration.calm.experiment import main
+from hf_calibration.calm.experiment import cli_main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli_main())

@@ -114,7 +114,10 @@ def run_experiment(args) -> int:
     argv = ["all", "--model", models[0], "--train-domain", datasets[0], "--output-dir", str(out), "--balance-gold",
             "--seed", str(args.seed), "--n-resamples", str(args.n_resamples), *CALM_SIZES.split(),
             *shlex.split(args.calm_args)]
-    code = calm_main(argv)
+    try:
+        code = calm_main(argv)
+    except ValueError as err:
+        raise ValueError(f"--calm-args: {err}") from None
     if code == 0:  # the same names as the other experiments
         (out / "metrics.json").write_text((out / "report.json").read_text())
         (out / "table.md").write_text((out / "report.md").read_text())

@@ -97,6 +97,8 @@ def test_calm_experiment_smoke(tiny_model_dir, tmp_path, capsys):
         (["experiment", "calm", "--limit", "5"], "--limit"),
         (["experiment", "diagnose", "--models", ","], "--models"),
         (["experiment", "secl", "--limit-open", "3"], "--limit-open"),
+        (["experiment", "calm", "--calm-args", "--n-train 0"], "--calm-args: argument --n-train"),
+        (["experiment", "calm", "--calm-args", "--train-domain nope"], "--calm-args"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(argv, fragment, tmp_path, capsys):

@@ -250,10 +250,15 @@ def _plot_split(path: Path, probs: dict, labels, name: str) -> None:
     plt.close(fig)
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # a ValueError: the callers print one line and exit 2 (no usage dump)
+        raise ValueError(message)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from hf_calibration._cli_args import non_negative_int, positive
 
-    p = argparse.ArgumentParser(prog="python -m hf_calibration.calm.experiment", description=__doc__.splitlines()[0])
+    p = _Parser(prog="python -m hf_calibration.calm.experiment", description=__doc__.splitlines()[0])
     p.add_argument("phase", choices=["train", "report", "all"], nargs="?", default="all")
     p.add_argument("--model", default="HuggingFaceTB/SmolLM2-135M-Instruct")
     p.add_argument("--train-domain", default="mmlu:stem",
@@ -280,13 +285,26 @@ def main(argv=None) -> int:
 
     args = build_parser().parse_args(argv)
     if args.phase in ("train", "all"):
+        build_splits(args)  # bad domains or sizes fail before any model is resolved or trained
         resolve_model_path(args.model)
-        build_splits(args)  # bad domains or sizes fail before any training
         run_train(args)
     if args.phase in ("report", "all"):
         run_report(args)
     return 0
 
 
+def cli_main(argv=None) -> int:
+    """``main`` for a command line: bad input prints one line and returns 2."""
+    import sys
+
+    try:
+        return main(argv)
+    except (ValueError, OSError) as err:
+        print(f"calm experiment: error: {err}", file=sys.stderr)
+        return 2
+
+
 if __name__ == "__main__":
-    main()
+    import sys
+
+    sys.exit(cli_main())
