@@ -34,7 +34,6 @@ MODEL_ALIASES = {
     "qwen": "Qwen/Qwen2.5-Coder-0.5B-Instruct",
 }
 DIAGNOSE_DATASETS = ("mmlu", "halueval_qa", "halueval_qa_lm", "gsm8k")
-MCQA_SETS = ("mmlu", "gpqa", "halueval_qa", "halueval_qa_lm")
 
 # The sizes of the recorded runs (README "Results"); each experiment finishes in about an hour on 2 CPU cores.
 DEFAULTS = {
@@ -194,9 +193,12 @@ def _diagnose_open(model_name, model, tokenizer, name, dest, limit, args) -> dic
     return {"run": run, **result}
 
 
-SIGNAL_TITLES = {"option_probability": "option probability", "verbalized": "verbalized", "p_true": "P(True)",
-                 "norm_p_true": "P(True)Norm", "dinco": "DINCO-style", "secl": "SECL",
-                 "platt": "Platt (labels, 2-fold)", "temperature": "TS (labels, 2-fold)"}
+def _titles() -> dict:
+    """Display names of every signal: the diagnose table's and the stream's (one home each)."""
+    from hf_calibration.secl.diagnose import SIGNAL_NAMES as DIAGNOSE_NAMES
+    from hf_calibration.secl.stream import SIGNAL_NAMES as STREAM_NAMES
+
+    return {**DIAGNOSE_NAMES, **STREAM_NAMES}
 
 
 def _plot_signals(path: Path, correct, signals: dict, title: str) -> None:
@@ -207,20 +209,15 @@ def _plot_signals(path: Path, correct, signals: dict, title: str) -> None:
 
     from hf_calibration.plotting import plot_reliability_diagram
 
+    titles = _titles()
     fig, axes = plt.subplots(1, len(signals), figsize=(4.0 * len(signals), 4.0), squeeze=False)
     for ax, (name, conf) in zip(axes[0], signals.items()):
         plot_reliability_diagram(np.asarray(correct, dtype=int), np.asarray(conf, dtype=float), n_bins=15, ax=ax,
-                                 title=SIGNAL_TITLES.get(name, name))
+                                 title=titles.get(name, name))
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(fig)
-
-
-def _ci(entry) -> str:
-    from hf_calibration.reports import _fmt
-
-    return _fmt(entry)
 
 
 def _signed(d) -> str:
@@ -233,17 +230,17 @@ def _signed(d) -> str:
 
 def diagnose_table(results: dict) -> str:
     """Markdown: one row per model × dataset × signal (acc, conf, ECE, Brier, AUROC), references, gaps."""
-    from hf_calibration.reports import format_table
+    from hf_calibration.reports import _fmt, format_table
+    from hf_calibration.secl.stream import STREAM_COLUMNS
 
+    titles = _titles()
     blocks = []
     summary = ["| model | dataset | n | acc | length-only acc | ECE verbalized | ECE P(True)Norm | AUROC verbalized "
                "| AUROC P(True) | AUROC P(True)Norm | ΔAUROC (Norm − verb.) | verdict |", "|" + "---|" * 12]
-    columns = (("accuracy", "acc"), ("mean_confidence", "conf"), ("conf_ece", "ECE"), ("brier", "Brier"),
-               ("auroc", "AUROC"), ("forward_passes", "passes/q"))
     for alias, per_dataset in results.items():
         for name, res in per_dataset.items():
             run = res["run"]
-            rows = {SIGNAL_TITLES.get(k, k): v for k, v in res["signals"].items()}
+            rows = {titles.get(k, k): v for k, v in res["signals"].items()}
             rows.update({f"ref: {k}": v for k, v in res["references"].items()})
             length = run.get("length_only_accuracy")
             head = (f"**{alias} · {name}** (n={run['n']}, seed {run['seed']}, {run['wall_seconds']:.0f} s"
@@ -252,15 +249,15 @@ def diagnose_table(results: dict) -> str:
             acc = res["signals"]["verbalized"]["accuracy"]["value"]
             if acc in (0.0, 1.0):  # one class: no ranking to measure, so no verdict
                 gap["verdict"] = f"undefined (accuracy {acc:.0f}: AUROC needs right and wrong answers)"
-            blocks.append(head + "\n\n" + format_table(rows, columns=columns, markdown=True)
+            blocks.append(head + "\n\n" + format_table(rows, columns=STREAM_COLUMNS, markdown=True)
                           + f"\n\nΔAUROC {_signed(gap['delta_auroc'])}, ΔECE {_signed(gap['delta_ece'])} → "
                           f"**{gap['verdict']}**")
             s = res["signals"]
             summary.append(
-                f"| {alias} | {name} | {run['n']} | {_ci(s['verbalized']['accuracy'])} | "
+                f"| {alias} | {name} | {run['n']} | {_fmt(s['verbalized']['accuracy'])} | "
                 + ("—" if length is None else f"{length:.3f}")
-                + f" | {_ci(s['verbalized']['conf_ece'])} | {_ci(s['norm_p_true']['conf_ece'])} | "
-                f"{_ci(s['verbalized']['auroc'])} | {_ci(s['p_true']['auroc'])} | {_ci(s['norm_p_true']['auroc'])} | "
+                + f" | {_fmt(s['verbalized']['conf_ece'])} | {_fmt(s['norm_p_true']['conf_ece'])} | "
+                f"{_fmt(s['verbalized']['auroc'])} | {_fmt(s['p_true']['auroc'])} | {_fmt(s['norm_p_true']['auroc'])} | "
                 f"{_signed(gap['delta_auroc'])} | {gap['verdict']} |")
     return "\n".join(summary) + "\n\n" + "\n\n".join(blocks)
 
@@ -321,9 +318,9 @@ SECL_SIGNALS = ("verbalized", "p_true", "norm_p_true", "dinco", "secl", "platt",
 def secl_table(results: dict) -> str:
     """Markdown: per model and stream domain, one row per signal with the SECL shares and costs."""
     from hf_calibration.reports import format_table
+    from hf_calibration.secl.stream import STREAM_COLUMNS
 
-    columns = (("accuracy", "acc"), ("mean_confidence", "conf"), ("conf_ece", "ECE"), ("brier", "Brier"),
-               ("auroc", "AUROC"), ("forward_passes", "passes/q"))
+    titles = _titles()
     blocks = []
     for alias, res in results.items():
         run = res["run"]
@@ -332,7 +329,7 @@ def secl_table(results: dict) -> str:
                       f"burst at start {run['burst_at_start']}, {run['wall_seconds']:.0f} s (both passes); "
                       f"counters {json.dumps(counters)}")
         for domain, s in res["summary"].items():
-            rows = {SIGNAL_TITLES[k]: v for k, v in s["signals"].items()}
+            rows = {titles[k]: v for k, v in s["signals"].items()}
             rows.update({f"ref: {k}": v for k, v in s["references"].items()})
             verb, secl = s["signals"]["verbalized"]["conf_ece"]["value"], s["signals"]["secl"]["conf_ece"]["value"]
             cut = f"{(verb - secl) / verb:+.0%}" if verb > 0 else "—"
@@ -340,7 +337,7 @@ def secl_table(results: dict) -> str:
                 f"[{domain}] n={s['n']}: trained on {s['share_trained']:.0%} of the questions (in burst "
                 f"{s['share_in_burst']:.0%}, bin-gate skips {s['skipped_by_bin_gate']}, alarms {s['alarms']}); "
                 f"SECL ECE cut vs verbalized {cut}; accuracy change {s['accuracy_change_secl']:+.3f}\n\n"
-                + format_table(rows, columns=columns, markdown=True))
+                + format_table(rows, columns=STREAM_COLUMNS, markdown=True))
     return "\n\n".join(blocks)
 
 

@@ -45,9 +45,14 @@ def split_key(spec: str) -> str:
     return spec.replace(":", "_").replace("+", "_")
 
 
-def ood_sets(args) -> list[str]:
+def _ood_specs(args) -> list[str]:
     text = args.ood_domains or (MMLU_OOD if args.train_domain.startswith("mmlu") else OTHER_OOD)
-    return [split_key(d.strip()) for d in text.split(",") if d.strip()]
+    return [d.strip() for d in text.split(",") if d.strip()]
+
+
+def ood_sets(args) -> list[str]:
+    """The OOD split names (array keys) of ``args``: "mmlu:stem" → "mmlu_stem"."""
+    return [split_key(spec) for spec in _ood_specs(args)]
 
 
 def build_splits(args):
@@ -59,8 +64,7 @@ def build_splits(args):
     bounds = np.cumsum([0] + sizes)
     names = ("train", "calibration", "validation", "id_test")
     splits = {n: domain.select(range(bounds[i], bounds[i + 1])) for i, n in enumerate(names)}
-    text = args.ood_domains or (MMLU_OOD if args.train_domain.startswith("mmlu") else OTHER_OOD)
-    for spec in (d.strip() for d in text.split(",") if d.strip()):
+    for spec in _ood_specs(args):
         splits[split_key(spec)] = _load_domain(spec, limit=args.n_ood, seed=args.seed, balance_gold=args.balance_gold)
     return splits
 
@@ -110,30 +114,34 @@ def train_method(method, splits, args, tokenizer):
                            "mean_temperature": float(trainer.model.logit_adjustment.temperature.detach().mean())}
 
 
-def run_train(args):
+def run_train(args, splits=None):
+    """Train and score every method of ``args.methods`` not scored yet; ``splits`` as from ``build_splits``."""
     from hf_calibration.modeling import load_model
 
     out = Path(args.output_dir)
     (out / "scores").mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    splits = build_splits(args)
+    splits = build_splits(args) if splits is None else splits
     sizes = {k: len(v) for k, v in splits.items()}
     print("sizes:", sizes, flush=True)
-    base, tokenizer = load_model(args.model)
     (out / "run.json").write_text(json.dumps({"args": vars(args), "sizes": sizes}, indent=2) + "\n")
+    ood = ood_sets(args)
+    base = tokenizer = None  # loaded at the first method that needs work: a report-only rerun loads no model
     for method in args.methods:
         path = out / "scores" / f"{method}.npz"
-        if path.exists():
+        if path.exists():  # checked per method, so two processes can share the list of methods
             print(f"{method}: already scored", flush=True)
             continue
-        start = time.perf_counter()
         if method == "ts":  # fitted in `report` on the uncalibrated scores; nothing to train or score
             continue
+        if tokenizer is None:
+            base, tokenizer = load_model(args.model)
+        start = time.perf_counter()  # the model load is not part of a method's wall time
         if method == "uncalibrated":
-            scores, info = score_all(base, tokenizer, splits, args.eval_batch_size, ood_sets(args)), {}
+            scores, info = score_all(base, tokenizer, splits, args.eval_batch_size, ood), {}
         else:
             model, info = train_method(method, splits, args, tokenizer)
-            scores = score_all(model, tokenizer, splits, args.eval_batch_size, ood_sets(args))
+            scores = score_all(model, tokenizer, splits, args.eval_batch_size, ood)
         info["wall_seconds"] = time.perf_counter() - start
         np.savez(path, **scores)
         (out / "scores" / f"{method}.json").write_text(json.dumps(info, indent=2, default=float) + "\n")
@@ -285,9 +293,9 @@ def main(argv=None) -> int:
 
     args = build_parser().parse_args(argv)
     if args.phase in ("train", "all"):
-        build_splits(args)  # bad domains or sizes fail before any model is resolved or trained
+        splits = build_splits(args)  # bad domains or sizes fail before any model is resolved or trained
         resolve_model_path(args.model)
-        run_train(args)
+        run_train(args, splits)
     if args.phase in ("report", "all"):
         run_report(args)
     return 0

@@ -271,6 +271,8 @@ def summarize_stream(records: list[dict], *, n_resamples: int = 1000, seed: int 
     return out
 
 
+SIGNAL_NAMES = {"verbalized": "verbalized", "p_true": "P(True)", "norm_p_true": "P(True)Norm", "dinco": "DINCO-style",
+                "secl": "SECL", "platt": "Platt (labels, 2-fold)", "temperature": "TS (labels, 2-fold)"}
 STREAM_COLUMNS = (
     ("accuracy", "acc"), ("mean_confidence", "conf"), ("conf_ece", "ECE"), ("brier", "Brier"),
     ("auroc", "AUROC"), ("forward_passes", "passes/q"),
@@ -280,11 +282,9 @@ STREAM_COLUMNS = (
 def format_stream_summary(summary: dict) -> str:
     from hf_calibration.reports import format_table
 
-    names = {"verbalized": "verbalized", "p_true": "P(True)", "norm_p_true": "P(True)Norm", "dinco": "DINCO-style",
-             "secl": "SECL", "platt": "Platt (labels, 2-fold)", "temperature": "TS (labels, 2-fold)"}
     blocks = []
     for domain, s in summary.items():
-        rows = {names[k]: v for k, v in s["signals"].items()}
+        rows = {SIGNAL_NAMES[k]: v for k, v in s["signals"].items()}
         rows.update({f"ref: {k}": v for k, v in s["references"].items()})
         if "share_in_burst" not in s:
             blocks.append(f"[{domain}] n={s['n']}\n" + format_table(rows, columns=STREAM_COLUMNS))
