@@ -38,6 +38,26 @@ def non_negative_int(name: str):
     return parse
 
 
+def device(text: str) -> str:
+    """argparse ``type=`` for ``--device``: ``auto`` (kept, resolved when the model loads) or a torch device
+    this machine has (``cpu``, ``cuda``, ``cuda:1``, ``mps``); see ``modeling.resolve_device``."""
+    if text == "auto":
+        return text
+    from hf_calibration.modeling.loading import resolve_device
+
+    try:
+        return resolve_device(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err).removeprefix("device: ")) from None  # argparse names --device
+
+
+def add_device_argument(p) -> None:
+    """Register ``--device`` (default ``auto``: the GPU of this process when there is one, else the CPU)."""
+    p.add_argument("--device", type=device, default="auto",
+                   help="where the model runs: auto (default: CUDA, as cuda:LOCAL_RANK under a launcher, or MPS when "
+                        "available, else CPU), cpu, cuda, cuda:N or mps")
+
+
 def _check_writable_location(path: Path, name: str, raw: str) -> None:
     """The nearest existing ancestor of ``path`` must be a writable directory (checked before any work)."""
     parent = path.parent

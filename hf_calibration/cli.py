@@ -11,7 +11,7 @@ import sys
 import time
 
 from hf_calibration import reports
-from hf_calibration._cli_args import input_file, non_negative_int, output_dir, output_file, positive
+from hf_calibration._cli_args import add_device_argument, input_file, non_negative_int, output_dir, output_file, positive
 
 
 class _Parser(argparse.ArgumentParser):
@@ -36,6 +36,7 @@ def _add_evaluate(sub):
                    help="number of questions, stratified by subject (default 500)")
     p.add_argument("--seed", type=non_negative_int("--seed"), default=0, help="sampling seed (default 0)")
     p.add_argument("--batch-size", type=positive(int, "--batch-size"), default=8, help="questions per forward pass")
+    add_device_argument(p)
     p.add_argument("--prompt-format", default="auto", choices=["auto", "chat", "plain"],
                    help="chat template or plain prompt (auto: chat when the tokenizer has a template)")
     p.add_argument("--n-resamples", type=positive(int, "--n-resamples"), default=1000,
@@ -105,7 +106,7 @@ def _run_evaluate(args) -> int:
         raise ValueError(_as_option(str(err), {"name": "--dataset", "subjects": "--subjects"})) from None
     resolve_model_path(args.model)  # fails fast on a bad path before the heavy load
     start = time.perf_counter()
-    model, tokenizer = load_model(args.model)
+    model, tokenizer = load_model(args.model, device=args.device)
     load_s = time.perf_counter() - start
     start = time.perf_counter()
     scores = score_mcqa(model, tokenizer, dataset, batch_size=args.batch_size, prompt_format=args.prompt_format)

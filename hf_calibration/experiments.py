@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hf_calibration._cli_args import non_negative_int, output_dir, positive
+from hf_calibration._cli_args import add_device_argument, non_negative_int, output_dir, positive
 
 MODEL_ALIASES = {
     "smollm2": "HuggingFaceTB/SmolLM2-135M-Instruct",
@@ -80,6 +80,7 @@ def add_experiment_parser(subparsers) -> argparse.ArgumentParser:
                         "alternatives and their P(True) reads, several times an MCQA question)")
     p.add_argument("--seed", type=non_negative_int("--seed"), default=0, help="sampling and bootstrap seed (default 0)")
     p.add_argument("--batch-size", type=positive(int, "--batch-size"), default=8, help="prompts per forward pass")
+    add_device_argument(p)
     p.add_argument("--n-resamples", type=positive(int, "--n-resamples"), default=1000,
                    help="bootstrap resamples for the 95%% intervals (default 1000)")
     p.add_argument("--overwrite", action="store_true", help="recompute sub-runs that already have results")
@@ -111,7 +112,8 @@ def run_experiment(args) -> int:
     if args.limit is not None:
         raise ValueError(f"--limit: calm takes its split sizes from --calm-args (e.g. \"--n-ood 40\"), got --limit {args.limit}")
     argv = ["all", "--model", models[0], "--train-domain", datasets[0], "--output-dir", str(out), "--balance-gold",
-            "--seed", str(args.seed), "--n-resamples", str(args.n_resamples), *CALM_SIZES.split(),
+            "--seed", str(args.seed), "--n-resamples", str(args.n_resamples), "--device", args.device,
+            *CALM_SIZES.split(),
             *shlex.split(args.calm_args)]
     try:
         code = calm_main(argv)
@@ -283,7 +285,7 @@ def _diagnose(out: Path, models, datasets, limits: dict, args) -> int:
                 print(f"{alias} · {name}: read {dest / 'diagnosis.json'}", flush=True)
                 continue
             if model is None:
-                model, tokenizer = load_model(model_name)
+                model, tokenizer = load_model(model_name, device=args.device)
             run = _diagnose_open if name == "gsm8k" else _diagnose_mcqa
             results[alias][name] = run(model_name, model, tokenizer, name, dest, limits[name], args)
             print(f"{alias} · {name}: {results[alias][name]['run']['wall_seconds']:.0f} s → {dest}", flush=True)
@@ -357,7 +359,7 @@ def _secl(out: Path, models, stream: str, limit, args) -> int:
             code = cli_main(["secl", "--model", model_name, "--stream", stream, "--limit-per-domain", str(limit),
                              "--balance-gold", "--burst-at-start", "--seed", str(args.seed),
                              "--batch-size", str(args.batch_size), "--n-resamples", str(args.n_resamples),
-                             "--output-dir", str(dest)])
+                             "--device", args.device, "--output-dir", str(dest)])
             if code:
                 return code
         results[alias] = json.loads((dest / "metrics.json").read_text())

@@ -89,6 +89,8 @@ def _bad(argv, capsys, fragment):
         (["--batch-size", "0"], "--batch-size"),
         (["--model", "./no/such/model"], "./no/such/model"),
         (["--model", "some-org/not-a-model"], "some-org/not-a-model"),
+        (["--device", "tpu9"], "--device"),
+        (["--device", "cuda:99"], "cuda:99"),  # no CUDA here, or not 100 of them
     ],
 )
 def test_evaluate_bad_input(tiny_model_dir, tmp_path, capsys, args, fragment):

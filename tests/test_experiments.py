@@ -99,10 +99,15 @@ def test_calm_experiment_smoke(tiny_model_dir, tmp_path, capsys):
         (["experiment", "secl", "--limit-open", "3"], "--limit-open"),
         (["experiment", "calm", "--calm-args", "--n-train 0"], "--calm-args: argument --n-train"),
         (["experiment", "calm", "--calm-args", "--train-domain nope"], "--calm-args"),
+        (["experiment", "secl", "--device", "gpu0"], "--device: not a torch device, got 'gpu0'"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(argv, fragment, tmp_path, capsys):
-    assert main([*argv, "--output-dir", str(tmp_path / "x")]) == 2
+    try:
+        code = main([*argv, "--output-dir", str(tmp_path / "x")])
+    except SystemExit as exit_:  # argparse type errors exit from inside parse_args
+        code = exit_.code
+    assert code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and fragment in err[0]
     assert not (tmp_path / "x").exists()

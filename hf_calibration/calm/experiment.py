@@ -81,11 +81,10 @@ def score_all(model, tokenizer, splits, batch_size, ood):
 
 
 def train_method(method, splits, args, tokenizer):
-    import torch
     from peft import LoraConfig
 
     from hf_calibration.calm import CALMConfig, CALMTrainer, mcqa_to_prompt_completion
-    from hf_calibration.modeling import load_model
+    from hf_calibration.modeling import load_model, resolve_device
 
     model, _ = load_model(args.model)
     calm_method = "sft" if method == "label_smoothing" else method
@@ -96,7 +95,7 @@ def train_method(method, splits, args, tokenizer):
         alpha_learning_rate=args.alpha_learning_rate, inner_steps=args.inner_steps, num_options=num_options,
         inner_learning_rate=args.inner_learning_rate, label_smoothing_factor=0.1 if method == "label_smoothing" else 0.0,
         lr_scheduler_type="constant", warmup_steps=0, bf16=False, activation_checkpointing=False, save_strategy="no",
-        report_to="none", logging_steps=10, seed=args.seed, use_cpu=not torch.cuda.is_available(), max_length=None,
+        report_to="none", logging_steps=10, seed=args.seed, use_cpu=resolve_device(args.device) == "cpu", max_length=None,
         disable_tqdm=True, dataset_num_proc=None,
     )
     train = mcqa_to_prompt_completion(splits["train"], tokenizer)
@@ -135,7 +134,7 @@ def run_train(args, splits=None):
         if method == "ts":  # fitted in `report` on the uncalibrated scores; nothing to train or score
             continue
         if tokenizer is None:
-            base, tokenizer = load_model(args.model)
+            base, tokenizer = load_model(args.model, device=args.device)
         start = time.perf_counter()  # the model load is not part of a method's wall time
         if method == "uncalibrated":
             scores, info = score_all(base, tokenizer, splits, args.eval_batch_size, ood), {}
@@ -264,7 +263,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from hf_calibration._cli_args import non_negative_int, positive
+    from hf_calibration._cli_args import add_device_argument, non_negative_int, positive
 
     p = _Parser(prog="python -m hf_calibration.calm.experiment", description=__doc__.splitlines()[0])
     p.add_argument("phase", choices=["train", "report", "all"], nargs="?", default="all")
@@ -282,6 +281,7 @@ def build_parser() -> argparse.ArgumentParser:
                             ("--inner-learning-rate", 1e-2)):
         p.add_argument(option, type=positive(float, option), default=default, help=f"default {default}")
     p.add_argument("--inner-steps", type=non_negative_int("--inner-steps"), default=1, help="T (default 1)")
+    add_device_argument(p)  # scoring; training goes where the Trainer puts it (CPU when --device resolves to cpu)
     p.add_argument("--balance-gold", action="store_true", help="every option letter gold equally often in each set")
     p.add_argument("--seed", type=non_negative_int("--seed"), default=0)
     p.add_argument("--output-dir", required=True)

@@ -5,6 +5,7 @@ from hf_calibration.modeling.loading import (
     cache_dir,
     load_model,
     packaged_model_available,
+    resolve_device,
     resolve_model_path,
 )
 from hf_calibration.modeling.prompts import (
@@ -30,6 +31,7 @@ __all__ = [
     "next_token_scores",
     "option_token_ids",
     "packaged_model_available",
+    "resolve_device",
     "resolve_model_path",
     "score_mcqa",
     "single_token_ids",

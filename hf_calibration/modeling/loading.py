@@ -145,6 +145,39 @@ def resolve_model_path(name_or_path: str | os.PathLike) -> str:
     )
 
 
+def resolve_device(device: str | None = "auto") -> str:
+    """The torch device a model should run on → ``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"mps"``, ….
+
+    ``"auto"`` picks ``cuda:LOCAL_RANK`` (``cuda`` outside ``accelerate launch``/torchrun) when CUDA is
+    available, else ``mps`` when available, else ``"cpu"``; ``None`` means ``"cpu"``. Any other value is
+    returned normalised after checking it.
+
+    Raises ValueError naming ``device`` when torch cannot parse it, or when it asks for CUDA (or MPS) on a
+    machine without one, or for a CUDA index the machine does not have.
+    """
+    import torch
+
+    if device is None:
+        return "cpu"
+    if device == "auto":
+        if torch.cuda.is_available():
+            rank = os.environ.get("LOCAL_RANK")
+            return f"cuda:{int(rank) % torch.cuda.device_count()}" if rank is not None else "cuda"
+        return "mps" if torch.backends.mps.is_available() else "cpu"
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, TypeError) as err:
+        raise ValueError(f"device: not a torch device, got {device!r} ({err})") from None
+    if parsed.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device: CUDA is not available on this machine, got {device!r}")
+        if parsed.index is not None and parsed.index >= torch.cuda.device_count():
+            raise ValueError(f"device: this machine has {torch.cuda.device_count()} CUDA device(s), got {device!r}")
+    if parsed.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"device: MPS is not available on this machine, got {device!r}")
+    return str(parsed)
+
+
 def load_model(name_or_path: str | os.PathLike, *, dtype=None, device: str | None = None, **model_kwargs):
     """Load a causal LM and its tokenizer → ``(model, tokenizer)``.
 
@@ -161,13 +194,15 @@ def load_model(name_or_path: str | os.PathLike, *, dtype=None, device: str | Non
     dtype : torch.dtype or str, optional
         Passed to ``from_pretrained`` (default: the checkpoint's; fp32 for the packaged copies).
     device : str, optional
-        Moves the model there (e.g. "cuda"); default CPU.
+        Moves the model there (e.g. "cuda", or "auto": see ``resolve_device``); default CPU.
 
-    Raises the errors of ``resolve_model_path`` before anything heavy is loaded.
+    Raises the errors of ``resolve_model_path`` and ``resolve_device`` before anything heavy is loaded.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     path = resolve_model_path(name_or_path)
+    if device is not None:
+        device = resolve_device(device)
     tokenizer = AutoTokenizer.from_pretrained(path)
     if dtype is not None:
         model_kwargs["dtype"] = dtype

@@ -11,7 +11,7 @@ import argparse
 import time
 from pathlib import Path
 
-from hf_calibration._cli_args import non_negative_int, output_dir, positive
+from hf_calibration._cli_args import add_device_argument, non_negative_int, output_dir, positive
 
 
 def _common(p, default_limit=None):
@@ -25,6 +25,7 @@ def _common(p, default_limit=None):
                    help="chat template or plain prompt (auto: chat when the tokenizer has a template)")
     p.add_argument("--batch-size", type=positive(int, "--batch-size"), default=8,
                    help="follow-up prompts per forward pass")
+    add_device_argument(p)
     p.add_argument("--n-resamples", type=positive(int, "--n-resamples"), default=1000,
                    help="bootstrap resamples for the 95%% intervals")
     p.add_argument("--output-dir", required=True, help="folder for the outputs (created)")
@@ -89,7 +90,7 @@ def run_diagnose(args) -> int:
     dataset = load_mcqa(args.dataset, subjects=args.subjects, limit=args.limit, seed=args.seed)
     resolve_model_path(args.model)
     start = time.perf_counter()
-    model, tokenizer = load_model(args.model)
+    model, tokenizer = load_model(args.model, device=args.device)
     load_s = time.perf_counter() - start
     start = time.perf_counter()
     result, signals = diagnose(model, tokenizer, dataset, tau_n=tau_n, prompt_format=args.prompt_format,
@@ -183,7 +184,7 @@ def run_secl(args) -> int:
     config = SECLConfig(prompt_format=args.prompt_format, **overrides)
     resolve_model_path(args.model)
     start = time.perf_counter()
-    model, tokenizer = load_model(args.model)
+    model, tokenizer = load_model(args.model, device=args.device)
     load_s = time.perf_counter() - start
     model = apply_secl(model, tokenizer, config)
     items = build_stream(tokenizer, args.stream, limit_per_domain=args.limit_per_domain, seed=args.seed,

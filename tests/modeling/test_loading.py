@@ -4,7 +4,9 @@ import time
 
 import pytest
 
-from hf_calibration.modeling import load_model, resolve_model_path
+import torch
+
+from hf_calibration.modeling import load_model, resolve_device, resolve_model_path
 from hf_calibration.modeling.loading import PACKAGED_MODELS, packaged_model_available
 
 
@@ -51,3 +53,31 @@ def test_missing_package_names_the_pip_requirement(monkeypatch, tmp_path):
 
 def _raise_missing(module, pip_spec):
     raise FileNotFoundError(f"the packaged copy needs the PyPI package {pip_spec!r}")
+
+
+def test_auto_device_is_this_process_gpu_under_a_launcher(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    assert resolve_device("auto") == "cuda"
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert resolve_device("auto") == "cuda:1"
+    assert resolve_device("cuda:1") == "cuda:1"
+    with pytest.raises(ValueError, match=r"2 CUDA device\(s\), got 'cuda:2'"):
+        resolve_device("cuda:2")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    assert resolve_device("auto") == "cpu" and resolve_device(None) == "cpu"
+    with pytest.raises(ValueError, match="CUDA is not available on this machine, got 'cuda'"):
+        resolve_device("cuda")
+    with pytest.raises(ValueError, match="not a torch device, got 'gpu0'"):
+        resolve_device("gpu0")
+
+
+def test_load_model_moves_to_the_device_asked(tmp_path, tiny_model, tiny_tokenizer):
+    tiny_model.save_pretrained(tmp_path)
+    tiny_tokenizer.save_pretrained(tmp_path)
+    model, _ = load_model(tmp_path, device="cpu")
+    assert {p.device.type for p in model.parameters()} == {"cpu"}
+    with pytest.raises(ValueError, match="'nonsense'"):
+        load_model(tmp_path, device="nonsense")
