@@ -588,7 +588,7 @@ def mcqa_signals(
             prompt = build_mcqa_prompt(tokenizer, row["question"], row["choices"], prompt_format=fmt)
             lp, cache, n_prefix = prefix_pass(model, tokenizer.encode(prompt, add_special_tokens=False))
             letter_lp = torch.stack([torch.logsumexp(lp[list(v)], dim=0) for v in variants[:k]])
-            option_probs[i, :k] = torch.softmax(letter_lp, dim=0).numpy()
+            option_probs[i, :k] = torch.softmax(letter_lp, dim=0).cpu().numpy()
             option_mass[i] = float(torch.exp(torch.logsumexp(letter_lp, dim=0)))
             pred = int(np.argmax(option_probs[i, :k]))
             t1 = time.perf_counter()
@@ -597,7 +597,7 @@ def mcqa_signals(
                                            fmt, PLAIN_P_TRUE_PREFIX) for j in range(k)]
             p, m = p_true_from_logprobs(continuation_logprobs(model, cache, n_prefix, conts,
                                                               batch_size=batch_size, pad_id=pad), tokens)
-            pt[i, :k], pt_mass[i, :k] = p.numpy(), m
+            pt[i, :k], pt_mass[i, :k] = p.cpu().numpy(), m
             t2 = time.perf_counter()
             cont = _answer_then_followup(tokenizer, LETTERS[pred],
                                          confidence_template.replace("{answer}", answers[pred]),
