@@ -226,6 +226,9 @@ class CALMTrainer(SFTTrainer):
         self._cft_bin_accuracy = None
 
     def _check_option_targets(self, dataset, name):
+        from hf_calibration.modeling import LETTERS
+
+        highest = 0
         for i, labels in enumerate(dataset["labels"]):
             first = next((t for t in labels[1:] if t != -100), None)
             if first is None or self._letter_of[first] < 0:
@@ -235,6 +238,16 @@ class CALMTrainer(SFTTrainer):
                     f"{sorted(set(self._tokenizer.decode([t]) for t in self._variant_ids.tolist()))}; "
                     "entropy_domain='options' needs completions that start with the answer letter"
                 )
+            highest = max(highest, int(self._letter_of[first]))
+        k, n = self.args.num_options, len(dataset)
+        # K larger than the data's option count is silent otherwise: H and L_tr then spread mass over letters
+        # no question offers. Warn when gold letters drawn uniformly from K would almost surely (p < 1 %) have
+        # reached a letter above the highest one seen.
+        if highest + 1 < k and ((highest + 1) / k) ** n < 0.01:
+            warnings.warn(
+                f"{name}: all {n} targets are among the letters {LETTERS[0]}–{LETTERS[highest]}, but "
+                f"num_options={k}: the entropy and L_tr run over {k} letters; set num_options to the questions' "
+                f"option count (e.g. 2 for HaluEval QA)", UserWarning, stacklevel=3)
 
     def _prepare_calibration(self, dataset):
         # Prompt-only rows get a one-token dummy completion, so the answer position is the scored one.

@@ -219,3 +219,23 @@ def test_no_spurious_future_warnings(tmp_path, tiny_tokenizer, mcqa_data):
     with pytest.warns(FutureWarning, match="gradient_checkpointing"):
         old = make_config(tmp_path, activation_checkpointing=None, gradient_checkpointing=False)
     assert old.activation_checkpointing is False
+
+
+def test_num_options_above_the_data_option_count_warns(tmp_path, tiny_tokenizer):
+    from datasets import Dataset
+
+    from hf_calibration.calm import mcqa_to_prompt_completion
+
+    def data(k):  # 16 questions with k options, gold cycling through all k letters
+        rows = [{"question": f"which one ? {i}", "choices": ["the", "a", "of", "and"][:k], "answer": i % k,
+                 "subject": "x", "source": "tiny"} for i in range(16)]
+        d = mcqa_to_prompt_completion(Dataset.from_list(rows), tiny_tokenizer)
+        return d, d.remove_columns("completion")
+
+    # K = 4 on 2-option data: 16 targets all in A–B has probability (2/4)^16 ≈ 1.5e-5 under K letters
+    with pytest.warns(UserWarning, match=r"all 16 targets are among the letters A–B, but num_options=4"):
+        make_trainer(tmp_path, tiny_tokenizer, data(2))
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*num_options.*")
+        make_trainer(tmp_path, tiny_tokenizer, data(2), num_options=2)
+        make_trainer(tmp_path, tiny_tokenizer, data(4))
