@@ -553,7 +553,12 @@ class CALMTrainer(SFTTrainer):
 
     @torch.no_grad()
     def _cft_bin_accuracies(self):
-        """Accuracy per equal-width confidence bin from a pass over the training data (bin centre if empty)."""
+        """Accuracy per equal-width confidence bin from a pass over the training data (bin centre if empty).
+
+        Under several processes each one scores its shard of the data, and the hits and counts are summed
+        across processes before dividing, so every rank gets the accuracies of the whole training set
+        (accelerate's even batches may repeat a few examples to fill the last batch).
+        """
         bins = self.args.cft_num_bins
         hits, counts = torch.zeros(bins), torch.zeros(bins)
         was_training = self.model.training
@@ -566,6 +571,9 @@ class CALMTrainer(SFTTrainer):
             b = torch.clamp((conf * bins).long(), max=bins - 1).cpu()
             hits.index_add_(0, b, (pred == self._targets(target_ids)).float().cpu())
             counts.index_add_(0, b, torch.ones_like(b, dtype=torch.float))
+        if self.accelerator.num_processes > 1:
+            both = torch.stack([hits, counts]).to(self.accelerator.device)
+            hits, counts = self.accelerator.reduce(both, reduction="sum").cpu()
         self.model.train(was_training)
         centres = (torch.arange(bins) + 0.5) / bins
         return torch.where(counts > 0, hits / counts.clamp(min=1), centres)
