@@ -89,6 +89,28 @@ def test_calm_experiment_smoke(tiny_model_dir, tmp_path, capsys):
     assert json.loads((out / "scores" / "bome.json").read_text())["num_options"] == 2
 
 
+def test_calm_splits_are_disjoint_and_each_balanced_on_its_own():
+    from hf_calibration.calm.experiment import build_parser, build_splits
+
+    args = build_parser().parse_args(["--train-domain", "halueval_qa_lm", "--output-dir", "unused", "--n-train", "10",
+                                      "--n-calibration", "6", "--n-validation", "7", "--n-test", "9", "--n-ood", "8",
+                                      "--balance-gold"])
+    splits = build_splits(args)
+    args.balance_gold = False
+    plain = build_splits(args)
+    for name, n in (("train", 10), ("calibration", 6), ("validation", 7), ("id_test", 9), ("mmlu_stem", 8),
+                    ("halueval_qa", 8)):
+        split = splits[name]
+        k = len(split[0]["choices"])
+        counts = sorted(split["answer"].count(j) for j in range(k))
+        assert counts == sorted([n // k + (j < n % k) for j in range(k)]), (name, counts)  # e.g. 7 → [3, 4]
+        assert split["question"] == plain[name]["question"]  # the same questions, only the gold letter moved
+        for a, b in zip(split, plain[name]):
+            assert a["choices"][a["answer"]] == b["choices"][b["answer"]] and sorted(a["choices"]) == sorted(b["choices"])
+    questions = [set(splits[n]["question"]) for n in ("train", "calibration", "validation", "id_test")]
+    assert sum(map(len, questions)) == len(set().union(*questions)) == 32
+
+
 @pytest.mark.parametrize(
     "argv, fragment",
     [

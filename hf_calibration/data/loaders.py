@@ -376,6 +376,20 @@ def load_mcqa(
     return Dataset.from_list(rows, features=MCQA_FEATURES)
 
 
+def balance_gold(dataset: Dataset, seed: int = 0) -> Dataset:
+    """The MCQA rows of ``dataset`` with each correct option moved so every letter is gold equally often.
+
+    Per option count K, the gold positions 0..K−1 are each used ⌊n/K⌋ or ⌈n/K⌉ times, in an order drawn
+    with ``seed``; the distractors keep their texts and are reordered with ``seed + 1``. Apply it to each
+    split separately after splitting (a set balanced as a whole can split into letter-skewed parts).
+    Columns question, choices, answer (+ any others) in; the same columns out, ``answer`` updated.
+
+    Raises ValueError naming ``seed`` when it is negative.
+    """
+    _check_seed(seed)
+    return Dataset.from_list(_rebalance_gold(dataset.to_list(), seed), features=dataset.features)
+
+
 def _rebalance_gold(rows: list[dict], seed: int) -> list[dict]:
     """Rows with the gold option moved to balanced positions (rows may differ in option count)."""
     rng = np.random.default_rng(seed + 1)
