@@ -147,7 +147,11 @@ def main(argv=None) -> int:
     try:
         return args.func(args)
     except (ValueError, OSError) as err:  # bad values, and files that cannot be read or written
-        print(f"hf-calibration: error: {err}", file=sys.stderr)
+        message = str(err)
+        option = "--model" if hasattr(args, "model") else "--models" if hasattr(args, "models") else None
+        if option and isinstance(err, (ValueError, FileNotFoundError)):
+            message = _as_option(message, {"model": option})  # resolve_model_path names its parameter
+        print(f"hf-calibration: error: {message}", file=sys.stderr)
         return 2
 
 

@@ -92,6 +92,13 @@ def add_experiment_parser(subparsers) -> argparse.ArgumentParser:
 
 def run_experiment(args) -> int:
     defaults = DEFAULTS[args.name]
+    for option in ("output_dir", "models", "datasets"):  # given but empty: an error, not the default
+        value = getattr(args, option)
+        if value is not None and not value.replace(",", "").strip():
+            raise ValueError(f"--{option.replace('_', '-')}: must not be empty, got {value!r}")
+    if args.calm_args and args.name != "calm":
+        raise ValueError(f"--calm-args: only the calm experiment takes it, got --calm-args {args.calm_args!r} "
+                         f"for {args.name}")
     out = output_dir(args.output_dir or str(Path("results") / args.name))
     models = _models(args.models or defaults["models"])
     datasets = [d.strip() for d in (args.datasets or defaults["datasets"]).split(",") if d.strip()]
@@ -111,10 +118,14 @@ def run_experiment(args) -> int:
 
     if args.limit is not None:
         raise ValueError(f"--limit: calm takes its split sizes from --calm-args (e.g. \"--n-ood 40\"), got --limit {args.limit}")
+    try:
+        extra = shlex.split(args.calm_args)
+    except ValueError as err:  # e.g. an unbalanced quote
+        raise ValueError(f"--calm-args: {err}, got {args.calm_args!r}") from None
     argv = ["all", "--model", models[0], "--train-domain", datasets[0], "--output-dir", str(out), "--balance-gold",
             "--seed", str(args.seed), "--n-resamples", str(args.n_resamples), "--device", args.device,
             *CALM_SIZES.split(),
-            *shlex.split(args.calm_args)]
+            *extra]
     try:
         code = calm_main(argv)
     except ValueError as err:

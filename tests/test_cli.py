@@ -91,6 +91,8 @@ def _bad(argv, capsys, fragment):
         (["--model", "some-org/not-a-model"], "some-org/not-a-model"),
         (["--device", "tpu9"], "--device"),
         (["--device", "cuda:99"], "cuda:99"),  # no CUDA here, or not 100 of them
+        (["--device", "meta"], "--device: must be auto, cpu, cuda, cuda:N or mps, got 'meta'"),
+        (["--model", "/no/such/model"], "--model: '/no/such/model' is not a folder"),
     ],
 )
 def test_evaluate_bad_input(tiny_model_dir, tmp_path, capsys, args, fragment):

@@ -122,6 +122,12 @@ def test_calm_splits_are_disjoint_and_each_balanced_on_its_own():
         (["experiment", "calm", "--calm-args", "--n-train 0"], "--calm-args: argument --n-train"),
         (["experiment", "calm", "--calm-args", "--train-domain nope"], "--calm-args"),
         (["experiment", "secl", "--device", "gpu0"], "--device: not a torch device, got 'gpu0'"),
+        (["experiment", "secl", "--device", "meta"], "--device: must be auto, cpu, cuda, cuda:N or mps, got 'meta'"),
+        (["experiment", "diagnose", "--models", ""], "--models: must not be empty, got ''"),
+        (["experiment", "diagnose", "--datasets", ","], "--datasets: must not be empty, got ','"),
+        (["experiment", "secl", "--calm-args", "--n-train 4"], "--calm-args: only the calm experiment takes it"),
+        (["experiment", "calm", "--calm-args", "--n-train 'abc"], "--calm-args: No closing quotation"),
+        (["experiment", "diagnose", "--models", "/no/such/model"], "--models: '/no/such/model' is not a folder"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(argv, fragment, tmp_path, capsys):

@@ -152,7 +152,8 @@ def resolve_device(device: str | None = "auto") -> str:
     available, else ``mps`` when available, else ``"cpu"``; ``None`` means ``"cpu"``. Any other value is
     returned normalised after checking it.
 
-    Raises ValueError naming ``device`` when torch cannot parse it, or when it asks for CUDA (or MPS) on a
+    Raises ValueError naming ``device`` when torch cannot parse it, when it is another kind of device
+    (meta, xla, hpu, … or an indexed cpu/mps), or when it asks for CUDA (or MPS) on a
     machine without one, or for a CUDA index the machine does not have.
     """
     import torch
@@ -168,6 +169,8 @@ def resolve_device(device: str | None = "auto") -> str:
         parsed = torch.device(device)
     except (RuntimeError, TypeError) as err:
         raise ValueError(f"device: not a torch device, got {device!r} ({err})") from None
+    if parsed.type not in ("cpu", "cuda", "mps") or parsed.type != "cuda" and parsed.index is not None:
+        raise ValueError(f"device: must be auto, cpu, cuda, cuda:N or mps, got {device!r}")
     if parsed.type == "cuda":
         if not torch.cuda.is_available():
             raise ValueError(f"device: CUDA is not available on this machine, got {device!r}")

@@ -87,7 +87,12 @@ def run_diagnose(args) -> int:
 
     out = output_dir(args.output_dir)
     tau_n = DEFAULT_TAU_N if args.tau_n is None else args.tau_n
-    dataset = load_mcqa(args.dataset, subjects=args.subjects, limit=args.limit, seed=args.seed)
+    from hf_calibration.cli import _as_option
+
+    try:
+        dataset = load_mcqa(args.dataset, subjects=args.subjects, limit=args.limit, seed=args.seed)
+    except ValueError as err:  # the loader names its parameters; say which option they came from
+        raise ValueError(_as_option(str(err), {"name": "--dataset", "subjects": "--subjects"})) from None
     resolve_model_path(args.model)
     start = time.perf_counter()
     model, tokenizer = load_model(args.model, device=args.device)

@@ -39,6 +39,19 @@ def test_non_positive_limits_exit_2(argv, capsys):
     assert err.value.code == 2 and "limit" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("args, message", [
+    (["--dataset", "bogus"], "--dataset: unknown dataset 'bogus'"),
+    (["--subjects", "astrology"], "--subjects: unknown MMLU subject or category 'astrology'"),
+])
+def test_diagnose_bad_data_names_the_option(args, message, tmp_path, capsys):
+    from hf_calibration.cli import main as cli_main
+
+    assert cli_main(["diagnose", *args, "--output-dir", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"hf-calibration: error: {message}"), err
+    assert not (tmp_path / "x").exists()
+
+
 def test_diagnose_writes_outputs(tiny_dir, tmp_path, capsys):
     out = tmp_path / "diag"
     assert main(["diagnose", "--model", tiny_dir, "--limit", "4", "--n-resamples", "20", "--output-dir", str(out)]) == 0
