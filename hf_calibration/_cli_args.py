@@ -38,6 +38,22 @@ def non_negative_int(name: str):
     return parse
 
 
+def as_option(message: str, options: dict) -> str:
+    """Replace a leading "<parameter>:" of a library error with the command-line option it came from."""
+    head, sep, rest = message.partition(":")
+    return f"{options[head]}:{rest}" if sep and head in options else message
+
+
+def load_mcqa_from_args(args):
+    """``load_mcqa`` on ``--dataset/--subjects/--limit/--seed``; its errors name those options, not its parameters."""
+    from hf_calibration.data import load_mcqa
+
+    try:
+        return load_mcqa(args.dataset, subjects=args.subjects, limit=args.limit, seed=args.seed)
+    except ValueError as err:
+        raise ValueError(as_option(str(err), {"name": "--dataset", "subjects": "--subjects"})) from None
+
+
 def device(text: str) -> str:
     """argparse ``type=`` for ``--device``: ``auto`` (kept, resolved when the model loads) or a torch device
     this machine has (``cpu``, ``cuda``, ``cuda:1``, ``mps``); see ``modeling.resolve_device``."""

@@ -11,7 +11,8 @@ import sys
 import time
 
 from hf_calibration import reports
-from hf_calibration._cli_args import add_device_argument, input_file, non_negative_int, output_dir, output_file, positive
+from hf_calibration._cli_args import (add_device_argument, as_option, input_file, load_mcqa_from_args, non_negative_int,
+                                     output_dir, output_file, positive)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -80,14 +81,7 @@ def _run_fit_posthoc(args) -> int:
     return 0
 
 
-def _as_option(message: str, options: dict) -> str:
-    """Replace a leading "<parameter>:" of a library error with the command-line option it came from."""
-    head, sep, rest = message.partition(":")
-    return f"{options[head]}:{rest}" if sep and head in options else message
-
-
 def _run_evaluate(args) -> int:
-    from hf_calibration.data import load_mcqa
     from hf_calibration.modeling import load_model, resolve_model_path, score_mcqa
 
     from hf_calibration.posthoc import load_calibrator
@@ -100,10 +94,7 @@ def _run_evaluate(args) -> int:
             calibrator = load_calibrator(path)
         except (ValueError, TypeError, KeyError, UnicodeDecodeError) as err:
             raise ValueError(f"--posthoc: {args.posthoc!r} is not a calibrator saved by fit-posthoc ({err})") from None
-    try:
-        dataset = load_mcqa(args.dataset, subjects=args.subjects, limit=args.limit, seed=args.seed)
-    except ValueError as err:  # the loader names its parameters; say which option they came from
-        raise ValueError(_as_option(str(err), {"name": "--dataset", "subjects": "--subjects"})) from None
+    dataset = load_mcqa_from_args(args)
     resolve_model_path(args.model)  # fails fast on a bad path before the heavy load
     start = time.perf_counter()
     model, tokenizer = load_model(args.model, device=args.device)
@@ -150,7 +141,7 @@ def main(argv=None) -> int:
         message = str(err)
         option = "--model" if hasattr(args, "model") else "--models" if hasattr(args, "models") else None
         if option and isinstance(err, (ValueError, FileNotFoundError)):
-            message = _as_option(message, {"model": option})  # resolve_model_path names its parameter
+            message = as_option(message, {"model": option})  # resolve_model_path names its parameter
         print(f"hf-calibration: error: {message}", file=sys.stderr)
         return 2
 

@@ -11,7 +11,7 @@ import argparse
 import time
 from pathlib import Path
 
-from hf_calibration._cli_args import add_device_argument, non_negative_int, output_dir, positive
+from hf_calibration._cli_args import add_device_argument, load_mcqa_from_args, non_negative_int, output_dir, positive
 
 
 def _common(p, default_limit=None):
@@ -80,19 +80,13 @@ def write_diagnosis(out: Path, dataset, result: dict, signals, run: dict) -> Non
 
 
 def run_diagnose(args) -> int:
-    from hf_calibration.data import load_mcqa
     from hf_calibration.modeling import load_model, resolve_model_path
     from hf_calibration.secl.confidence import DEFAULT_TAU_N
     from hf_calibration.secl.diagnose import diagnose, format_diagnosis
 
     out = output_dir(args.output_dir)
     tau_n = DEFAULT_TAU_N if args.tau_n is None else args.tau_n
-    from hf_calibration.cli import _as_option
-
-    try:
-        dataset = load_mcqa(args.dataset, subjects=args.subjects, limit=args.limit, seed=args.seed)
-    except ValueError as err:  # the loader names its parameters; say which option they came from
-        raise ValueError(_as_option(str(err), {"name": "--dataset", "subjects": "--subjects"})) from None
+    dataset = load_mcqa_from_args(args)
     resolve_model_path(args.model)
     start = time.perf_counter()
     model, tokenizer = load_model(args.model, device=args.device)
