@@ -143,18 +143,36 @@ def push_artifact_to_hub(
     The body of a ``push_to_hub`` method: ``artifact`` is anything with ``save_pretrained(folder)``
     (a ``CALMModel``, a SECL model, a PEFT model). ``card_kwargs`` go to ``write_model_card`` (tags,
     datasets, description, usage, …). The repo id and token are checked before anything is saved;
-    returns the commit URL.
+    returns the commit URL. ``base_model`` must be a Hub id; every ``adapter_config.json`` in the pushed
+    folder names it as ``base_model_name_or_path`` (PEFT writes whatever path the model was loaded from).
     """
     check_repo_id(repo_id)
     token = _resolve_token(token)
     if not callable(getattr(artifact, "save_pretrained", None)):
         raise TypeError(f"artifact: expected an object with save_pretrained(folder), got {type(artifact).__name__}")
+    check_repo_id(base_model, argument="base_model")  # a Hub id: a local path would load nowhere else
     with tempfile.TemporaryDirectory() as staging:
         artifact.save_pretrained(staging)
+        _name_base_model(Path(staging), base_model)
         write_model_card(staging, base_model=base_model, method=method, paper_url=paper_url, config=config,
                          metrics=metrics, **card_kwargs)
         return push_folder_to_hub(staging, repo_id, token=token, private=private,
                                   commit_message=commit_message or f"Upload {method} artifact with hf-calibration")
+
+
+def _name_base_model(folder: Path, base_model: str) -> None:
+    """Make every ``adapter_config.json`` under ``folder`` name ``base_model`` (a Hub id).
+
+    PEFT records ``base_model_name_or_path`` from the model it wrapped; for a model loaded from a local
+    folder that is a path of this machine, which nobody who downloads the artifact can load.
+    """
+    for path in folder.rglob("adapter_config.json"):
+        cfg = json.loads(path.read_text(encoding="utf-8"))
+        if cfg.get("base_model_name_or_path") != base_model:
+            logger.info("%s: base_model_name_or_path %r -> %r", path.name, cfg.get("base_model_name_or_path"),
+                        base_model)
+            cfg["base_model_name_or_path"] = base_model
+            path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
 def download_folder(
@@ -238,7 +256,8 @@ def write_model_card(
     Python snippet shown under "Usage".
 
     Returns the path of README.md. Raises ValueError naming the argument for a missing folder, an
-    empty ``base_model`` / ``method``, a ``paper_url`` that is not http(s), a ``config`` that is not a
+    empty ``base_model`` / ``method``, a ``base_model`` that is not a Hub id (a local path loads nowhere
+    else), a ``paper_url`` that is not http(s), a ``config`` that is not a
     JSON-serialisable mapping, or a non-finite / non-numeric metric.
     """
     folder = Path(folder)
@@ -247,6 +266,7 @@ def write_model_card(
     for name, value in (("base_model", base_model), ("method", method), ("library_name", library_name)):
         if not isinstance(value, str) or not value.strip():
             raise ValueError(f"{name}: expected a non-empty string, got {value!r}")
+    check_repo_id(base_model, argument="base_model")
     if not isinstance(paper_url, str) or not re.match(r"https?://\S+$", paper_url):
         raise ValueError(f"paper_url: expected an http(s) URL, got {paper_url!r}")
     if not isinstance(config, Mapping):

@@ -253,6 +253,8 @@ class CALMModel(nn.Module):
             adjustment_state = {k[len("logit_adjustment."):]: v for k, v in state_dict.items()
                                 if k.startswith("logit_adjustment.")}
             state_dict = {k[len("model."):]: v for k, v in state_dict.items() if k.startswith("model.")}
+        if hasattr(self.model, "peft_config"):  # the adjustment never resizes the embeddings; without False
+            kwargs.setdefault("save_embedding_layers", False)  # PEFT looks the base config up on the Hub
         self.model.save_pretrained(save_directory, state_dict=state_dict, **kwargs)
         self.logit_adjustment.save_pretrained(save_directory, state_dict=adjustment_state)
 

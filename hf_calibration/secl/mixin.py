@@ -148,7 +148,9 @@ class SECLGenerationMixin:
     def _secl_adapter_state(self) -> dict:
         from peft import get_peft_model_state_dict
 
-        return get_peft_model_state_dict(self, adapter_name=ADAPTER_NAME)
+        # SECL never resizes the embeddings; without False PEFT looks the base model's config up on the Hub
+        # (offline: a warning the user cannot act on) to find out.
+        return get_peft_model_state_dict(self, adapter_name=ADAPTER_NAME, save_embedding_layers=False)
 
     def _secl_opt(self):
         if self._secl_optimizer is None:
