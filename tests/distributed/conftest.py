@@ -23,7 +23,8 @@ def _free_port() -> int:
 
 
 def _env() -> dict:
-    keep = ("PATH", "HOME", "TMPDIR", "LANG", "LC_ALL", "HF_HOME", "TORCH_EXTENSIONS_DIR")
+    # ATEN_CPU_CAPABILITY: the portable-kernel rerun (.ci/run) must reach the workers too
+    keep = ("PATH", "HOME", "TMPDIR", "LANG", "LC_ALL", "HF_HOME", "TORCH_EXTENSIONS_DIR", "ATEN_CPU_CAPABILITY")
     env = {k: v for k, v in os.environ.items() if k in keep}
     env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
                OMP_NUM_THREADS="1", PYTHONPATH=str(REPO), CUDA_VISIBLE_DEVICES="", ACCELERATE_DISABLE_RICH="1")

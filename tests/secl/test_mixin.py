@@ -256,7 +256,11 @@ def test_real_model_confidences_equal_two_uncached_passes():
         answer = out.sequences[0, ids.shape[1]:].tolist()
         answer = answer[: next((j for j, t in enumerate(answer) if t in secl._secl_stop_ids({})), len(answer))]
         ref = reference_confidence(secl, tokenizer, item.prompt_ids, answer, two_step=True)
-        assert float(out.confidences[0]) == pytest.approx(ref, abs=1e-5)
+        # Two computation paths (generate's cache vs full uncached passes) on a 30-layer float32 model:
+        # logits |z| <= ~30 differ by rounding of about sqrt(d·L)·eps·|z| = sqrt(576·30)·1.19e-7·30 = 4.7e-4,
+        # and c = Σ p_k v_k moves by at most max|Δz| (|∂c/∂z_k| = p_k·|v_k − c|, Σ p_k|v_k − c| <= 1).
+        # A cache misread (wrong position or token) moves c by far more than 1e-3.
+        assert float(out.confidences[0]) == pytest.approx(ref, abs=1e-3)
 
 
 @pytest.mark.parametrize(
