@@ -20,7 +20,31 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["cpu_training_kwargs", "launched_with_deepspeed"]
+__all__ = ["cpu_training_kwargs", "launched_with_deepspeed", "quiet_deepspeed_cpu_notice"]
+
+
+def quiet_deepspeed_cpu_notice() -> None:
+    """Tell DeepSpeed it runs on the CPU where that is the only device, so it does not say so as a WARNING.
+
+    DeepSpeed, when importable, is imported by the Trainer; on a machine without an accelerator it
+    probes, falls back to the CPU and logs "Setting accelerator to CPU. If you have GPU or other
+    accelerator, we were unable to detect it." on every run, a warning the user can do nothing about.
+    ``DS_ACCELERATOR=cpu`` is DeepSpeed's own switch for the same choice. It is set only when no
+    device DeepSpeed could use is present (CUDA, XPU, MPS, or the NPU/HPU/MLU plug-ins), and never over
+    a value the user set.
+    """
+    import importlib.util
+
+    import torch
+
+    if "DS_ACCELERATOR" in os.environ or torch.cuda.is_available() or torch.backends.mps.is_available():
+        return
+    if hasattr(torch, "xpu") and torch.xpu.is_available():
+        return
+    if any(importlib.util.find_spec(m) is not None for m in ("torch_npu", "habana_frameworks", "torch_mlu",
+                                                              "torch_sdaa", "intel_extension_for_pytorch")):
+        return
+    os.environ["DS_ACCELERATOR"] = "cpu"
 
 
 def launched_with_deepspeed() -> bool:

@@ -22,6 +22,16 @@ def _is_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _pinnable_accelerator() -> bool:
+    """Whether torch has an accelerator whose host memory can be pinned (CUDA, XPU, …; not MPS or the CPU)."""
+    import torch
+
+    accelerator = getattr(torch, "accelerator", None)
+    if accelerator is not None and hasattr(accelerator, "is_available"):
+        return bool(accelerator.is_available()) and accelerator.current_accelerator().type != "mps"
+    return torch.cuda.is_available()
+
+
 def _bf16_available() -> bool:
     import torch
 
@@ -231,6 +241,10 @@ class CALMConfig(SFTConfig):
             # TRL defaults bf16 to True, which transformers refuses on a machine without a bf16 GPU;
             # fall back to fp32 there instead of failing (an explicit --bf16 true still errors).
             self.bf16 = False
+        if self.dataloader_pin_memory and (self.use_cpu or not _pinnable_accelerator()):
+            # transformers pins by default; with no device to pin for, torch warns on every dataloader
+            # ("'pin_memory' argument is set as true but no accelerator is found") and pinning does nothing.
+            self.dataloader_pin_memory = False
         super().__post_init__()
 
     @property
