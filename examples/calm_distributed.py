@@ -37,7 +37,7 @@ def main():
     from hf_calibration.modeling import load_model
 
     parser = HfArgumentParser((ScriptArguments, CALMConfig))
-    parser.set_defaults(bf16=False, gradient_checkpointing=False, report_to="none", logging_steps=1, max_length=None,
+    parser.set_defaults(bf16=False, activation_checkpointing=False, report_to="none", logging_steps=1, max_length=None,
                         **cpu_training_kwargs())  # before the config exists: it may create the gloo process group
     script, config = parser.parse_args_into_dataclasses()
     model, tokenizer = load_model(script.model_name_or_path)
