@@ -47,6 +47,8 @@ from sklearn.exceptions import ConvergenceWarning, NotFittedError
 from sklearn.isotonic import IsotonicRegression
 from transformers import LogitsProcessor
 
+from hf_calibration.metrics.binning import uniform_bin_index
+
 __all__ = [
     "CALIBRATORS",
     "FORMAT_VERSION",
@@ -589,8 +591,10 @@ class HistogramBinningCalibrator(_PosthocCalibrator):
     """Histogram binning (Zadrozny & Elkan, ICML 2001): split [0, 1] into ``n_bins`` equal-width
     bins and map each confidence to the accuracy of its bin on the fitting set.
 
-    Bins are left-closed, [k/B, (k+1)/B), except the last, which includes 1.0 (c = 0 falls in the
-    first bin), as in scikit-learn's ``calibration_curve``. A bin that received no fitting sample
+    Bins are those of ECE and the reliability diagram (:func:`hf_calibration.metrics.uniform_bin_index`):
+    [k/B, (k+1)/B) with each edge the float64 nearest to k/B, c = 0 in the first bin and c = 1 in
+    the last, so histogram binning agrees with the diagram of the same data (scikit-learn's
+    ``calibration_curve`` uses right-closed bins instead). A bin that received no fitting sample
     maps to the overall accuracy of the fitting set: with no evidence for the bin, the base rate
     is the calibrated guess (the bin centre would keep the uncalibrated confidence instead).
 
@@ -617,8 +621,7 @@ class HistogramBinningCalibrator(_PosthocCalibrator):
         self.n_bins = n_bins
 
     def _bin_index(self, c):
-        edges = np.linspace(0.0, 1.0, self.n_bins + 1)
-        return np.searchsorted(edges[1:-1], c, side="right")
+        return uniform_bin_index(c, self.n_bins)
 
     def fit(self, confidence, correct):
         """Fit bin accuracies on ``confidence`` (n,) and ``correct`` (n,); returns ``self``.

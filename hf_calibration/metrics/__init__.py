@@ -24,13 +24,14 @@ torch is never imported by this package unless a torch tensor is passed or
 :func:`aurc`                              area under the risk–coverage curve (Geifman & El-Yaniv 2017)
 :func:`reliability_diagram`               bin table (:class:`ReliabilityTable`)
 :func:`top_label`                         (confidence, correct) of a prediction
+:func:`uniform_bin_index`                 the equal-width bin of a confidence (the one rule used everywhere)
 :func:`bootstrap`                         percentile interval of any metric
 :func:`calibration_report`                every metric with bootstrap intervals, as a dict
 :class:`BinnedCalibrationState`           streaming / distributed accumulator for uniform-bin metrics
 ========================================  ==============================================================
 """
 
-from hf_calibration.metrics.binning import ReliabilityTable, reliability_diagram, top_label
+from hf_calibration.metrics.binning import ReliabilityTable, reliability_diagram, top_label, uniform_bin_index
 from hf_calibration.metrics.bootstrap import BootstrapResult, bootstrap, calibration_report
 from hf_calibration.metrics.ece import adaptive_calibration_error, classwise_ece, expected_calibration_error
 from hf_calibration.metrics.scores import (
@@ -60,4 +61,5 @@ __all__ = [
     "reliability_diagram",
     "smooth_ece",
     "top_label",
+    "uniform_bin_index",
 ]

@@ -4,8 +4,11 @@ Bin conventions (SPEC §3)
 -------------------------
 ``uniform``: bin k of B holds confidences c with ``k/B <= c < (k+1)/B``, where each edge k/B is the
 float64 nearest to the fraction (``np.arange(B + 1) / B``); c = 0.0 is in the first bin and c = 1.0
-in the last. So a verbalised confidence 0.7 with 10 bins lands in [0.7, 0.8). Peers differ at the
-edges: scikit-learn uses ``np.linspace`` edges and right-closed bins (e_k, e_k+1], putting 0.7 in
+in the last. So a verbalised confidence 0.7 with 10 bins lands in [0.7, 0.8). :func:`uniform_bin_index`
+implements the rule, and every equal-width binning of the library (metrics, streaming state, histogram
+binning, the SECL bin gate, CFT) goes through it; ``int(c * B)`` and ``np.linspace`` edges do not
+follow it (0.57 * 100 is 56.99999999999999; ``np.linspace(0, 1, 11)[3]`` is 0.30000000000000004).
+Peers differ at the edges: scikit-learn uses ``np.linspace`` edges and right-closed bins (e_k, e_k+1], putting 0.7 in
 (0.6, 0.7]; torchmetrics uses ``torch.linspace`` edges (its 4th of 11 is 0.30000000000000004, so 0.3
 lands in [0.2, 0.3)) and gives c = 1.0 a bin of its own.
 
@@ -142,18 +145,80 @@ def _uniform_tables(n_bins: int) -> tuple[np.ndarray, int, np.ndarray]:
     return lut, m, inner_edges
 
 
-def uniform_bin_index(conf: np.ndarray, n_bins: int) -> np.ndarray:
-    """Index in [0, n_bins) of each confidence under the uniform convention (module docstring).
+def uniform_bin_index(conf, n_bins: int):
+    """Equal-width bin of each confidence: the one bin rule of the library (module docstring).
 
-    ``conf``: float array of any shape with values in [0, 1]. Returns intp of the same shape.
+    Bin k of ``n_bins`` holds the c with ``e_k <= c < e_(k+1)``, e_k the float64 nearest to k/n_bins;
+    c = 0.0 is in bin 0 and c = 1.0 in bin ``n_bins - 1``. Every equal-width binning in
+    hf_calibration (ECE, the streaming state, reliability diagrams, histogram binning, the SECL bin
+    gate, CFT) calls this function, so they agree exactly, also at the edges.
+
+    Parameters
+    ----------
+    conf : float or array-like of any shape
+        Confidences in [0, 1]: a Python or numpy scalar, a list or a numpy array of any real dtype
+        (float16 to long double, integers, bool). The comparison with the edges is exact in the
+        input's own precision: a float32 value is not rounded to float64 first (that is exact anyway)
+        nor a long double to float64.
+    n_bins : int
+        Number of bins (> 0).
+
+    Returns
+    -------
+    ndarray of intp, the shape of ``conf``
+        Values in [0, n_bins). A 0-d result (numpy intp scalar) for scalar input.
+
+    Raises
+    ------
+    TypeError
+        Non-numeric ``conf`` (or complex), non-integer ``n_bins``.
+    ValueError
+        A value outside [0, 1] or NaN (the message names its position), ``n_bins <= 0``.
+
+    Examples
+    --------
+    >>> uniform_bin_index([0.0, 0.3, 0.7, 0.99, 1.0], 10).tolist()
+    [0, 3, 7, 9, 9]
+    >>> int(uniform_bin_index(0.57, 100))  # int(0.57 * 100) would give 56
+    57
+    """
+    n_bins = check_n_bins(n_bins)
+    c = np.asarray(conf)
+    if c.dtype.kind not in "biuf":
+        raise TypeError(f"conf must hold real numbers, got dtype {c.dtype} (value {_short_repr(conf)})")
+    if c.size:
+        lo, hi = c.min(), c.max()
+        if not (lo >= 0 and hi <= 1):  # also catches NaN
+            flat = c.ravel()
+            pos = int(np.argmax(~((flat >= 0) & (flat <= 1))))
+            where = "" if c.ndim == 0 else f"[{', '.join(str(int(i)) for i in np.unravel_index(pos, c.shape))}]"
+            raise ValueError(f"conf{where} = {flat[pos]} is outside [0, 1]")
+    if c.dtype == np.float64 or c.dtype == np.float32:
+        idx = _uniform_index_fast(c, n_bins)
+    else:  # exact comparison in the common dtype (float64 for small ints and float16, long double stays)
+        idx = np.searchsorted(np.arange(1, n_bins) / n_bins, c.ravel(), side="right").reshape(c.shape)
+    return idx[()] if idx.ndim == 0 else idx
+
+
+def _short_repr(value, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _uniform_index_fast(conf: np.ndarray, n_bins: int) -> np.ndarray:
+    """:func:`uniform_bin_index` of a validated float32/float64 array by table lookup.
+
+    ``trunc(c * M)`` is computed in the input's precision: its rounding error is below one sub-bin as
+    long as ``M * eps(dtype) < 1`` (M <= max(2^15, 2 n_bins)); wider tables get float64.
     """
     lut, m, inner = _uniform_tables(n_bins)
-    scaled = conf * float(m)
+    c = np.atleast_1d(conf)
+    scaled = c * float(m) if m * np.finfo(c.dtype).eps < 0.5 else c.astype(np.float64) * float(m)
     idx = lut[scaled.astype(np.intp)]
-    if idx.min() < 0:
+    if idx.size and idx.min() < 0:
         amb = np.nonzero(idx < 0)
-        idx[amb] = np.searchsorted(inner, conf[amb], side="right")
-    return idx
+        idx[amb] = np.searchsorted(inner, c[amb], side="right")
+    return idx.reshape(conf.shape)
 
 
 def _lerp(a, b, t):

@@ -38,6 +38,7 @@ import numpy as np
 import torch
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
+from hf_calibration.metrics.binning import uniform_bin_index
 from hf_calibration.modeling.prompts import resolve_prompt_format
 from hf_calibration.secl.config import SECLConfig
 from hf_calibration.secl.confidence import (
@@ -72,8 +73,10 @@ class SECLGenerateOutput(GenerateDecoderOnlyOutput):
 
 
 def confidence_bin(c: float, n_bins: int) -> int:
-    """Equal-width bin of c in [0, 1]; 1.0 belongs to the last bin."""
-    return min(int(c * n_bins), n_bins - 1)
+    """Equal-width bin of c in [0, 1], by :func:`hf_calibration.metrics.uniform_bin_index` (edges k/B as
+    in ECE and the reliability diagram; 1.0 belongs to the last bin). Raises ValueError for NaN."""
+    # the verbalized confidence is a float32 weighted sum, which can overshoot 1 by a rounding error
+    return int(uniform_bin_index(min(max(c, 0.0), 1.0), n_bins))
 
 
 def directional_target(c: float, c_star: float, *, alpha_step: float, delta: float) -> float:
