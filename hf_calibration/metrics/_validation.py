@@ -143,12 +143,15 @@ def _eps_of(x) -> float:
     return 2.0**-52
 
 
-def prepare(y_true, y_prob, *, check_values: bool = True, multiclass: bool | None = None) -> Inputs:
+def prepare(
+    y_true, y_prob, *, check_values: bool = True, multiclass: bool | None = None, allow_empty: bool = False
+) -> Inputs:
     """Convert and validate ``(y_true, y_prob)``; see the module docstring for the accepted forms.
 
     ``multiclass=True`` requires (n, K) probabilities, ``False`` requires (n,) confidences, ``None``
     accepts both. ``check_values=False`` skips the O(n K) value checks (NaN/inf, range, row sums) for
-    callers that run :func:`check_prob_values` chunk by chunk themselves.
+    callers that run :func:`check_prob_values` chunk by chunk themselves. ``allow_empty=True`` (the
+    streaming state) accepts n = 0, as (0,) or (0, K) whatever ``multiclass`` says.
 
     Raises
     ------
@@ -168,15 +171,16 @@ def prepare(y_true, y_prob, *, check_values: bool = True, multiclass: bool | Non
             "or probabilities as (n, K) with K >= 2"
         )
     if prob.shape[0] == 0:
-        raise ValueError(f"y_prob is empty (shape {prob.shape}); at least one prediction is needed")
-    if multiclass is True and prob.ndim != 2:
+        if not allow_empty:
+            raise ValueError(f"y_prob is empty (shape {prob.shape}); at least one prediction is needed")
+    elif multiclass is True and prob.ndim != 2:
         raise ValueError(f"y_prob must be probabilities of shape (n, K) with K >= 2, got shape {prob.shape}")
-    if multiclass is False and prob.ndim != 1:
+    elif multiclass is False and prob.ndim != 1:
         raise ValueError(f"y_prob must be confidences of shape (n,), got shape {prob.shape}")
     if prob.dtype.kind != "f" or (prob.ndim == 1 and prob.dtype != np.float64):
         prob = prob.astype(np.float64)
     atol = max(ROW_SUM_ATOL, prob.shape[1] * eps) if prob.ndim == 2 else ROW_SUM_ATOL
-    if check_values:
+    if check_values and prob.size:
         check_prob_values(prob, atol=atol)
     labels = check_labels(y_true, prob)
     return Inputs(labels, prob, atol)
@@ -197,6 +201,8 @@ def check_labels(y_true, prob: np.ndarray) -> np.ndarray:
         labels = labels.astype(np.int64)
     elif labels.dtype.kind == "b":
         labels = labels.astype(np.int8)
+    if labels.size == 0:
+        return labels
     k = prob.shape[1] if prob.ndim == 2 else None
     high = 1 if k is None else k - 1
     lo, hi = labels.min(), labels.max()

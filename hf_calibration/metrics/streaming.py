@@ -31,12 +31,26 @@ class BinnedCalibrationState:
     classwise : bool, default False
         False: top-label bins (conf-ECE). True: one row of bins per class, class k binning
         ``y_prob[:, k]`` against 1[label = k] (cw-ECE; needs (n, K) probabilities).
+    n_classes : int, optional
+        K of a classwise state (>= 2), known up front: the state then has its (zero) sums, and a
+        :meth:`to_tensor` for the all-reduce, before any data arrives, so a process whose shard is
+        empty still takes part. Without it K is taken from the first non-empty batch. Only valid with
+        ``classwise=True``.
 
     Attributes
     ----------
     sums : ndarray of shape (3, n_bins), or (3, K, n_bins) when classwise
         Rows: count, sum of confidence, sum of correctness (class indicator when classwise).
-        None until the first update of a classwise state (K is not known before).
+        None for a classwise state built without ``n_classes`` until its first non-empty batch.
+    n_classes : int or None
+        K of a classwise state once known; None for a top-label state.
+
+    Raises
+    ------
+    TypeError
+        Non-integer ``n_bins`` or ``n_classes``.
+    ValueError
+        ``n_bins <= 0``, ``n_classes < 2``, or ``n_classes`` without ``classwise=True``.
 
     Examples
     --------
@@ -50,32 +64,50 @@ class BinnedCalibrationState:
     >>> bool(np.isclose(state.compute(), expected_calibration_error(y, p), rtol=0, atol=1e-12))
     True
 
-    Across processes (torch.distributed, any backend that sums float64):
+    Across processes (torch.distributed, any backend that sums float64). Every process must call
+    ``all_reduce``, also one with no data: its state (built with ``n_classes`` when classwise) gives
+    zero sums.
 
     >>> # t = state.to_tensor(device); torch.distributed.all_reduce(t)
     >>> # state = BinnedCalibrationState.from_tensor(t)
     """
 
-    def __init__(self, n_bins: int = 15, *, classwise: bool = False):
+    def __init__(self, n_bins: int = 15, *, classwise: bool = False, n_classes: int | None = None):
         self.n_bins = check_n_bins(n_bins)
         self.classwise = bool(classwise)
-        self.sums = None if self.classwise else np.zeros((3, self.n_bins))
+        self.n_classes = _check_n_classes(n_classes, self.classwise)
+        self.reset()
 
     # -- accumulation ------------------------------------------------------------------------
 
     def update(self, y_true, y_prob) -> "BinnedCalibrationState":
         """Add a batch; same inputs as :func:`~hf_calibration.metrics.expected_calibration_error`.
 
-        The batch is validated completely before anything is added, so a ValueError leaves the
-        state unchanged. Returns ``self``.
+        An empty batch (``y_prob`` of shape (0,) or (0, K), ``y_true`` of shape (0,)) adds nothing: a
+        process whose shard is empty can call ``update`` like the others. Its shapes are still
+        checked (and K against the state's). The batch is validated completely before anything is
+        added, so a ValueError leaves the state unchanged. Returns ``self``.
+
+        Raises
+        ------
+        ValueError, TypeError
+            As :func:`~hf_calibration.metrics.expected_calibration_error` (classwise:
+            :func:`~hf_calibration.metrics.classwise_ece`); ValueError also for a batch with another K
+            than the state's ``n_classes``.
         """
-        inputs = prepare(y_true, y_prob, check_values=False, multiclass=True if self.classwise else None)
-        if self.classwise and self.sums is not None and self.sums.shape[1] != inputs.n_classes:
+        inputs = prepare(y_true, y_prob, check_values=False, multiclass=True if self.classwise else None,
+                         allow_empty=True)
+        k = inputs.n_classes
+        if self.classwise and self.n_classes is not None and k is not None and k != self.n_classes:
             raise ValueError(
-                f"y_prob has K={inputs.n_classes} classes but this classwise state holds {self.sums.shape[1]}"
+                f"y_prob has K={k} classes but this classwise state holds {self.n_classes} (n_classes={self.n_classes})"
             )
+        if inputs.n == 0:
+            return self
         batch = _accumulate(inputs, self.n_bins, self.classwise)
         self.sums = batch if self.sums is None else self.sums + batch
+        if self.classwise:
+            self.n_classes = k
         return self
 
     def merge(self, other: "BinnedCalibrationState") -> "BinnedCalibrationState":
@@ -92,10 +124,15 @@ class BinnedCalibrationState:
         if self.sums is not None and self.sums.shape != other.sums.shape:
             raise ValueError(f"cannot merge sums of shape {other.sums.shape} into {self.sums.shape}")
         self.sums = other.sums.copy() if self.sums is None else self.sums + other.sums
+        self.n_classes = other.n_classes
         return self
 
     def reset(self) -> "BinnedCalibrationState":
-        self.sums = None if self.classwise else np.zeros((3, self.n_bins))
+        """Drop the accumulated data (keeps ``n_bins`` and a known K); returns ``self``."""
+        if not self.classwise:
+            self.sums = np.zeros((3, self.n_bins))
+        else:
+            self.sums = None if self.n_classes is None else np.zeros((3, self.n_classes, self.n_bins))
         return self
 
     @property
@@ -129,11 +166,18 @@ class BinnedCalibrationState:
     # -- distributed -------------------------------------------------------------------------
 
     def to_tensor(self, device=None):
-        """The sums as a float64 torch tensor of shape (3, [K,] n_bins), ready for ``all_reduce(SUM)``."""
+        """The sums as a float64 torch tensor of shape (3, [K,] n_bins), ready for ``all_reduce(SUM)``.
+
+        A state with no data gives zeros. Raises ValueError for a classwise state that has seen no
+        data and was built without ``n_classes`` (its shape is unknown).
+        """
         import torch
 
         if self.sums is None:
-            raise ValueError("a classwise state has no shape before its first update")
+            raise ValueError(
+                "this classwise state has seen no data, so K is unknown; pass n_classes=K to "
+                "BinnedCalibrationState so that a process without data can still all-reduce"
+            )
         return torch.as_tensor(self.sums, dtype=torch.float64, device=device).clone()
 
     @classmethod
@@ -142,12 +186,25 @@ class BinnedCalibrationState:
         sums = np.asarray(tensor.detach().cpu().numpy() if hasattr(tensor, "detach") else tensor, dtype=np.float64)
         if sums.ndim not in (2, 3) or sums.shape[0] != 3:
             raise ValueError(f"tensor must have shape (3, n_bins) or (3, K, n_bins), got {tuple(sums.shape)}")
-        state = cls(sums.shape[-1], classwise=sums.ndim == 3)
+        state = cls(sums.shape[-1], classwise=sums.ndim == 3, n_classes=sums.shape[1] if sums.ndim == 3 else None)
         state.sums = sums.copy()
         return state
 
     def __repr__(self) -> str:
-        return f"BinnedCalibrationState(n_bins={self.n_bins}, classwise={self.classwise}, n={self.n})"
+        k = f", n_classes={self.n_classes}" if self.classwise else ""
+        return f"BinnedCalibrationState(n_bins={self.n_bins}, classwise={self.classwise}{k}, n={self.n})"
+
+
+def _check_n_classes(n_classes, classwise: bool) -> int | None:
+    if n_classes is None:
+        return None
+    if isinstance(n_classes, bool) or not isinstance(n_classes, (int, np.integer)):
+        raise TypeError(f"n_classes must be an int, got {n_classes!r} ({type(n_classes).__name__})")
+    if n_classes < 2:
+        raise ValueError(f"n_classes must be an integer >= 2, got {n_classes}")
+    if not classwise:
+        raise ValueError(f"n_classes={n_classes} is only meaningful with classwise=True")
+    return int(n_classes)
 
 
 def _accumulate(inputs, n_bins: int, classwise: bool) -> np.ndarray:

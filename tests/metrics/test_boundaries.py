@@ -291,8 +291,10 @@ def test_length_mismatch(metric):
         metric([0, 1, 1], [[0.5, 0.5], [0.2, 0.8]])
 
 
-@pytest.mark.parametrize("metric", VALIDATING)
+@pytest.mark.parametrize("metric", [m for m in VALIDATING if m is not _state])
 def test_empty_input(metric):
+    # BinnedCalibrationState.update takes an empty batch as a no-op (a process with no data), so
+    # there the error comes from compute(): tests/metrics/test_streaming.py
     with pytest.raises(ValueError, match=r"y_prob is empty"):
         metric([], np.empty((0, 3)))
 

@@ -110,3 +110,67 @@ def test_state_errors():
 def test_reset():
     state = BinnedCalibrationState().update([1], [0.3])
     assert state.reset().n == 0
+
+
+# -- a process with nothing to add (issue 14) --------------------------------------------------------
+
+
+@pytest.mark.parametrize("classwise", [False, True])
+def test_empty_batches_are_no_ops(classwise):
+    labels, probs = make_multiclass(200, 3, seed=6)
+    state = BinnedCalibrationState(n_bins=10, **(dict(classwise=True, n_classes=3) if classwise else {}))
+    state.update(labels[:0], probs[:0]).update([], [])
+    assert state.n == 0
+    np.testing.assert_array_equal(state.sums, np.zeros((3, 3, 10) if classwise else (3, 10)))
+    state.update(labels, probs).update(np.empty(0, int), np.empty((0, 3)))
+    metric = classwise_ece if classwise else expected_calibration_error
+    expected = metric(labels, probs, n_bins=10)
+    assert state.compute() == pytest.approx(expected, abs=1e-12)
+    assert state.n == 200
+
+
+def test_empty_batch_is_still_checked():
+    with pytest.raises(ValueError, match="y_true has 1 entries but y_prob has 0 rows"):
+        BinnedCalibrationState().update([1], np.empty(0))
+    with pytest.raises(ValueError, match=r"y_prob must have shape \(n,\) or \(n, K\), got shape \(0, 2, 2\)"):
+        BinnedCalibrationState().update([], np.empty((0, 2, 2)))
+    with pytest.raises(ValueError, match=r"y_prob has K=4 classes but this classwise state holds 3 \(n_classes=3\)"):
+        BinnedCalibrationState(classwise=True, n_classes=3).update([], np.empty((0, 4)))
+    with pytest.raises(ValueError, match="no predictions"):
+        BinnedCalibrationState().update([], []).compute()
+
+
+def test_classwise_state_told_k_up_front():
+    state = BinnedCalibrationState(n_bins=15, classwise=True, n_classes=4)
+    assert state.n_classes == 4 and state.n == 0
+    tensor = state.to_tensor()
+    assert tensor.dtype == torch.float64 and tuple(tensor.shape) == (3, 4, 15) and not tensor.any()
+    labels, probs = make_multiclass(1000, 4, seed=7)
+    other = BinnedCalibrationState(n_bins=15, classwise=True, n_classes=4).update(labels, probs)
+    reduced = BinnedCalibrationState.from_tensor(tensor + other.to_tensor())
+    assert reduced.n_classes == 4 and reduced.compute() == pytest.approx(classwise_ece(labels, probs), abs=1e-12)
+    assert state.merge(other).compute() == pytest.approx(classwise_ece(labels, probs), abs=1e-12)
+    assert state.reset().n_classes == 4 and tuple(state.sums.shape) == (3, 4, 15)
+    with pytest.raises(ValueError, match=r"y_prob has K=3 classes but this classwise state holds 4 \(n_classes=4\)"):
+        state.update([0, 1, 2], [[0.2, 0.3, 0.5]] * 3)
+    with pytest.raises(ValueError, match=r"cannot merge sums of shape \(3, 2, 15\) into \(3, 4, 15\)"):
+        state.merge(BinnedCalibrationState(classwise=True, n_classes=2))
+
+
+def test_classwise_state_without_k_explains_how_to_get_a_tensor():
+    with pytest.raises(ValueError, match="pass n_classes=K"):
+        BinnedCalibrationState(classwise=True).to_tensor()
+
+
+@pytest.mark.parametrize(
+    "kwargs, exc, message",
+    [
+        (dict(classwise=True, n_classes=1), ValueError, "n_classes must be an integer >= 2, got 1"),
+        (dict(classwise=True, n_classes=2.0), TypeError, r"n_classes must be an int, got 2.0 \(float\)"),
+        (dict(classwise=True, n_classes=True), TypeError, r"n_classes must be an int, got True \(bool\)"),
+        (dict(n_classes=3), ValueError, "n_classes=3 is only meaningful with classwise=True"),
+    ],
+)
+def test_n_classes_is_validated(kwargs, exc, message):
+    with pytest.raises(exc, match=message):
+        BinnedCalibrationState(**kwargs)
