@@ -7,9 +7,14 @@ named by the class attribute ``input_kind`` so that callers (the CLI) know what 
 - ``"logits"`` (:class:`TemperatureScaler`, :class:`VectorScaler`): option logits of shape
   (n, K) and integer labels in [0, K); ``transform`` returns probabilities of shape (n, K).
 - ``"confidence"`` (:class:`PlattScaler`, :class:`IsotonicCalibrator`,
-  :class:`HistogramBinningCalibrator`): a confidence in [0, 1] of shape (n,) and binary
-  correctness of shape (n,); ``transform`` returns the calibrated probability of being correct,
-  shape (n,), in [0, 1].
+  :class:`HistogramBinningCalibrator`): a confidence c of shape (n,) and binary correctness of
+  shape (n,); ``transform`` returns the calibrated probability of being correct, shape (n,), in
+  [0, 1]. The constructor parameter ``input_format`` says how c is given (:data:`INPUT_FORMATS`):
+  ``"probability"`` (default, c in [0, 1]), ``"log_probability"`` (log c, finite and <= 0, e.g. a
+  log-softmax entry) or ``"log_odds"`` (log(c / (1 - c)), finite, e.g. the logit of P(True)). The
+  log formats resolve confidences closer to 0 and 1 than float64 probabilities can (1 - 1e-20 is
+  1.0 as a probability), and none of the three is clipped, so the ranking of confidences near the
+  ends survives calibration (see :class:`PlattScaler` for exact 0 and 1).
 
 Inputs may be numpy arrays, nested lists or torch tensors; outputs are numpy float64 arrays.
 Hyperparameters are validated in ``fit`` (the scikit-learn convention), data in every call.
@@ -52,6 +57,7 @@ from hf_calibration.metrics.binning import uniform_bin_index
 __all__ = [
     "CALIBRATORS",
     "FORMAT_VERSION",
+    "INPUT_FORMATS",
     "HistogramBinningCalibrator",
     "IsotonicCalibrator",
     "NotFittedError",
@@ -67,9 +73,15 @@ FORMAT_VERSION = 1
 # Bounds on log(temperature) for TemperatureScaler, as scikit-learn bounds log(1/T): they keep the
 # optimiser finite when the NLL is monotone in T (e.g. every argmax is correct, so T -> 0).
 _LOG_TEMPERATURE_BOUNDS = (-10.0, 10.0)
-# PlattScaler clips confidences to [eps, 1 - eps] before the logit; float32 softmax outputs reach
-# exactly 1.0, and 1e-6 is coarser than float32 resolution near 1 (6e-8), so all of them tie.
-PLATT_EPS = 1e-6
+#: Ways a confidence calibrator takes its confidence c: c itself, log c, or log(c / (1 - c)).
+INPUT_FORMATS = ("probability", "log_probability", "log_odds")
+# Finite log-odds that PlattScaler gives the exact ends (whose log-odds are infinite): each end is read
+# as lying half-way to the nearest representable value of its format, so it ranks beyond every other
+# input. Probability 0 -> 2**-1075 (half the smallest subnormal), probability 1 -> 1 - 2**-54 (half an
+# ulp below 1), log-probability 0 -> -2**-1075.
+_LOG_ODDS_OF_PROBABILITY_0 = -1075 * np.log(2.0)  # -745.13
+_LOG_ODDS_OF_PROBABILITY_1 = 54 * np.log(2.0)  # 37.43; logit of the largest float64 below 1 is 36.74
+_LOG_ODDS_OF_LOG_PROBABILITY_0 = 1075 * np.log(2.0)  # 745.13; log-probability -5e-324 gives 744.44
 
 
 # --------------------------------------------------------------------------------------------------
@@ -147,19 +159,54 @@ def _check_labels(labels, n_samples, n_classes, name="labels"):
     return arr
 
 
-def _check_confidence(confidence, name="confidence"):
-    """float64 array of shape (n,) with values in [0, 1]."""
+def _check_input_format(input_format):
+    if not isinstance(input_format, str) or input_format not in INPUT_FORMATS:
+        raise ValueError(
+            f"`input_format` must be one of {', '.join(map(repr, INPUT_FORMATS))}, got {_short(input_format)}"
+        )
+
+
+def _check_confidence(confidence, input_format="probability", name="confidence"):
+    """float64 array of shape (n,): probabilities in [0, 1], finite log-probabilities <= 0, or finite log-odds."""
+    _check_input_format(input_format)
     arr = _numeric(confidence, name)
     if arr.ndim != 1:
         raise ValueError(f"`{name}` must have shape (n,), got shape {arr.shape}")
     if arr.shape[0] == 0:
         raise ValueError(f"`{name}` is empty; need at least 1 sample")
     arr = arr.astype(np.float64)
-    bad = ~np.isfinite(arr) | (arr < 0.0) | (arr > 1.0)
+    bad = ~np.isfinite(arr)
+    if input_format == "probability":
+        bad |= (arr < 0.0) | (arr > 1.0)
+        what = "finite and in [0, 1]"
+    elif input_format == "log_probability":
+        bad |= arr > 0.0
+        what = "finite log-probabilities <= 0 (input_format='log_probability')"
+    else:
+        what = "finite log-odds (input_format='log_odds')"
     if bad.any():
         where, value = _first_bad(arr, bad)
-        raise ValueError(f"`{name}` must be finite and in [0, 1], got {value} at {where}")
+        raise ValueError(f"`{name}` must be {what}, got {value} at {where}")
     return arr
+
+
+def _log_odds(x, input_format):
+    """log(c / (1 - c)) of validated confidences, unclipped; the exact ends as set out at the top."""
+    if input_format == "log_odds":
+        return x
+    with np.errstate(divide="ignore"):
+        if input_format == "probability":
+            z = logit(x)  # log(x / (1 - x)): 1 - x is exact near 1, so this is ordered up to 1 - 2**-53
+            return np.where(x == 0.0, _LOG_ODDS_OF_PROBABILITY_0, np.where(x == 1.0, _LOG_ODDS_OF_PROBABILITY_1, z))
+        z = x - np.log(-np.expm1(x))  # log c - log(1 - c) from log c, without forming c
+    return np.where(x == 0.0, _LOG_ODDS_OF_LOG_PROBABILITY_0, z)
+
+
+def _probability(x, input_format):
+    """c in [0, 1] of validated confidences."""
+    if input_format == "probability":
+        return x
+    return np.exp(x) if input_format == "log_probability" else expit(x)
 
 
 def _check_correct(correct, n_samples, name="correct"):
@@ -468,13 +515,37 @@ class VectorScaler(_PosthocCalibrator):
 # --------------------------------------------------------------------------------------------------
 # Binary: confidence -> probability of being correct
 # --------------------------------------------------------------------------------------------------
-class PlattScaler(_PosthocCalibrator):
+class _ConfidenceCalibrator(_PosthocCalibrator):
+    """Shared input handling of the ``input_kind = "confidence"`` calibrators (``input_format``)."""
+
+    input_kind = "confidence"
+
+    def _inputs(self, confidence):
+        return _check_confidence(confidence, self.input_format)
+
+    def _fit_inputs(self, confidence, correct):
+        c = self._inputs(confidence)
+        return c, _check_correct(correct, c.shape[0])
+
+
+class PlattScaler(_ConfidenceCalibrator):
     """Platt scaling (Platt, 1999): ``P(correct) = sigmoid(a * logit(c) + b)``.
 
-    The feature is the logit of the confidence c, clipped to [1e-6, 1 - 1e-6] (``PLATT_EPS``),
-    not c itself: on this scale a = 1, b = 0 is the identity, so the fit only has to learn a
-    sharpening (a) and a shift (b), which is temperature scaling of the binary top-label
-    probability. To use a raw score s instead, pass ``expit(s)``.
+    The feature is the log-odds ``logit(c) = log(c / (1 - c))`` of the confidence, not c itself: on
+    this scale a = 1, b = 0 is the identity, so the fit only has to learn a sharpening (a) and a
+    shift (b), which is temperature scaling of the binary top-label probability. To use a raw score
+    s instead, pass it with ``input_format="log_odds"``.
+
+    The log-odds are not clipped, so confidences near 0 and 1 keep their order: in float64 a
+    probability c has finite, ordered log-odds from the smallest subnormal (-744.4) up to
+    1 - 2**-53 (36.7); a log-probability resolves c near 1 much further, down to 1 - c = 5e-324. The
+    exact ends have infinite log-odds and are read as lying half-way to the nearest representable
+    value (``input_format``): probability 0 as 2**-1075 (log-odds -745.1), probability 1 as
+    1 - 2**-54 (+37.4), log-probability 0 as -2**-1075 (+745.1); so they rank beyond every other
+    input, and a wrong answer at exactly 1.0 weighs on the fit like one at 1 - 5.6e-17.
+    (Until issue 14 c was clipped to [1e-6, 1 - 1e-6], which tied every float32 softmax output above
+    1 - 1e-6 and lowered AUROC.) ``transform`` returns probabilities, whose own float64 resolution
+    (1 - 2**-53) can still tie outputs that the fitted log-odds rank apart when a > 1.
 
     a, b are the unpenalised maximum-likelihood logistic regression (the same fit as scikit-learn
     ``LogisticRegression(C=inf)`` on that single feature), found by L-BFGS with the analytic
@@ -488,6 +559,10 @@ class PlattScaler(_PosthocCalibrator):
     ----------
     target_smoothing : bool, default False
     max_iter : int, default 1000
+    input_format : {"probability", "log_probability", "log_odds"}, default "probability"
+        How ``fit`` and ``transform`` receive the confidence c: c in [0, 1], log c (finite, <= 0)
+        or log(c / (1 - c)) (finite). The same data in any format gives the same fit (up to
+        rounding) where no exact end is involved.
 
     Attributes
     ----------
@@ -496,39 +571,36 @@ class PlattScaler(_PosthocCalibrator):
     intercept_ : float
         Intercept b.
 
-    ``input_kind = "confidence"``: ``fit(confidence, correct)`` with confidence (n,) in [0, 1]
-    and binary correct (n,) holding both 0 and 1; ``transform(confidence)`` returns (n,) in [0, 1].
+    ``input_kind = "confidence"``: ``fit(confidence, correct)`` with confidence (n,) in
+    ``input_format`` and binary correct (n,) holding both 0 and 1; ``transform(confidence)``
+    returns (n,) probabilities in [0, 1].
     """
 
     method = "platt"
-    input_kind = "confidence"
     _state_attrs = ("coef_", "intercept_")
 
-    def __init__(self, *, target_smoothing=False, max_iter=1000):
+    def __init__(self, *, target_smoothing=False, max_iter=1000, input_format="probability"):
         self.target_smoothing = target_smoothing
         self.max_iter = max_iter
-
-    @staticmethod
-    def _feature(confidence):
-        return logit(np.clip(confidence, PLATT_EPS, 1.0 - PLATT_EPS))
+        self.input_format = input_format
 
     def fit(self, confidence, correct):
         """Fit a, b on ``confidence`` (n,) and ``correct`` (n,); returns ``self``.
 
-        Raises ``TypeError`` for non-numeric input and ``ValueError`` for a wrong shape,
-        confidence outside [0, 1] or NaN, non-binary or single-class ``correct``, or mismatched
-        lengths.
+        Raises ``TypeError`` for non-numeric input and ``ValueError`` for a wrong shape, a
+        confidence outside its ``input_format``'s range (probability outside [0, 1], log-probability
+        > 0, NaN, or inf in the log formats), non-binary or single-class ``correct``, mismatched
+        lengths, or an unknown ``input_format``.
         """
         if not isinstance(self.target_smoothing, (bool, np.bool_)):
             raise TypeError(f"`target_smoothing` must be a bool, got {_short(self.target_smoothing)}")
         _check_int_param(self.max_iter, "max_iter", 1)
-        c = _check_confidence(confidence)
-        t = _check_correct(correct, c.shape[0])
+        c, t = self._fit_inputs(confidence, correct)
         if self.target_smoothing:
             n_pos = t.sum()
             n_neg = t.size - n_pos
             t = np.where(t == 1.0, (n_pos + 1.0) / (n_pos + 2.0), 1.0 / (n_neg + 2.0))
-        x = self._feature(c)
+        x = _log_odds(c, self.input_format)
 
         def loss_and_grad(params):
             a, b = params
@@ -543,39 +615,48 @@ class PlattScaler(_PosthocCalibrator):
         return self
 
     def transform(self, confidence):
-        """Calibrated P(correct) = ``sigmoid(coef_ * logit(clip(confidence)) + intercept_)``, (n,)."""
+        """Calibrated P(correct) = ``sigmoid(coef_ * logit(c) + intercept_)``, shape (n,), float64."""
         self._check_is_fitted()
-        return expit(self.coef_ * self._feature(_check_confidence(confidence)) + self.intercept_)
+        return expit(self.coef_ * _log_odds(self._inputs(confidence), self.input_format) + self.intercept_)
 
 
-class IsotonicCalibrator(_PosthocCalibrator):
+class IsotonicCalibrator(_ConfidenceCalibrator):
     """Isotonic regression (Zadrozny & Elkan, KDD 2002): the non-decreasing step map from
     confidence to P(correct) that minimises squared error, by scikit-learn
     ``IsotonicRegression(out_of_bounds="clip", y_min=0, y_max=1)``.
 
-    ``transform`` interpolates linearly between the fitted thresholds (as scikit-learn's
-    ``predict`` does) and clips outside them, so the output is monotone and in [0, 1].
+    The regression runs on the confidence as given (``input_format``): the fitted values only
+    depend on the order of the inputs, which no format conversion disturbs, so confidences near 0
+    and 1 are not merged by rounding. ``transform`` interpolates linearly between the fitted
+    thresholds (as scikit-learn's ``predict`` does), on that same scale, and clips outside them,
+    so the output is monotone and in [0, 1].
+
+    Parameters
+    ----------
+    input_format : {"probability", "log_probability", "log_odds"}, default "probability"
+        As :class:`PlattScaler`.
 
     Attributes
     ----------
     X_thresholds_, y_thresholds_ : ndarray (m,)
-        The fitted breakpoints (confidence, P(correct)).
+        The fitted breakpoints (confidence in ``input_format``, P(correct)).
 
     ``input_kind = "confidence"``: ``fit(confidence, correct)`` / ``transform(confidence)`` as
     :class:`PlattScaler`.
     """
 
     method = "isotonic"
-    input_kind = "confidence"
     _state_attrs = ("X_thresholds_", "y_thresholds_")
+
+    def __init__(self, *, input_format="probability"):
+        self.input_format = input_format
 
     def fit(self, confidence, correct):
         """Fit the step map on ``confidence`` (n,) and ``correct`` (n,); returns ``self``.
 
         Raises as :meth:`PlattScaler.fit`.
         """
-        c = _check_confidence(confidence)
-        t = _check_correct(correct, c.shape[0])
+        c, t = self._fit_inputs(confidence, correct)
         iso = IsotonicRegression(out_of_bounds="clip", y_min=0.0, y_max=1.0, increasing=True).fit(c, t)
         self.X_thresholds_ = np.asarray(iso.X_thresholds_, dtype=np.float64)
         self.y_thresholds_ = np.asarray(iso.y_thresholds_, dtype=np.float64)
@@ -584,23 +665,26 @@ class IsotonicCalibrator(_PosthocCalibrator):
     def transform(self, confidence):
         """Calibrated P(correct), shape (n,), in [0, 1], non-decreasing in ``confidence``."""
         self._check_is_fitted()
-        return np.interp(_check_confidence(confidence), self.X_thresholds_, self.y_thresholds_)
+        return np.interp(self._inputs(confidence), self.X_thresholds_, self.y_thresholds_)
 
 
-class HistogramBinningCalibrator(_PosthocCalibrator):
+class HistogramBinningCalibrator(_ConfidenceCalibrator):
     """Histogram binning (Zadrozny & Elkan, ICML 2001): split [0, 1] into ``n_bins`` equal-width
     bins and map each confidence to the accuracy of its bin on the fitting set.
 
     Bins are those of ECE and the reliability diagram (:func:`hf_calibration.metrics.uniform_bin_index`):
     [k/B, (k+1)/B) with each edge the float64 nearest to k/B, c = 0 in the first bin and c = 1 in
     the last, so histogram binning agrees with the diagram of the same data (scikit-learn's
-    ``calibration_curve`` uses right-closed bins instead). A bin that received no fitting sample
-    maps to the overall accuracy of the fitting set: with no evidence for the bin, the base rate
-    is the calibrated guess (the bin centre would keep the uncalibrated confidence instead).
+    ``calibration_curve`` uses right-closed bins instead). Confidences given as log-probabilities or
+    log-odds are binned as ``exp(x)`` or ``sigmoid(x)`` in float64. A bin that received no fitting
+    sample maps to the overall accuracy of the fitting set: with no evidence for the bin, the base
+    rate is the calibrated guess (the bin centre would keep the uncalibrated confidence instead).
 
     Parameters
     ----------
     n_bins : int, default 15
+    input_format : {"probability", "log_probability", "log_odds"}, default "probability"
+        As :class:`PlattScaler`.
 
     Attributes
     ----------
@@ -614,14 +698,14 @@ class HistogramBinningCalibrator(_PosthocCalibrator):
     """
 
     method = "histogram"
-    input_kind = "confidence"
     _state_attrs = ("bin_values_", "bin_counts_")
 
-    def __init__(self, *, n_bins=15):
+    def __init__(self, *, n_bins=15, input_format="probability"):
         self.n_bins = n_bins
+        self.input_format = input_format
 
-    def _bin_index(self, c):
-        return uniform_bin_index(c, self.n_bins)
+    def _bin_index(self, x):
+        return uniform_bin_index(_probability(x, self.input_format), self.n_bins)
 
     def fit(self, confidence, correct):
         """Fit bin accuracies on ``confidence`` (n,) and ``correct`` (n,); returns ``self``.
@@ -629,8 +713,7 @@ class HistogramBinningCalibrator(_PosthocCalibrator):
         Raises as :meth:`PlattScaler.fit`, and for ``n_bins`` < 1 or not an int.
         """
         _check_int_param(self.n_bins, "n_bins", 1)
-        c = _check_confidence(confidence)
-        t = _check_correct(correct, c.shape[0])
+        c, t = self._fit_inputs(confidence, correct)
         idx = self._bin_index(c)
         counts = np.bincount(idx, minlength=self.n_bins).astype(np.float64)
         hits = np.bincount(idx, weights=t, minlength=self.n_bins)
@@ -642,7 +725,7 @@ class HistogramBinningCalibrator(_PosthocCalibrator):
     def transform(self, confidence):
         """Calibrated P(correct): the fitted value of each confidence's bin, shape (n,)."""
         self._check_is_fitted()
-        return self.bin_values_[self._bin_index(_check_confidence(confidence))]
+        return self.bin_values_[self._bin_index(self._inputs(confidence))]
 
 
 CALIBRATORS = {

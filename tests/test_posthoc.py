@@ -13,6 +13,7 @@ from sklearn.calibration import CalibratedClassifierCV
 from sklearn.exceptions import NotFittedError
 from sklearn.isotonic import IsotonicRegression
 from sklearn.linear_model import LogisticRegression
+from sklearn.metrics import roc_auc_score
 
 try:
     from sklearn.frozen import FrozenEstimator
@@ -21,7 +22,6 @@ except ImportError:  # scikit-learn < 1.6; the tests that need it are skipped
 
 from hf_calibration.posthoc import (
     CALIBRATORS,
-    PLATT_EPS,
     HistogramBinningCalibrator,
     IsotonicCalibrator,
     PlattScaler,
@@ -194,7 +194,7 @@ def test_vector_scaling_rejects_other_k(mc_data):
 # --------------------------------------------------------------------------------------------------
 def test_platt_matches_sklearn_logistic_regression(binary_data):
     c, correct = binary_data
-    x = logit(np.clip(c, PLATT_EPS, 1 - PLATT_EPS))[:, None]
+    x = logit(c)[:, None]
     lr = LogisticRegression(C=1e12, tol=1e-12, max_iter=10000).fit(x, correct)
     platt = PlattScaler().fit(c, correct)
     assert platt.coef_ == pytest.approx(lr.coef_[0, 0], abs=1e-5)
@@ -206,7 +206,7 @@ def test_platt_matches_sklearn_logistic_regression(binary_data):
 def test_platt_target_smoothing_matches_sklearn_sigmoid(binary_data):
     """Platt's Bayesian targets, as CalibratedClassifierCV(method="sigmoid") fits them."""
     c, correct = binary_data
-    x = logit(np.clip(c, PLATT_EPS, 1 - PLATT_EPS))[:, None]
+    x = logit(c)[:, None]
     est = _LogitsAsDecisionFunction().fit(x, correct)
     cal = CalibratedClassifierCV(FrozenEstimator(est), method="sigmoid").fit(x, correct)
     platt = PlattScaler(target_smoothing=True).fit(c, correct)
@@ -249,6 +249,77 @@ def test_binary_calibrators_improve_brier(binary_data):
         out = cls().fit_transform(c, correct)
         assert out.shape == c.shape and out.min() >= 0 and out.max() <= 1
         assert np.mean((out - correct) ** 2) < base
+
+
+# Issue 14 replay: a wrong answer at 0.999999 and right ones nearer to 1. Clipping at 1 - 1e-6 tied them all
+# and AUROC fell; a monotone calibrator must leave the ranking, hence AUROC, as it is.
+SATURATED_CONF = np.array([0.2, 0.3, 0.35, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.8, 0.85, 0.9, 0.95,
+                           0.999999, 1 - 1e-7, 1 - 1e-8, 1 - 1e-9, 1.0])
+SATURATED_CORRECT = np.array([0, 0, 1, 0, 1, 0, 1, 1, 0, 1, 0, 1, 1, 0, 1, 1, 1, 1])
+
+
+@pytest.mark.parametrize("target_smoothing", [False, True])
+def test_platt_keeps_the_ranking_near_one(target_smoothing):
+    raw_auroc = roc_auc_score(SATURATED_CORRECT, SATURATED_CONF)
+    platt = PlattScaler(target_smoothing=target_smoothing).fit(SATURATED_CONF, SATURATED_CORRECT)
+    assert platt.coef_ > 0
+    assert roc_auc_score(SATURATED_CORRECT, platt.transform(SATURATED_CONF)) == raw_auroc
+    same = PlattScaler(target_smoothing=target_smoothing, input_format="log_probability")
+    same.fit(np.log(SATURATED_CONF), SATURATED_CORRECT)
+    assert roc_auc_score(SATURATED_CORRECT, same.transform(np.log(SATURATED_CONF))) == raw_auroc
+
+
+def test_platt_identity_keeps_confidences_within_1e_9_of_the_ends():
+    platt = PlattScaler()
+    platt.coef_, platt.intercept_ = 1.0, 0.0  # sigmoid(logit(c)) = c, as a loaded calibrator would hold
+    c = np.array([1e-300, 1e-20, 1e-12, 1e-9, 0.5, 1 - 1e-9, 1 - 1e-12, 1 - 1e-15])
+    out = platt.transform(c)  # the identity, up to the rounding of exp(log(c)) and of 1 - c
+    np.testing.assert_allclose(out, c, rtol=1e-12, atol=0)
+    np.testing.assert_allclose(1 - out, 1 - c, rtol=1e-12, atol=2 * np.finfo(float).eps)
+    ends = platt.transform(np.concatenate([[0.0], c, [np.nextafter(1.0, 0.0), 1.0]]))
+    assert np.all(np.diff(ends[:-1]) > 0) and ends[-1] >= ends[-2]
+
+
+@pytest.mark.parametrize("cls", [PlattScaler, IsotonicCalibrator, HistogramBinningCalibrator])
+def test_log_probability_and_log_odds_inputs_give_the_confidence_fit(cls, binary_data):
+    c, correct = binary_data
+    ref = cls().fit(c, correct)
+    for input_format, x in (("log_probability", np.log(c)), ("log_odds", logit(c))):
+        cal = cls(input_format=input_format).fit(x, correct)
+        np.testing.assert_allclose(cal.transform(x), ref.transform(c), rtol=0, atol=1e-9)
+        if cls is PlattScaler:
+            assert cal.coef_ == pytest.approx(ref.coef_, abs=1e-9)
+            assert cal.intercept_ == pytest.approx(ref.intercept_, abs=1e-9)
+
+
+@pytest.mark.parametrize("cls", [PlattScaler, IsotonicCalibrator, HistogramBinningCalibrator])
+def test_input_format_survives_save_and_load(cls, binary_data, tmp_path):
+    c, correct = binary_data
+    cal = cls(input_format="log_probability").fit(np.log(c), correct)
+    cal.save(tmp_path / "cal.json")
+    assert json.loads((tmp_path / "cal.json").read_text())["params"]["input_format"] == "log_probability"
+    x_new = np.log(np.random.default_rng(6).uniform(0.01, 1.0, size=50))
+    for loaded in (cls.load(tmp_path / "cal.json"), load_calibrator(tmp_path / "cal.json")):
+        assert loaded.get_params() == cal.get_params()
+        np.testing.assert_array_equal(loaded.transform(x_new), cal.transform(x_new))
+
+
+@pytest.mark.parametrize("cls", [PlattScaler, IsotonicCalibrator, HistogramBinningCalibrator])
+@pytest.mark.parametrize(
+    ("input_format", "x", "exc", "pattern"),
+    [
+        ("logit", [0.2, 0.6, 0.9, 0.4], ValueError,
+         r"`input_format` must be one of 'probability', 'log_probability', 'log_odds', got 'logit'"),
+        ("log_probability", [-1.0, 0.5, -0.1, -2.0], ValueError,
+         r"`confidence` must be finite log-probabilities <= 0 \(input_format='log_probability'\), got 0\.5 at 1"),
+        ("log_probability", [-1.0, -np.inf, -0.1, -2.0], ValueError, r"`confidence` must be finite.*got -inf at 1"),
+        ("log_odds", [-1.0, 2.0, np.nan, 0.0], ValueError,
+         r"`confidence` must be finite log-odds \(input_format='log_odds'\), got nan at 2"),
+    ],
+)
+def test_input_format_errors(cls, input_format, x, exc, pattern):
+    with pytest.raises(exc, match=pattern):
+        cls(input_format=input_format).fit(x, GOOD_T)
 
 
 # --------------------------------------------------------------------------------------------------
