@@ -16,6 +16,10 @@ from hf_calibration._cli_args import (add_device_argument, as_option, input_file
 
 
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)  # a prefix such as --limit must not pass for --limit-per-domain
+        super().__init__(*args, **kwargs)
+
     def error(self, message):  # one line, exit 2 (argparse's own usage dump is several lines)
         print(f"hf-calibration: error: {message}", file=sys.stderr)
         raise SystemExit(2)

@@ -187,3 +187,51 @@ def test_rerun_into_the_same_folder_replaces_outputs(tiny_model_dir, tmp_path):
     (out / "reliability_diagram.png" / "junk").write_text("x")
     assert _evaluate(tiny_model_dir, out) == 0
     assert (out / "reliability_diagram.png").is_file()
+
+
+# ---------------------------------------------------------------- issue 14: bad input found late or not at all
+
+
+@pytest.fixture()
+def no_model_load(monkeypatch):
+    """Bad input must be rejected before the model is loaded: loading fails the test."""
+    import hf_calibration.modeling
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the model was loaded before the bad input was rejected")
+
+    monkeypatch.setattr(hf_calibration.modeling, "load_model", refuse)
+
+
+def _exit_code(argv):
+    try:
+        return main(argv)
+    except SystemExit as exit_:  # argparse's errors exit from inside parse_args
+        return exit_.code
+
+
+def _one_line(capsys, *fragments):
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("hf-calibration: error:") and "Traceback" not in err, err
+    assert all(f in err for f in fragments), err
+    return err
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--lim", "4"], "--lim"),  # a prefix of --limit: argparse took it for --limit
+    (["--limit", "4", "--output", "elsewhere"], "--output"),  # a prefix of --output-dir
+])
+def test_option_prefixes_are_not_options(tiny_model_dir, tmp_path, capsys, no_model_load, args, fragment):
+    out = tmp_path / "o"
+    assert _exit_code(["evaluate", "--model", str(tiny_model_dir), "--output-dir", str(out), *args]) == 2
+    _one_line(capsys, fragment)
+    assert not out.exists() and not (tmp_path / "elsewhere").exists()
+
+
+def test_calm_option_prefixes_are_not_options(tmp_path, capsys, no_model_load):
+    out = tmp_path / "o"
+    assert _exit_code(["calm", "--n-tr", "4", "--output-dir", str(out)]) == 2  # --n-train
+    _one_line(capsys, "--n-tr")
+    assert _exit_code(["calm", "--learning", "1e-3", "--output-dir", str(out)]) == 2  # CALMConfig's --learning-rate
+    _one_line(capsys, "--learning")
+    assert not out.exists()

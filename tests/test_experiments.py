@@ -145,3 +145,21 @@ def test_unknown_experiment_is_a_usage_error(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["experiment", "nope"])
     assert exc.value.code == 2
+
+
+@pytest.fixture()
+def no_model_load(monkeypatch):
+    """Bad input must be rejected before a model is loaded: loading fails the test."""
+    import hf_calibration.modeling
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a model was loaded before the bad input was rejected")
+
+    monkeypatch.setattr(hf_calibration.modeling, "load_model", refuse)
+
+
+def test_calm_args_option_prefix_is_not_an_option(tmp_path, capsys, no_model_load):
+    code = main(["experiment", "calm", "--calm-args", "--n-tr 4", "--output-dir", str(tmp_path / "x")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "--calm-args" in err[0] and "--n-tr 4" in err[0], err  # not --n-train
+    assert not (tmp_path / "x").exists()

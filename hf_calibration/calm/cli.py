@@ -16,7 +16,8 @@ def add_calm_parser(subparsers):
 
     from hf_calibration.calm.config import CALMConfig
 
-    config_parser = HfArgumentParser(CALMConfig, add_help=False)
+    # allow_abbrev=False, as on the subparser (cli._Parser): --learning is an error, not --learning-rate
+    config_parser = HfArgumentParser(CALMConfig, add_help=False, allow_abbrev=False)
     p = subparsers.add_parser(
         "calm", parents=[config_parser], conflict_handler="resolve",
         help="fine-tune a causal LM with CALM (bilevel calibration) on MCQA data",

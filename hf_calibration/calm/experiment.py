@@ -272,7 +272,8 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     from hf_calibration._cli_args import add_device_argument, non_negative_int, positive
 
-    p = _Parser(prog="python -m hf_calibration.calm.experiment", description=__doc__.splitlines()[0])
+    p = _Parser(prog="python -m hf_calibration.calm.experiment", description=__doc__.splitlines()[0],
+                allow_abbrev=False)  # --n-tr must be an error, not --n-train
     p.add_argument("phase", choices=["train", "report", "all"], nargs="?", default="all")
     p.add_argument("--model", default="HuggingFaceTB/SmolLM2-135M-Instruct")
     p.add_argument("--train-domain", default="mmlu:stem",

@@ -149,3 +149,14 @@ def test_secl_limit_above_domain_size_warns(tiny_dir, tmp_path, capsys, monkeypa
     assert warnings == ["hf-calibration: warning: --limit-per-domain 3 exceeds the 2 questions of mmlu:stem; using all 2"]
     records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
     assert [r["domain"] for r in records] == ["mmlu:stem"] * 2 + ["gsm8k"] * 3
+
+
+def test_secl_option_prefix_is_not_an_option(tmp_path, capsys, no_model_load):
+    from hf_calibration.cli import main as cli_main
+
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as exit_:
+        cli_main(["secl", "--limit", "5", "--output-dir", str(out)])  # argparse took it for --limit-per-domain
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.count("\n") == 1 and "--limit 5" in err, err
+    assert not out.exists()
