@@ -66,6 +66,7 @@ __all__ = [
     "TemperatureScalingLogitsProcessor",
     "VectorScaler",
     "load_calibrator",
+    "log_odds",
 ]
 
 FORMAT_VERSION = 1
@@ -200,6 +201,17 @@ def _log_odds(x, input_format):
             return np.where(x == 0.0, _LOG_ODDS_OF_PROBABILITY_0, np.where(x == 1.0, _LOG_ODDS_OF_PROBABILITY_1, z))
         z = x - np.log(-np.expm1(x))  # log c - log(1 - c) from log c, without forming c
     return np.where(x == 0.0, _LOG_ODDS_OF_LOG_PROBABILITY_0, z)
+
+
+def log_odds(confidence, *, input_format: str = "probability") -> np.ndarray:
+    """log(c / (1 - c)) of confidences, shape (n,) float64, without clipping (what Platt scaling regresses on).
+
+    ``confidence`` has shape (n,) in the given ``input_format`` (:data:`INPUT_FORMATS`); exact 0 and 1
+    map to the finite values set out in :class:`PlattScaler`, so every float64 input stays strictly
+    ordered. Raises ValueError naming ``confidence`` or ``input_format`` for values outside the format's
+    range, NaN, an empty or non-1-D array, or an unknown format.
+    """
+    return _log_odds(_check_confidence(confidence, input_format), input_format)
 
 
 def _probability(x, input_format):

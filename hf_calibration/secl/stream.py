@@ -194,12 +194,11 @@ def run_stream(model, items: list, *, max_new_tokens: int = 8, burst_at_start: b
 
 def _cross_fit(conf: np.ndarray, correct: np.ndarray, method: str, seed: int) -> np.ndarray:
     """2-fold cross-fitted Platt or temperature scaling of a binary confidence."""
-    from hf_calibration.posthoc import PlattScaler, TemperatureScaler
+    from hf_calibration.posthoc import PlattScaler, TemperatureScaler, log_odds
 
     rng = np.random.default_rng(seed)
     fold = rng.permutation(len(conf)) % 2
     out = np.empty(len(conf))
-    eps = 1e-6
     for f in (0, 1):
         fit, apply = fold != f, fold == f
         if len(set(correct[fit].tolist())) < 2:
@@ -208,9 +207,8 @@ def _cross_fit(conf: np.ndarray, correct: np.ndarray, method: str, seed: int) ->
         if method == "platt":
             out[apply] = PlattScaler().fit(conf[fit], correct[fit]).transform(conf[apply])
         else:
-            def logits(c):
-                c = np.clip(c, eps, 1 - eps)
-                return np.stack([np.zeros_like(c), np.log(c / (1 - c))], axis=1)
+            def logits(c):  # binary logits (0, log-odds), unclipped: answers near 1 keep their order
+                return np.stack([np.zeros_like(c), log_odds(c)], axis=1)
 
             scaler = TemperatureScaler().fit(logits(conf[fit]), correct[fit].astype(int))
             out[apply] = scaler.transform(logits(conf[apply]))[:, 1]
