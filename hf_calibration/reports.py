@@ -86,7 +86,24 @@ def posthoc_report(calibrator, scores, **kwargs) -> dict:
     """
     if calibrator.input_kind == "logits":
         return mcqa_report(scores.labels, calibrator.transform(scores.option_logits), **kwargs)
-    return calibration_report(scores.correct.astype(int), calibrator.transform(scores.confidence), **kwargs)
+    return calibration_report(scores.correct.astype(int),
+                              calibrator.transform(_top_confidence_as(scores, calibrator.input_format)), **kwargs)
+
+
+def _top_confidence_as(scores, input_format: str) -> np.ndarray:
+    """The top-label confidence in a confidence calibrator's ``input_format``, from the option logits.
+
+    The log formats are computed from the logits, not from the rounded probability, so a calibrator
+    fitted on log-probabilities or log-odds sees the resolution it was fitted for near 0 and 1.
+    """
+    from scipy.special import log_softmax
+
+    from hf_calibration.posthoc import log_odds
+
+    if input_format == "probability":
+        return scores.confidence
+    top = log_softmax(np.asarray(scores.option_logits, dtype=np.float64), axis=1).max(axis=1)
+    return top if input_format == "log_probability" else log_odds(top, input_format="log_probability")
 
 
 def mcqa_metrics(scores, *, n_resamples: int = 1000, seed: int = 0, calibrator=None) -> dict:

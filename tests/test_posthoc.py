@@ -561,3 +561,31 @@ def test_loading_a_non_positive_or_nan_temperature_fails(tmp_path, bad):
     path.write_text(json.dumps(payload))
     with pytest.raises(ValueError, match="temperature_"):
         TemperatureScaler.load(path)
+
+
+def test_evaluate_report_feeds_a_confidence_calibrator_its_own_input_format():
+    """``evaluate --posthoc`` with a calibrator fitted on log-odds or log-probabilities must give it those,
+    not probabilities: Platt fitted on the same answers in each format reports the same metrics."""
+    from scipy.special import log_softmax, logit, softmax
+
+    from hf_calibration.modeling.scoring import MCQAScores
+    from hf_calibration.posthoc import PlattScaler
+    from hf_calibration.reports import posthoc_report
+
+    rng = np.random.default_rng(0)
+    logits = rng.normal(size=(60, 4)) * 2
+    labels = rng.integers(0, 4, 60)
+    probs = softmax(logits, axis=1)
+    scores = MCQAScores(option_logits=logits, probs=probs, option_mass=np.ones(60), prediction=probs.argmax(1),
+                        confidence=probs.max(1), labels=labels, correct=probs.argmax(1) == labels, prompt_format="plain")
+    conf, correct = probs.max(1), (probs.argmax(1) == labels).astype(int)
+    reports = {}
+    for fmt, x in (("probability", conf), ("log_probability", log_softmax(logits, axis=1).max(1)),
+                   ("log_odds", logit(conf))):
+        reports[fmt] = posthoc_report(PlattScaler(input_format=fmt).fit(x, correct), scores, n_resamples=10, seed=0)
+    # The three inputs are the same log-odds up to float64 rounding (~1e-15 relative); the fits are iterative
+    # optimisations stopped at a gradient tolerance, so their parameters (and metrics) agree to ~1e-8, not exactly.
+    # Fed probabilities instead, the log-odds calibrators score every answer ~0 or ~1 (ECE moves by > 0.1).
+    for fmt in ("log_probability", "log_odds"):
+        for metric in ("conf_ece", "brier", "auroc"):
+            assert reports[fmt][metric]["value"] == pytest.approx(reports["probability"][metric]["value"], abs=1e-6)
