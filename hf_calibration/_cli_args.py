@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import sys
 from pathlib import Path
 
 
@@ -45,13 +46,21 @@ def as_option(message: str, options: dict) -> str:
 
 
 def load_mcqa_from_args(args):
-    """``load_mcqa`` on ``--dataset/--subjects/--limit/--seed``; its errors name those options, not its parameters."""
+    """``load_mcqa`` on ``--dataset/--subjects/--limit/--seed``; its errors name those options, not its parameters.
+
+    A ``--limit`` above the questions there are is not an error: one warning line on stderr, then all of them.
+    """
     from hf_calibration.data import load_mcqa
 
     try:
-        return load_mcqa(args.dataset, subjects=args.subjects, limit=args.limit, seed=args.seed)
+        dataset = load_mcqa(args.dataset, subjects=args.subjects, limit=args.limit, seed=args.seed)
     except ValueError as err:
         raise ValueError(as_option(str(err), {"name": "--dataset", "subjects": "--subjects"})) from None
+    if len(dataset) < args.limit:
+        where = f"--subjects {args.subjects}" if args.subjects else f"--dataset {args.dataset}"
+        print(f"hf-calibration: warning: --limit {args.limit}: only {len(dataset)} questions in {where}; "
+              f"using {len(dataset)}", file=sys.stderr)
+    return dataset
 
 
 def device(text: str) -> str:

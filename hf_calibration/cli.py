@@ -76,7 +76,11 @@ def _run_fit_posthoc(args) -> int:
     if calibrator.input_kind == "logits":
         calibrator.fit(reports.option_logits_of(records, "--predictions"), [r["answer"] for r in records])
     else:
-        calibrator.fit([r["confidence"] for r in records], [int(r["correct"]) for r in records])
+        correct = [int(r["correct"]) for r in records]
+        if len(set(correct)) < 2:  # checked here so the error names the file, not the calibrator's parameter
+            raise ValueError(f"--predictions: all {len(correct)} predictions in {args.predictions!r} are "
+                             f"{'right' if correct[0] else 'wrong'}; {args.method} needs right and wrong ones to fit")
+        calibrator.fit([r["confidence"] for r in records], correct)
     out.parent.mkdir(parents=True, exist_ok=True)
     calibrator.save(out)
     fitted = {k: v for k, v in vars(calibrator).items() if k.endswith("_") and not k.startswith("_")}
@@ -88,7 +92,7 @@ def _run_fit_posthoc(args) -> int:
 def _run_evaluate(args) -> int:
     from hf_calibration.modeling import load_model, resolve_model_path, score_mcqa
 
-    from hf_calibration.posthoc import load_calibrator
+    from hf_calibration.posthoc import VectorScaler, load_calibrator
 
     out = output_dir(args.output_dir)
     calibrator = None
@@ -99,6 +103,11 @@ def _run_evaluate(args) -> int:
         except (ValueError, TypeError, KeyError, UnicodeDecodeError) as err:
             raise ValueError(f"--posthoc: {args.posthoc!r} is not a calibrator saved by fit-posthoc ({err})") from None
     dataset = load_mcqa_from_args(args)
+    if isinstance(calibrator, VectorScaler):  # one weight per option: the option count must match
+        k = max(len(c) for c in dataset["choices"])
+        if len(calibrator.coef_) != k:
+            raise ValueError(f"--posthoc: {args.posthoc!r} was fitted on {len(calibrator.coef_)} options, but "
+                             f"--dataset {args.dataset} has {k}")
     resolve_model_path(args.model)  # fails fast on a bad path before the heavy load
     start = time.perf_counter()
     model, tokenizer = load_model(args.model, device=args.device)

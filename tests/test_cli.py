@@ -217,6 +217,32 @@ def _one_line(capsys, *fragments):
     return err
 
 
+def test_evaluate_posthoc_fitted_for_another_option_count(tiny_model_dir, tmp_path, capsys, no_model_load):
+    from hf_calibration.posthoc import VectorScaler
+
+    rng = np.random.default_rng(0)
+    calib = tmp_path / "vector4.json"
+    VectorScaler().fit(rng.normal(size=(40, 4)), np.arange(40) % 4).save(calib)  # fitted on 4 options (MMLU)
+    out = tmp_path / "o"
+    code = _exit_code(["evaluate", "--model", str(tiny_model_dir), "--dataset", "halueval_qa", "--limit", "4",
+                       "--posthoc", str(calib), "--output-dir", str(out)])
+    assert code == 2
+    _one_line(capsys, "--posthoc", str(calib), "4 options", "2")  # HaluEval QA has 2 options
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("correct", [True, False])
+@pytest.mark.parametrize("method", ["platt", "isotonic", "histogram"])
+def test_fit_posthoc_one_class_names_predictions(tmp_path, capsys, method, correct):
+    preds = tmp_path / "preds.jsonl"
+    preds.write_text("".join(json.dumps({"answer": 0, "correct": correct, "confidence": 0.5 + i / 20,
+                                         "option_logits": [1.0, 0.0]}) + "\n" for i in range(5)))
+    out = tmp_path / "c.json"
+    assert main(["fit-posthoc", "--method", method, "--predictions", str(preds), "--output", str(out)]) == 2
+    _one_line(capsys, "--predictions", str(preds), "right" if correct else "wrong")
+    assert not out.exists()
+
+
 @pytest.mark.parametrize("args, fragment", [
     (["--lim", "4"], "--lim"),  # a prefix of --limit: argparse took it for --limit
     (["--limit", "4", "--output", "elsewhere"], "--output"),  # a prefix of --output-dir
@@ -235,3 +261,13 @@ def test_calm_option_prefixes_are_not_options(tmp_path, capsys, no_model_load):
     assert _exit_code(["calm", "--learning", "1e-3", "--output-dir", str(out)]) == 2  # CALMConfig's --learning-rate
     _one_line(capsys, "--learning")
     assert not out.exists()
+
+
+def test_evaluate_limit_above_the_subjects_warns_and_continues(tiny_model_dir, tmp_path, capsys):
+    out = tmp_path / "o"
+    assert main(["evaluate", "--model", str(tiny_model_dir), "--subjects", "astronomy", "--limit", "100000",
+                 "--n-resamples", "20", "--batch-size", "32", "--output-dir", str(out)]) == 0
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("hf-calibration:")]
+    # MMLU's test split has 152 astronomy questions (Hendrycks et al. 2021)
+    assert err == ["hf-calibration: warning: --limit 100000: only 152 questions in --subjects astronomy; using 152"]
+    assert len((out / "predictions.jsonl").read_text().splitlines()) == 152
