@@ -63,6 +63,37 @@ def load_mcqa_from_args(args):
     return dataset
 
 
+def check_domains(spec: str, option: str, known) -> None:
+    """Check a comma-separated list of domains (``secl --stream``, ``experiment --datasets``) before any work.
+
+    Each entry is a name in ``known`` or ``mmlu:<categories or subjects, '+'-joined>``. Raises ValueError naming
+    ``option`` and the bad entry: an empty entry (``"a,,b"``, a trailing comma), an unknown name, subjects on a
+    domain other than mmlu, an empty subject (``"mmlu:"``, ``"mmlu:stem+"``) or an unknown one. Checked here
+    rather than by mapping the library's messages, so the error names the option the user typed.
+    """
+    from hf_calibration.data import CATEGORIES
+    from hf_calibration.data.loaders import resolve_subjects
+
+    for entry in (e.strip() for e in spec.split(",")):
+        if not entry:
+            raise ValueError(f"{option}: empty entry in {spec!r}; separate the domains by single commas")
+        name, colon, subjects = entry.partition(":")
+        if name not in known:
+            raise ValueError(f"{option}: unknown domain {name!r} in {spec!r}; known: {', '.join(known)}")
+        if colon and name != "mmlu":
+            raise ValueError(f"{option}: only mmlu takes subjects, got {entry!r}")
+        for subject in subjects.split("+") if colon else ():
+            if not subject.strip():
+                raise ValueError(f"{option}: empty MMLU subject in {entry!r}; write mmlu:<category or subject>"
+                                 f"[+…], or mmlu for all of MMLU")
+            try:
+                resolve_subjects(subject)
+            except ValueError:
+                raise ValueError(f"{option}: in {entry!r}, unknown MMLU subject or category {subject!r}; "
+                                 f"categories are {', '.join(sorted(CATEGORIES))}, subjects are e.g. "
+                                 f"'college_physics' (57 in all)") from None
+
+
 def device(text: str) -> str:
     """argparse ``type=`` for ``--device``: ``auto`` (kept, resolved when the model loads) or a torch device
     this machine has (``cpu``, ``cuda``, ``cuda:1``, ``mps``); see ``modeling.resolve_device``."""

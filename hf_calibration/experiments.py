@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hf_calibration._cli_args import add_device_argument, non_negative_int, output_dir, positive
+from hf_calibration._cli_args import add_device_argument, check_domains, non_negative_int, output_dir, positive
 
 MODEL_ALIASES = {
     "smollm2": "HuggingFaceTB/SmolLM2-135M-Instruct",
@@ -107,10 +107,15 @@ def run_experiment(args) -> int:
         raise ValueError(f"--limit-open: only diagnose has an open-ended dataset size, got --limit-open {args.limit_open}")
     if args.name == "secl":
         return _secl(out, models, ",".join(datasets), limit, args)
-    from hf_calibration.calm.experiment import main as calm_main
+    from hf_calibration.calm import experiment as calm
+    from hf_calibration.data import MCQA_DATASETS
+    from hf_calibration.modeling import resolve_model_path
 
-    if len(models) != 1 or len(datasets) != 1:
-        raise ValueError(f"--models/--datasets: calm trains one model on one domain, got {models} and {datasets}")
+    if len(datasets) != 1:
+        raise ValueError(f"--datasets: calm trains on one domain, got {len(datasets)}: {datasets}")
+    check_domains(datasets[0], "--datasets", sorted(MCQA_DATASETS))  # named here, not as a --calm-args error
+    if len(models) != 1:
+        raise ValueError(f"--models: calm trains one model, got {len(models)}: {models}")
     import shlex
 
     if args.limit is not None:
@@ -124,9 +129,11 @@ def run_experiment(args) -> int:
             *CALM_SIZES.split(),
             *extra]
     try:
-        code = calm_main(argv)
+        calm_args, splits = calm.check_args(argv)
     except ValueError as err:
         raise ValueError(f"--calm-args: {err}") from None
+    resolve_model_path(models[0])  # here, so its errors name --models (main), not --calm-args
+    code = calm.run(calm_args, splits)
     if code == 0:  # the same names as the other experiments
         (out / "metrics.json").write_text((out / "report.json").read_text())
         (out / "table.md").write_text((out / "report.md").read_text())
@@ -355,9 +362,12 @@ def secl_table(results: dict) -> str:
 
 def _secl(out: Path, models, stream: str, limit, args) -> int:
     from hf_calibration.cli import main as cli_main
-    from hf_calibration.secl.stream import parse_stream
+    from hf_calibration.modeling import resolve_model_path
+    from hf_calibration.secl.cli import check_stream
 
-    parse_stream(stream)
+    check_stream(stream, limit, stream_option="--datasets", limit_option="--limit")
+    for m in models:
+        resolve_model_path(m)  # its errors name --models (main); the secl subcommand's would name --model
     results = {}
     start = time.perf_counter()
     for model_name in models:

@@ -115,7 +115,7 @@ def test_calm_splits_are_disjoint_and_each_balanced_on_its_own():
     "argv, fragment",
     [
         (["experiment", "diagnose", "--datasets", "mmlu,nope"], "--datasets"),
-        (["experiment", "secl", "--datasets", "mmlu,nope"], "--stream"),
+        (["experiment", "secl", "--datasets", "mmlu,nope"], "--datasets: unknown domain 'nope'"),
         (["experiment", "calm", "--limit", "5"], "--limit"),
         (["experiment", "diagnose", "--models", ","], "--models"),
         (["experiment", "secl", "--limit-open", "3"], "--limit-open"),
@@ -156,6 +156,34 @@ def no_model_load(monkeypatch):
         raise AssertionError("a model was loaded before the bad input was rejected")
 
     monkeypatch.setattr(hf_calibration.modeling, "load_model", refuse)
+
+
+@pytest.mark.parametrize(
+    "argv, prefix, value",
+    [
+        (["experiment", "calm", "--datasets", "nope"], "--datasets:", "'nope'"),
+        (["experiment", "calm", "--datasets", "mmlu:astrologyy"], "--datasets:", "'astrologyy'"),
+        (["experiment", "calm", "--datasets", "mmlu:"], "--datasets:", "'mmlu:'"),
+        (["experiment", "calm", "--datasets", "gsm8k"], "--datasets:", "'gsm8k'"),  # not MCQA: nothing to train on
+        (["experiment", "calm", "--datasets", "mmlu:stem,gpqa"], "--datasets:", "'gpqa'"),
+        (["experiment", "calm", "--models", "a,b"], "--models:", "'b'"),
+        (["experiment", "calm", "--models", "some-org/not-a-model"], "--models:", "'some-org/not-a-model'"),
+        (["experiment", "secl", "--datasets", "mmlu:"], "--datasets:", "'mmlu:'"),
+        (["experiment", "secl", "--datasets", "gsm8k:algebra"], "--datasets:", "'gsm8k:algebra'"),
+        (["experiment", "secl", "--datasets", "mmlu:stem+astrologyy"], "--datasets:", "'astrologyy'"),
+        (["experiment", "secl", "--datasets", "gsm8k", "--limit", "1"], "--limit:", "--limit 1"),
+    ],
+)
+def test_bad_input_names_the_option_typed(argv, prefix, value, tmp_path, capsys, no_model_load):
+    try:
+        code = main([*argv, "--output-dir", str(tmp_path / "x")])
+    except SystemExit as exit_:
+        code = exit_.code
+    assert code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"hf-calibration: error: {prefix}") and value in err[0], err
+    assert "--calm-args" not in err[0] and "--stream" not in err[0], err
+    assert not (tmp_path / "x").exists()
 
 
 def test_calm_args_option_prefix_is_not_an_option(tmp_path, capsys, no_model_load):

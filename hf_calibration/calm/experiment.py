@@ -296,17 +296,27 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv=None) -> int:
+def check_args(argv=None):
+    """``(args, splits)``: the command line parsed and every input checked before any model is resolved; ValueError
+    for bad options, domains or sizes (``splits`` is None for the report phase)."""
+    args = build_parser().parse_args(argv)
+    return args, (build_splits(args) if args.phase in ("train", "all") else None)
+
+
+def run(args, splits) -> int:
+    """Train (``resolve_model_path`` first) and/or report, as ``check_args`` returned them."""
     from hf_calibration.modeling import resolve_model_path
 
-    args = build_parser().parse_args(argv)
     if args.phase in ("train", "all"):
-        splits = build_splits(args)  # bad domains or sizes fail before any model is resolved or trained
         resolve_model_path(args.model)
         run_train(args, splits)
     if args.phase in ("report", "all"):
         run_report(args)
     return 0
+
+
+def main(argv=None) -> int:
+    return run(*check_args(argv))
 
 
 def cli_main(argv=None) -> int:

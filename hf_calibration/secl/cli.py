@@ -8,10 +8,12 @@ the option (the main CLI prints one line and exits 2) before any output is writt
 from __future__ import annotations
 
 import argparse
+import math
 import time
 from pathlib import Path
 
-from hf_calibration._cli_args import add_device_argument, load_mcqa_from_args, non_negative_int, output_dir, positive
+from hf_calibration._cli_args import (add_device_argument, check_domains, load_mcqa_from_args, non_negative_int,
+                                     output_dir, positive)
 
 
 def _common(p, default_limit=None):
@@ -153,6 +155,24 @@ def add_secl_parser(subparsers) -> argparse.ArgumentParser:
     return p
 
 
+# The labelled Platt/TS rows are 2-fold cross-fitted over the whole stream: each fold needs a question.
+MIN_STREAM_QUESTIONS = 2
+
+
+def check_stream(spec: str, limit_per_domain: int, *, stream_option: str = "--stream",
+                 limit_option: str = "--limit-per-domain") -> None:
+    """The stream's domains (``check_domains``) and its size, before any model loads; the errors name the options
+    given (``experiment secl`` passes ``--datasets`` and ``--limit``)."""
+    from hf_calibration.secl.stream import MCQA_DOMAINS, OPEN_DOMAINS
+
+    check_domains(spec, stream_option, MCQA_DOMAINS + OPEN_DOMAINS)
+    n_domains = len(spec.split(","))
+    if limit_per_domain * n_domains < MIN_STREAM_QUESTIONS:
+        raise ValueError(f"{limit_option}: the stream needs at least {MIN_STREAM_QUESTIONS} questions (the labelled "
+                         f"Platt/TS baselines are 2-fold cross-fitted over it, one question per fold); got "
+                         f"{limit_option} {limit_per_domain} for {n_domains} domain(s)")
+
+
 def _warn_short_domains(items, limit: int) -> None:
     """One line on stderr per domain that has fewer questions than ``--limit-per-domain`` asked for."""
     import sys
@@ -171,15 +191,19 @@ def run_secl(args) -> int:
     from hf_calibration.reports import AtomicOutputDir, write_json, write_jsonl
     from hf_calibration.secl.config import SECLConfig
     from hf_calibration.secl.mixin import apply_secl
-    from hf_calibration.secl.stream import build_stream, format_stream_summary, parse_stream, run_stream, summarize_stream
+    from hf_calibration.secl.stream import build_stream, format_stream_summary, run_stream, summarize_stream
 
     out = output_dir(args.output_dir)
-    parse_stream(args.stream)
+    check_stream(args.stream, args.limit_per_domain)
     overrides = {}
-    for option, name, _ in _CONFIG_OPTIONS:
-        if getattr(args, name) is not None:
-            SECLConfig.check_value(name, getattr(args, name), option)  # the error names the option, not the field
-            overrides[name] = getattr(args, name)
+    for option, name, kind in _CONFIG_OPTIONS:
+        value = getattr(args, name)
+        if value is None:
+            continue
+        if kind is float and not math.isfinite(value):  # SECLConfig takes ph_threshold=inf; PageHinkley does not
+            raise ValueError(f"{option}: must be a finite number, got {value!r}")
+        SECLConfig.check_value(name, value, option)  # the error names the option, not the field
+        overrides[name] = value
     config = SECLConfig(prompt_format=args.prompt_format, **overrides)
     resolve_model_path(args.model)
     start = time.perf_counter()

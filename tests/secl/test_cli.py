@@ -113,6 +113,9 @@ def no_model_load(monkeypatch):
     ("--ema-rate", "1.5", "ema_rate", "<= 1, got 1.5"),
     ("--learning-rate", "nan", "learning_rate", "got nan"),
     ("--ph-delta", "-0.5", "ph_delta", ">= 0, got -0.5"),
+    ("--ph-threshold", "inf", "ph_threshold", "must be a finite number, got inf"),  # PageHinkley needs a finite λ
+    ("--ph-threshold", "0", "ph_threshold", "> 0, got 0.0"),
+    ("--alpha-step", "inf", "alpha_step", "got inf"),
 ])
 def test_secl_config_errors_name_the_option(option, value, field, expected, tmp_path, capsys, no_model_load):
     from hf_calibration.cli import main as cli_main
@@ -149,6 +152,26 @@ def test_secl_limit_above_domain_size_warns(tiny_dir, tmp_path, capsys, monkeypa
     assert warnings == ["hf-calibration: warning: --limit-per-domain 3 exceeds the 2 questions of mmlu:stem; using all 2"]
     records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
     assert [r["domain"] for r in records] == ["mmlu:stem"] * 2 + ["gsm8k"] * 3
+
+
+@pytest.mark.parametrize("argv, fragments", [
+    (["--stream", "mmlu:stem", "--limit-per-domain", "1"], ["--limit-per-domain 1", "at least 2"]),
+    (["--stream", "gsm8k", "--limit-per-domain", "1"], ["--limit-per-domain 1", "at least 2"]),
+    (["--stream", "mmlu:"], ["--stream", "'mmlu:'"]),
+    (["--stream", "mmlu:stem+"], ["--stream", "'mmlu:stem+'"]),
+    (["--stream", "mmlu:stem,,gsm8k"], ["--stream", "'mmlu:stem,,gsm8k'"]),
+    (["--stream", "gsm8k,"], ["--stream", "'gsm8k,'"]),
+    (["--stream", "gsm8k:algebra"], ["--stream", "'gsm8k:algebra'"]),
+])
+def test_secl_bad_stream_or_size_fails_before_loading(argv, fragments, tmp_path, capsys, no_model_load):
+    from hf_calibration.cli import main as cli_main
+
+    out = tmp_path / "out"
+    assert cli_main(["secl", *argv, "--output-dir", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("hf-calibration: error: ") and "Traceback" not in err, err
+    assert all(f in err for f in fragments), err
+    assert not out.exists()
 
 
 def test_secl_option_prefix_is_not_an_option(tmp_path, capsys, no_model_load):
