@@ -101,6 +101,9 @@ def run_experiment(args) -> int:
     datasets = [d.strip() for d in (args.datasets or defaults["datasets"]).split(",") if d.strip()]
     limit = args.limit or defaults["limit"]
     if args.name == "diagnose":
+        if args.limit_open is not None and "gsm8k" not in datasets:
+            raise ValueError(f"--limit-open: sizes GSM8K, which --datasets {','.join(datasets)} leaves out; got "
+                             f"--limit-open {args.limit_open}")
         limits = {d: (args.limit_open or defaults["limit_open"]) if d == "gsm8k" else limit for d in datasets}
         return _diagnose(out, models, datasets, limits, args)
     if args.limit_open is not None:
@@ -149,6 +152,13 @@ CALM_SIZES = ("--n-train 32 --n-calibration 32 --n-validation 20 --n-test 30 --n
 
 
 # --------------------------------------------------------------------------------------------- diagnose
+
+
+def _check_folders(folders) -> None:
+    """Every sub-run folder must be creatable (no file in the way) before the first model loads, not when its
+    results are written at the end of a run; the error names --output-dir, whose value each folder starts with."""
+    for folder in folders:
+        output_dir(str(folder))
 
 
 def _check_datasets(datasets):
@@ -285,6 +295,7 @@ def _diagnose(out: Path, models, datasets, limits: dict, args) -> int:
     from hf_calibration.modeling import load_model, resolve_model_path
 
     _check_datasets(datasets)
+    _check_folders(out / _alias(m) / d for m in models for d in datasets)
     for m in models:
         resolve_model_path(m)
     results: dict = {}
@@ -366,6 +377,7 @@ def _secl(out: Path, models, stream: str, limit, args) -> int:
     from hf_calibration.secl.cli import check_stream
 
     check_stream(stream, limit, stream_option="--datasets", limit_option="--limit")
+    _check_folders(out / _alias(m) for m in models)
     for m in models:
         resolve_model_path(m)  # its errors name --models (main); the secl subcommand's would name --model
     results = {}

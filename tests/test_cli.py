@@ -1,6 +1,7 @@
 """The `hf-calibration` CLI on a tiny local model: outputs, post-hoc round trip, and bad input."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -215,6 +216,20 @@ def _one_line(capsys, *fragments):
     assert err.count("\n") == 1 and err.startswith("hf-calibration: error:") and "Traceback" not in err, err
     assert all(f in err for f in fragments), err
     return err
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders; the file-parent cases cover it")
+def test_output_dir_under_a_read_only_folder(tiny_model_dir, tmp_path, capsys, no_model_load):
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        assert _exit_code(["evaluate", "--model", str(tiny_model_dir), "--limit", "4",
+                           "--output-dir", str(locked / "run")]) == 2
+        _one_line(capsys, "--output-dir", str(locked / "run"), "not writable")
+        assert not (locked / "run").exists()
+    finally:
+        locked.chmod(0o700)
 
 
 def test_evaluate_posthoc_fitted_for_another_option_count(tiny_model_dir, tmp_path, capsys, no_model_load):

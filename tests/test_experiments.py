@@ -172,6 +172,8 @@ def no_model_load(monkeypatch):
         (["experiment", "secl", "--datasets", "gsm8k:algebra"], "--datasets:", "'gsm8k:algebra'"),
         (["experiment", "secl", "--datasets", "mmlu:stem+astrologyy"], "--datasets:", "'astrologyy'"),
         (["experiment", "secl", "--datasets", "gsm8k", "--limit", "1"], "--limit:", "--limit 1"),
+        (["experiment", "diagnose", "--datasets", "mmlu,halueval_qa", "--limit-open", "3"], "--limit-open:",
+         "--limit-open 3"),
     ],
 )
 def test_bad_input_names_the_option_typed(argv, prefix, value, tmp_path, capsys, no_model_load):
@@ -191,3 +193,31 @@ def test_calm_args_option_prefix_is_not_an_option(tmp_path, capsys, no_model_loa
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "--calm-args" in err[0] and "--n-tr 4" in err[0], err  # not --n-train
     assert not (tmp_path / "x").exists()
+
+
+def test_sub_run_folder_blocked_by_a_file_fails_before_loading(tiny_model_dir, tmp_path, capsys, no_model_load):
+    out = tmp_path / "diag"
+    out.mkdir()
+    blocker = out / tiny_model_dir.name  # where the model's sub-runs go
+    blocker.write_text("keep me")
+    code = main(["experiment", "diagnose", "--models", str(tiny_model_dir), "--datasets", "mmlu", "--limit", "4",
+                 "--output-dir", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith("hf-calibration: error: --output-dir:"), err
+    assert str(blocker) in err[0] and "not a directory" in err[0], err
+    assert sorted(out.iterdir()) == [blocker] and blocker.read_text() == "keep me"
+
+
+def test_calm_experiment_output_dir_under_a_file(tmp_path, capsys, no_model_load, monkeypatch):
+    import hf_calibration.modeling
+    from hf_calibration.calm.experiment import cli_main
+
+    monkeypatch.setattr(hf_calibration.modeling, "resolve_model_path", lambda name: name)  # no packaged-model copy
+
+    (tmp_path / "afile").write_text("keep me")
+    out = tmp_path / "afile" / "run"
+    assert cli_main(["--train-domain", "halueval_qa_lm", "--n-train", "2", "--n-calibration", "2",
+                     "--n-validation", "2", "--n-test", "2", "--n-ood", "2", "--output-dir", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("calm experiment: error: --output-dir:") and str(out) in err[0], err
+    assert (tmp_path / "afile").read_text() == "keep me"

@@ -298,8 +298,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def check_args(argv=None):
     """``(args, splits)``: the command line parsed and every input checked before any model is resolved; ValueError
-    for bad options, domains or sizes (``splits`` is None for the report phase)."""
+    for bad options, output folders, domains or sizes (``splits`` is None for the report phase)."""
+    from hf_calibration._cli_args import output_dir
+
     args = build_parser().parse_args(argv)
+    for folder in (args.output_dir, Path(args.output_dir) / "scores", Path(args.output_dir) / "runs"):
+        output_dir(str(folder))  # a file in the way is found now, not when the first method's scores are saved
     return args, (build_splits(args) if args.phase in ("train", "all") else None)
 
 
