@@ -12,6 +12,11 @@ Problem: min_α f(α, θ) s.t. θ ∈ argmin L(α, ·). With u = (α, θ), one o
 Only first-order gradients are taken (``torch.autograd.grad`` without ``create_graph``). The first
 inner step reuses ∇_θ L(α, θ) from step 2, and L(α, θ̃) is differentiated w.r.t. α only, so with α at
 the output layer its backward never enters the network.
+
+The step is not linear in the batch: θ̃ moves along ∇_θ L of the batch given, and λ is a ratio of inner
+products. So L and f must be the losses of the whole batch of one optimizer step; terms computed per
+micro-batch (each with its own θ̃ and λ) and then summed are not the terms of the whole batch.
+``CALMTrainer`` passes losses over every micro-batch of the accumulation window on every process.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ Params = dict[str, torch.Tensor]
 
 @dataclass
 class BOMETerms:
-    """Per-batch pieces of one BOME step (summable over micro-batches before ``bome_lambda``).
+    """The pieces of one BOME step for the batch its losses cover.
 
     grad_f, grad_q : dict name → tensor (same shapes as the parameters); q : 0-d tensor;
     lower, upper : 0-d tensors, L(α, θ) and f(α, θ) (detached, for logging).
@@ -53,13 +58,15 @@ def bome_terms(
     inner_steps: int,
     inner_learning_rate: float,
 ) -> BOMETerms:
-    """∇f, ∇q and q at u = (α, θ) for one batch (steps 1–3 above).
+    """∇f, ∇q and q at u = (α, θ) for one optimizer step's batch (steps 1–3 above).
 
     Parameters
     ----------
     lower_loss, upper_loss : callables ``(alpha, theta) -> 0-d tensor``
-        L (e.g. cross-entropy on S_T) and f (e.g. negative entropy on S_V), evaluated at the given
-        parameter tensors (the trainer closes over its batches and uses ``torch.func.functional_call``).
+        L (e.g. mean cross-entropy on S_T) and f (e.g. minus the mean entropy on S_V) of the whole batch of
+        the step (module docstring), evaluated at the given parameter tensors, differentiable w.r.t. those
+        that require grad (the trainer closes over its micro-batches and evaluates them at other θ by
+        swapping the parameters' data).
     alpha, theta : dict name → tensor requiring grad (the live parameters).
     inner_steps : int ≥ 0, T.  inner_learning_rate : float > 0, ξ_in.
     """

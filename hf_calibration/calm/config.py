@@ -130,7 +130,10 @@ class CALMConfig(SFTConfig):
         default="options",
         metadata={"help": "Distribution whose cross-entropy (L_tr) and entropy (H) are used: 'options' = softmax over "
                   "the option letters at the answer position (MCQA), 'vocab' = the full next-token distribution at "
-                  "every completion position (open-ended).", "choices": list(ENTROPY_DOMAINS)},
+                  "every completion position (open-ended). It also sets the unit every loss term is averaged over: "
+                  "the example (one answer letter each) for 'options', the completion token for 'vocab'; the mean "
+                  "runs over the whole optimizer step (all gradient-accumulation micro-batches of all processes).",
+                  "choices": list(ENTROPY_DOMAINS)},
     )
     num_options: int = field(
         default=4,

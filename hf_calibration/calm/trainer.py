@@ -31,42 +31,48 @@ _ZERO3_PIN = -1  # DeepSpeed submodule ids are >= 0
 
 
 class _LossAt(torch.autograd.Function):
-    """A loss of the live model evaluated at given parameter values, with its first-order gradient precomputed.
+    """A sum of losses of the live model evaluated at given parameter values, with its first-order gradient precomputed.
 
-    ``forward(trainer, value, alpha_names, theta_names, reduce, *alpha_values, *theta_values)``: the live
+    ``forward(trainer, values, alpha_names, theta_names, reduce, *alpha_values, *theta_values)``: the live
     trainable θ temporarily hold ``theta_values`` (their ``.data`` is swapped, so the modules, and
     DeepSpeed ZeRO-3's hooks on them, see the same parameter objects; ``torch.func.functional_call``
-    would put plain tensors in their place, which ZeRO-3 cannot fetch), ``value(alpha)`` is evaluated
-    and differentiated with ``torch.autograd.grad`` w.r.t. the inputs that require grad, and the data
-    are restored. With ``reduce`` the θ gradients are averaged over processes before they are stored.
+    would put plain tensors in their place, which ZeRO-3 cannot fetch), each ``value(alpha)`` of ``values``
+    (one per micro-batch of an accumulation window) is evaluated and differentiated with ``torch.autograd.grad``
+    w.r.t. the inputs that require grad, one at a time so that only one micro-batch's graph is alive, and the
+    values and gradients are summed; then the data are restored. With ``reduce`` the summed value and every
+    gradient (α and θ) are summed over processes in one collective: each value being a partial sum already
+    divided by the global item count, the result is the loss of the whole global batch, identical on every rank.
     ``backward`` returns the stored gradients times the incoming scalar gradient (first order only).
     """
 
     @staticmethod
-    def forward(ctx, trainer, value, alpha_names, theta_names, reduce, *values):
-        alpha = dict(zip(alpha_names, values[:len(alpha_names)]))
-        theta = dict(zip(theta_names, values[len(alpha_names):]))
+    def forward(ctx, trainer, values, alpha_names, theta_names, reduce, *params):
+        alpha = dict(zip(alpha_names, params[:len(alpha_names)]))
+        theta = dict(zip(theta_names, params[len(alpha_names):]))
         live = trainer._parameters()[1]
         alpha_in = {n: a.detach().requires_grad_(a.requires_grad) for n, a in alpha.items()}
         wrt = [alpha_in[n] for n, a in alpha.items() if a.requires_grad] + \
               [live[n] for n, t in theta.items() if t.requires_grad]
         held = {n: live[n].data for n, t in theta.items() if t is not live[n]}
+        total, grads = None, [None] * len(wrt)
         try:
             for n in held:
                 live[n].data = theta[n].detach()
-            with torch.enable_grad():
-                out = value(alpha_in)
-                grads = list(torch.autograd.grad(out, wrt, allow_unused=True)) if wrt else []
+            for value in values:
+                with torch.enable_grad():
+                    out = value(alpha_in)
+                    parts = torch.autograd.grad(out, wrt, allow_unused=True) if wrt else ()
+                total = out.detach() if total is None else total + out.detach()
+                grads = [g if part is None else part if g is None else g + part for g, part in zip(grads, parts)]
         finally:
             for n, data in held.items():
                 live[n].data = data
         grads = [torch.zeros_like(w) if g is None else g for g, w in zip(grads, wrt)]
-        n_alpha = sum(a.requires_grad for a in alpha.values())
         if reduce:
-            trainer._all_reduce_mean(dict(enumerate(grads[n_alpha:])))
-        ctx.wants = [v.requires_grad for v in values]
+            trainer._all_reduce_sum({"value": total, **dict(enumerate(grads))})
+        ctx.wants = [v.requires_grad for v in params]
         ctx.save_for_backward(*grads)
-        return out.detach()
+        return total
 
     @staticmethod
     def backward(ctx, grad_out):
@@ -101,30 +107,40 @@ class CALMTrainer(SFTTrainer):
     token ids outside the vocabulary, or training completions that do not start with an option letter;
     TypeError when ``args`` is not a ``CALMConfig``.
 
-    Logged per step (train): ``lower_loss`` (L_tr), ``residual_q``, ``bome_lambda``, ``calibration_entropy``
-    (H on S_V), ``mean_temperature``; at evaluation: ``eval_accuracy``, ``eval_conf_ece``, ``eval_cw_ece``,
-    ``eval_mean_confidence``.
+    Logged once per optimizer step (train), as values of the whole global batch: ``lower_loss`` (L_tr),
+    ``residual_q``, ``bome_lambda``, ``calibration_entropy`` (H on S_V), ``mean_temperature``; at evaluation:
+    ``eval_accuracy``, ``eval_conf_ece``, ``eval_cw_ece``, ``eval_mean_confidence``.
+
+    Unit of averaging. Every token-level term (L_tr and q, label smoothing, the entropy H, CFT's term, and so
+    their gradients ∇f, ∇q) is a mean over *items*, the scored positions: with ``entropy_domain="options"`` one
+    per example (the answer letter: SPEC §1's mean over x of H(f(·|x)) and the cross-entropy per question);
+    with ``"vocab"`` every completion token, as transformers and TRL average a language-model loss. The mean
+    runs over the whole optimizer step: every micro-batch of the gradient-accumulation window on every
+    process. ``get_batch_samples`` counts the window's items (S_T, and S_V for the calibration batches paired
+    with it) and sums the counts over processes in one collective, as transformers does with
+    ``num_items_in_batch`` and ``average_tokens_across_devices``; each micro-batch then contributes the sum of
+    its items' losses divided by that count. So micro-batch 1 × accumulation 2 and 2 processes × 1 take the step
+    of one batch of 2, whatever the completion lengths. (With ``average_tokens_across_devices=False``, as in
+    transformers, each process divides by its own count and the processes' means are averaged.)
 
     Distributed training (``accelerate launch``: DDP, DeepSpeed ZeRO-2/3; see docs/distributed.md).
     BOME needs whole gradients before the step (λ is a ratio of inner products over all parameters), so
     the per-batch pieces come from ``torch.autograd.grad`` and are reduced explicitly, not by DDP's or
     DeepSpeed's backward hooks:
 
-    - every inner-step gradient ∇_θ L(α, θ̃) is averaged over processes before the inner step (a
-      ``_LossAt`` evaluation of L_tr), so θ̃ is the same on every rank and equals the θ̃ of
-      one process holding the whole global batch;
-    - ∇f, ∇q (both parameter groups, α and θ, alike) and q are summed over gradient-accumulation
-      micro-batches (each scaled by 1/steps) and averaged over processes (``_all_reduce_mean``, one
-      collective) before λ, so λ and the direction ∇f + λ∇q are computed from the global batch and are
-      identical on every rank;
+    - BOME is not linear in the batch (θ̃ steps along ∇_θ L_tr of the whole batch, λ is a ratio), so
+      methods 'bome' and 'scalar' keep the window's micro-batches and compute the BOME terms at its last one:
+      L_tr and f are evaluated micro-batch by micro-batch (``_LossAt``, one graph alive at a time) and their
+      values and gradients summed over processes in one collective per evaluation. θ̃, q, ∇f, ∇q and λ are
+      then those of one process holding the whole global batch, identical on every rank;
+    - the other methods are linear in the items: each micro-batch's gradient is added to a buffer and the
+      buffer is summed over processes (``_all_reduce_sum``, one collective) at the window's last micro-batch;
     - the direction is then handed to the engine as the gradient of the linear surrogate
       ``Σ_p ⟨stopgrad(direction_p), p⟩`` through ``accelerator.backward``, once per optimizer step.
       Its gradient is exactly the direction, and the DDP optimizer / the DeepSpeed engine (which owns
       the gradients and partitions them under ZeRO) then clips and steps as for any loss; averaging an
       identical direction over ranks leaves it unchanged, so α and θ stay identical on every rank.
 
-    The per-rank batch must have the same number of scored positions on every rank for the mean over
-    processes to equal the global-batch mean (true for MCQA, one answer letter per example).
     Logging goes through the Trainer (main process); checkpoints are written by the main process.
     Under ZeRO-3 ``save_model`` needs ``stage3_gather_16bit_weights_on_model_save`` (accelerate:
     ``zero3_save_16bit_model: true``) so that the full adapter and α are gathered; the trainable
@@ -223,6 +239,7 @@ class CALMTrainer(SFTTrainer):
             self.compute_metrics = self._calibration_metrics
         self._buffers: dict[str, dict[str, torch.Tensor]] = {}
         self._micro_step = 0
+        self._window: dict | None = None  # the optimizer step's item counts and batches (``_open_window``)
         self._cft_bin_accuracy = None
 
     def _check_option_targets(self, dataset, name):
@@ -360,50 +377,57 @@ class CALMTrainer(SFTTrainer):
         return self._letter_of[target_ids] if self._options else target_ids
 
     def _cross_entropy(self, log_probs, targets):
+        """Per-item cross-entropy (N,) of ``log_probs`` (N, C) at ``targets`` (N,), label-smoothed over the C."""
         nll = -log_probs.gather(1, targets[:, None]).squeeze(1)
         eps = self.args.label_smoothing_factor
         if eps > 0:  # label smoothing over the same distribution (options or vocabulary)
             nll = (1 - eps) * nll - eps * log_probs.mean(dim=1)
-        return nll.mean()
+        return nll
 
     @staticmethod
     def _entropy(log_probs):
         return -(log_probs.exp() * log_probs).sum(dim=1)
 
-    def _at(self, value, reduce=False):
-        """``value(alpha)`` (a loss at the live parameters) as a function ``(alpha, theta) -> loss`` of both groups.
+    def _at(self, values, reduce=False):
+        """The sum of ``value(alpha)`` over ``values`` (losses at the live parameters, one per micro-batch) as a
+        function ``(alpha, theta) -> loss`` of both groups.
 
-        At the live θ without reduction this is a plain autograd graph; otherwise ``_LossAt`` evaluates it
-        at ``theta`` and (``reduce``) averages its θ gradient over processes.
+        For one value at the live θ without reduction this is a plain autograd graph; otherwise ``_LossAt``
+        evaluates the values at ``theta`` one by one and (``reduce``) sums the result over processes.
         """
         def loss(alpha, theta):
             live = self._parameters()[1]
-            if not reduce and all(t is live[n] for n, t in theta.items()):
-                return value(alpha)
-            return _LossAt.apply(self, value, tuple(alpha), tuple(theta), reduce, *alpha.values(), *theta.values())
+            if len(values) == 1 and not reduce and all(t is live[n] for n, t in theta.items()):
+                return values[0](alpha)
+            return _LossAt.apply(self, tuple(values), tuple(alpha), tuple(theta), reduce, *alpha.values(),
+                                 *theta.values())
 
         return loss
 
-    def _lower_loss(self, batch, mean_over_processes=False):
+    def _lower_value(self, batch, items):
+        """``alpha -> Σ_items L_tr / items``: this batch's share of the window's L_tr (a 0-d float32 tensor)."""
         def value(alpha):
             raw, target_ids, _ = self._scored_logits(batch)
-            return self._cross_entropy(self._log_probs(raw, alpha), self._targets(target_ids))
+            return self._cross_entropy(self._log_probs(raw, alpha), self._targets(target_ids)).sum() / items
 
-        return self._at(value, reduce=mean_over_processes and self.accelerator.num_processes > 1)
+        return value
 
-    def _upper_loss(self, batch):
+    def _upper_value(self, batch, items):
+        """``alpha -> −Σ_items H / items``: this calibration batch's share of the window's f = −mean H."""
         def value(alpha):
             raw, _, _ = self._scored_logits(batch)
-            return -self._entropy(self._log_probs(raw, alpha)).mean()
+            return -self._entropy(self._log_probs(raw, alpha)).sum() / items
 
-        return self._at(value)
+        return value
 
     # ---- calibration batches: a pure function of the step, so resuming replays them -------------
 
-    def _calibration_batch(self):
+    def _calibration_batch(self, micro_step=None):
+        """The S_V batch paired with micro-batch ``micro_step`` (default: the current one) of this optimizer step."""
         data = self.calibration_dataset
         size = self.args.calibration_batch_size or self.args.per_device_train_batch_size
-        counter = self.state.global_step * self.args.gradient_accumulation_steps + self._micro_step
+        micro_step = self._micro_step if micro_step is None else micro_step
+        counter = self.state.global_step * self.args.gradient_accumulation_steps + micro_step
         n = len(data)
         rank, world = self.accelerator.process_index, self.accelerator.num_processes
         start = (counter * world + rank) * size
@@ -415,57 +439,115 @@ class CALMTrainer(SFTTrainer):
         batch = self.data_collator([{k: r[k] for k in ("input_ids", "labels")} for r in rows])
         return self._prepare_inputs(batch)
 
+    # ---- the optimizer step's items: counted over the accumulation window and all processes ----
+
+    def _num_items(self, batch) -> int:
+        """Scored positions of a batch: examples with a label (options) or labelled next tokens (vocab)."""
+        scored = batch["labels"][:, 1:] != -100
+        return int((scored.any(dim=1) if self._options else scored).sum())
+
+    def _open_window(self, batches):
+        """Start an optimizer step over ``batches`` (its micro-batches on this process): pair them with their
+        calibration batches and count the items of both over all processes (one collective)."""
+        needs_calibration = self.calibration_dataset is not None and self.args.method in _NEEDS_CALIBRATION
+        calibration = [self._calibration_batch(i) for i in range(len(batches))] if needs_calibration else []
+        counts = torch.tensor([sum(map(self._num_items, batches)), sum(map(self._num_items, calibration))],
+                              dtype=torch.long, device=self.accelerator.device)
+        world = self.accelerator.num_processes
+        if world > 1:
+            # transformers' rule: the count of all processes, or (average_tokens_across_devices=False) each
+            # process's own, times the number of processes so that the sum over processes is their mean
+            counts = self.accelerator.reduce(counts, reduction="sum") if self.args.average_tokens_across_devices \
+                else counts * world
+        train_items, calibration_items = (max(int(c), 1) for c in counts.cpu())
+        self._window = {"train_items": train_items, "calibration_items": calibration_items,
+                        "calibration": calibration, "batches": []}
+        self._micro_step, self._buffers = 0, {}
+
+    def get_batch_samples(self, epoch_iterator, num_batches, device):
+        # Trainer's hook before each optimizer step (public): CALM counts its own items, per entropy domain and
+        # for S_V too, where transformers counts labelled tokens of S_T only and only for some models.
+        batch_samples, _ = super().get_batch_samples(epoch_iterator, num_batches, device)
+        self._open_window(batch_samples)
+        return batch_samples, self._window["train_items"]
+
     # ---- the training step ------------------------------------------------------------------
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        """L_tr of the adjusted distribution (used for evaluation; training goes through ``training_step``)."""
+        """L_tr of the adjusted distribution on ``inputs``: the item mean, or with ``num_items_in_batch`` the item
+        sum divided by it (training goes through ``training_step``)."""
         raw, target_ids, _ = self._scored_logits(inputs)
-        loss = self._cross_entropy(self._log_probs(raw, {}), self._targets(target_ids))
+        nll = self._cross_entropy(self._log_probs(raw, {}), self._targets(target_ids))
+        loss = nll.mean() if num_items_in_batch is None else nll.sum() / num_items_in_batch
         return (loss, None) if return_outputs else loss
 
     def training_step(self, model, inputs, num_items_in_batch=None):
+        """One micro-batch of the optimizer step that ``get_batch_samples`` opened; the update is formed at its last.
+
+        Each loss is this micro-batch's item sum over the window's item count (class docstring). Called outside
+        the Trainer's loop (no window open), ``inputs`` is a window of its own. Returns, at the window's last
+        micro-batch, L_tr of the whole global batch (identical on every rank), else 0, so that the Trainer's
+        logged ``loss`` is L_tr per optimizer step.
+        """
         model.train()
         if hasattr(self.optimizer, "train") and callable(self.optimizer.train):
             self.optimizer.train()
         inputs = self._prepare_inputs(inputs)
+        if self._window is None:
+            self._open_window([inputs])
         alpha, theta = self._parameters()
-        args = self.args
-        scale = 1.0 / getattr(self, "current_gradient_accumulation_steps", args.gradient_accumulation_steps)
-        method = args.method
-        logs = {}
+        bome = self.args.method in ("bome", "scalar")
         with self.maybe_activation_offload_context:
-            if method in ("bome", "scalar"):
-                terms = bome_terms(self._lower_loss(inputs, mean_over_processes=True),
-                                   self._upper_loss(self._calibration_batch()), alpha, theta,
-                                   inner_steps=args.inner_steps, inner_learning_rate=args.inner_learning_rate)
-                self._accumulate("grad_f", terms.grad_f, scale)
-                self._accumulate("grad_q", terms.grad_q, scale)
-                self._accumulate("q", {"q": terms.q}, scale)
-                lower, logs["residual_q"], logs["calibration_entropy"] = terms.lower, terms.q, -terms.upper
+            if bome:
+                self._window["batches"].append(inputs)
             else:
-                if method == "iterate":
-                    lower, total, params = self._iterate_loss(inputs, alpha, theta, logs)
-                else:
-                    lower = self._lower_loss(inputs)(alpha, theta)
-                    total, params = lower, {**theta, **alpha}
-                if method == "regularization":
-                    upper = self._upper_loss(self._calibration_batch())(alpha, theta)
-                    logs["calibration_entropy"] = -upper.detach()
-                    total = lower + args.regularization_beta * upper
-                elif method == "cft":
-                    total = (1 - args.cft_weight) * lower + args.cft_weight * args.cft_coefficient * self._cft_term(inputs)
-                grads = torch.autograd.grad(total, list(params.values()), allow_unused=True)
-                self._accumulate("grad", {n: torch.zeros_like(p) if g is None else g
-                                          for (n, p), g in zip(params.items(), grads)}, scale)
-        logs["lower_loss"] = lower.detach()
-        for key, value in logs.items():
-            self._metrics["train"][key].append(self.accelerator.gather_for_metrics(value.reshape(1)).mean().item())
-        if self.accelerator.sync_gradients:
-            self._backward_direction(alpha, theta)
-            self._micro_step = 0
+                self._accumulate_gradient(inputs, alpha, theta)
+            if not self.accelerator.sync_gradients:
+                self._micro_step += 1
+                return torch.zeros((), device=self.args.device)
+            direction, logs = self._bome_step(alpha, theta) if bome else self._reduced_gradient()
+            self._window, self._micro_step = None, 0
+            for key, value in logs.items():
+                self._metrics["train"][key].append(float(value))
+            self._backward_direction(direction, alpha, theta)
+        return logs["lower_loss"].detach().float().to(self.args.device)
+
+    def _bome_step(self, alpha, theta):
+        """BOME's direction ∇f + λ∇q from the window's micro-batches (all processes), and its logs."""
+        args, window = self.args, self._window
+        reduce = self.accelerator.num_processes > 1
+        lower = self._at([self._lower_value(b, window["train_items"]) for b in window["batches"]], reduce)
+        upper = self._at([self._upper_value(b, window["calibration_items"]) for b in window["calibration"]], reduce)
+        terms = bome_terms(lower, upper, alpha, theta, inner_steps=args.inner_steps,
+                           inner_learning_rate=args.inner_learning_rate)
+        lam = bome_lambda(terms.grad_f, terms.grad_q, terms.q, eta=args.eta, phi_rule=args.phi_rule,
+                          epsilon=args.bome_epsilon)
+        logs = {"lower_loss": terms.lower, "residual_q": terms.q, "calibration_entropy": -terms.upper,
+                "bome_lambda": lam}
+        return bome_direction(terms.grad_f, terms.grad_q, lam), logs
+
+    def _accumulate_gradient(self, inputs, alpha, theta):
+        """Methods other than BOME: add this micro-batch's gradient and its share of the logged values to the buffers."""
+        args = self.args
+        items = self._window["train_items"]
+        logs = {}
+        if args.method == "iterate":
+            lower, total, params = self._iterate_loss(inputs, alpha, theta, logs)
         else:
-            self._micro_step += 1
-        return (lower.detach() * scale).to(self.args.device)
+            lower = self._lower_value(inputs, items)(alpha)
+            total, params = lower, {**theta, **alpha}
+        if args.method == "regularization":
+            upper = self._upper_value(self._window["calibration"][self._micro_step],
+                                      self._window["calibration_items"])(alpha)
+            logs["calibration_entropy"] = -upper
+            total = lower + args.regularization_beta * upper
+        elif args.method == "cft":
+            cft = self._cft_term(inputs, items)
+            total = (1 - args.cft_weight) * lower + args.cft_weight * args.cft_coefficient * cft
+        grads = torch.autograd.grad(total, list(params.values()), allow_unused=True)
+        self._accumulate("grad", {n: torch.zeros_like(p) if g is None else g
+                                  for (n, p), g in zip(params.items(), grads)})
+        self._accumulate("logs", {"lower_loss": lower, **logs})
 
     def _iterate_loss(self, inputs, alpha, theta, logs):
         """method='iterate': optimizer steps alternate, a θ step on L_tr then an α step on −H (SPEC §1 ablation).
@@ -476,25 +558,36 @@ class CALMTrainer(SFTTrainer):
         training batch is still evaluated on α steps (no gradient), so ``loss`` is L_tr at every step.
         Returns (L_tr, the loss to differentiate, the parameters it is differentiated with respect to).
         """
+        window = self._window
+        lower_value = self._lower_value(inputs, window["train_items"])
         if self.state.global_step % 2 == 0:
-            lower = self._lower_loss(inputs)(alpha, theta)
+            lower = lower_value(alpha)
             return lower, lower, theta
         with torch.no_grad():
-            lower = self._lower_loss(inputs)(alpha, theta)
-        upper = self._upper_loss(self._calibration_batch())(alpha, theta)
-        logs["calibration_entropy"] = -upper.detach()
+            lower = lower_value(alpha)
+        upper = self._upper_value(window["calibration"][self._micro_step], window["calibration_items"])(alpha)
+        logs["calibration_entropy"] = -upper
         return lower, upper, alpha
 
-    def _accumulate(self, key, grads, scale):
+    def _accumulate(self, key, tensors):
         buf = self._buffers.setdefault(key, {})
-        for n, g in grads.items():
-            g = g.detach() * scale
-            buf[n] = g if n not in buf else buf[n] + g
+        for n, t in tensors.items():
+            t = t.detach()
+            buf[n] = t if n not in buf else buf[n] + t
 
-    def _all_reduce_mean(self, tensors: dict) -> dict:
-        """Mean over processes of every tensor, in place, with one collective (a no-op on one process).
+    def _reduced_gradient(self):
+        """The window's gradient and logged values, summed over processes (one collective)."""
+        buffers, self._buffers = self._buffers, {}
+        pieces = self._all_reduce_sum({**{("grad", n): g for n, g in buffers["grad"].items()},
+                                       **{("log", k): v for k, v in buffers["logs"].items()}})
+        return ({n: pieces[("grad", n)] for n in buffers["grad"]},
+                {k: pieces[("log", k)] for k in buffers["logs"]})
 
-        The gradients come from ``torch.autograd.grad``, so neither DDP nor DeepSpeed averaged them.
+    def _all_reduce_sum(self, tensors: dict) -> dict:
+        """Sum over processes of every tensor, in place, with one float32 collective (a no-op on one process).
+
+        The gradients come from ``torch.autograd.grad``, so neither DDP nor DeepSpeed reduced them; they are
+        already divided by the global item count, so their sum is the global batch's.
         """
         if self.accelerator.num_processes > 1 and tensors:
             import torch.distributed as dist
@@ -502,27 +595,12 @@ class CALMTrainer(SFTTrainer):
             values = list(tensors.values())
             flat = torch.cat([t.reshape(-1).float() for t in values])
             dist.all_reduce(flat, op=dist.ReduceOp.SUM)
-            flat /= self.accelerator.num_processes
             for t, part in zip(values, flat.split([t.numel() for t in values])):
                 t.copy_(part.view_as(t))
         return tensors
 
-    def _backward_direction(self, alpha, theta):
-        """Reduce the accumulated pieces, form the update direction and backpropagate it as a surrogate loss."""
-        args = self.args
-        buffers, self._buffers = self._buffers, {}
-        if "grad" in buffers:
-            direction = self._all_reduce_mean(buffers["grad"])
-        else:
-            pieces = self._all_reduce_mean({**{("f", n): g for n, g in buffers["grad_f"].items()},
-                                            **{("q", n): g for n, g in buffers["grad_q"].items()},
-                                            ("q", None): buffers["q"]["q"].reshape(1)})
-            grad_f = {n: pieces[("f", n)] for n in buffers["grad_f"]}
-            grad_q = {n: pieces[("q", n)] for n in buffers["grad_q"]}
-            lam = bome_lambda(grad_f, grad_q, pieces[("q", None)][0], eta=args.eta, phi_rule=args.phi_rule,
-                              epsilon=args.bome_epsilon)
-            direction = bome_direction(grad_f, grad_q, lam)
-            self._metrics["train"]["bome_lambda"].append(float(lam))
+    def _backward_direction(self, direction, alpha, theta):
+        """Backpropagate the update direction (name → tensor) as a surrogate loss, once per optimizer step."""
         self._metrics["train"]["mean_temperature"].append(float(self._calm.logit_adjustment.temperature.detach().mean()))
         params = {**theta, **alpha}
         # d/dp Σ⟨stopgrad(d), p⟩ = d exactly: the engine receives ∇f + λ∇q as the gradient of a loss, so
@@ -534,8 +612,8 @@ class CALMTrainer(SFTTrainer):
 
     # ---- CFT (Xiao et al. ICML 2025) ----------------------------------------------------------
 
-    def _cft_term(self, batch):
-        """Mean over the batch of (max-conf − bin acc)² + Σ_non-max (p − (1 − bin acc)/(K − 1))²."""
+    def _cft_term(self, batch, items):
+        """Σ_items [(max-conf − bin acc)² + Σ_non-max (p − (1 − bin acc)/(K − 1))²] / ``items`` for one batch."""
         if self._cft_bin_accuracy is None or (self._micro_step == 0 and self.state.global_step > 0
                                               and self.state.global_step % self.args.cft_refresh_steps == 0):
             self._cft_bin_accuracy = self._cft_bin_accuracies()
@@ -549,7 +627,7 @@ class CALMTrainer(SFTTrainer):
         target = ((1 - acc) / (k - 1))[:, None]
         non_max = torch.ones_like(probs, dtype=torch.bool).scatter_(1, pred[:, None], False)
         term = (conf - acc) ** 2 + ((probs - target) ** 2 * non_max).sum(dim=1)
-        return term.mean()
+        return term.sum() / items
 
     @torch.no_grad()
     def _cft_bin_accuracies(self):
@@ -586,7 +664,7 @@ class CALMTrainer(SFTTrainer):
             raw, target_ids, _ = self._scored_logits(inputs)
             log_probs = self._log_probs(raw, {})
             targets = self._targets(target_ids)
-            loss = self._cross_entropy(log_probs, targets)
+            loss = self._cross_entropy(log_probs, targets).mean()
         if prediction_loss_only or not self._options:
             return loss, None, None
         return loss, log_probs.exp(), targets

@@ -3,6 +3,12 @@
 Every rank writes its trainable parameters (LoRA + α) to ``params_rank<r>.safetensors``; with ``--save`` the
 run also calls ``save_model(<output-dir>/saved)`` and writes the in-memory model's logits on a fixed prompt
 (``logits.safetensors``), which the test compares with the artifact reloaded by ``CALMModel.from_pretrained``.
+
+With ``--same-step-cases`` it runs instead every case of tests/calm/same_step.py (all methods, both entropy
+domains): the tiny model (all weights, no LoRA) takes the case's SGD steps on 4 examples with completions of 2,
+12, 6 and 4 tokens; every rank writes ``<domain>-<case>-rank<r>.safetensors`` with the trainable parameters
+before (``before.<name>``) and after (``after.<name>``), and the main process writes ``positions.json`` (token
+positions of the data, for the tolerance).
 """
 
 import argparse
@@ -27,8 +33,12 @@ def main():
     parser.add_argument("--method", default="bome", help="CALMConfig.method")
     parser.add_argument("--zero3-persistence-threshold", type=int, default=None,
                         help="stage3_param_persistence_threshold: small, so the tiny base model is really sharded")
+    parser.add_argument("--gradient-accumulation-steps", type=int, default=1)
+    parser.add_argument("--same-step-cases", action="store_true")
     args = parser.parse_args()
     extra = cpu_training_kwargs()  # before anything creates an Accelerator
+    if args.same_step_cases:
+        return same_step_cases(args, extra)
 
     import torch
     from datasets import Dataset
@@ -73,6 +83,38 @@ def main():
                 "log_history": [e for e in trainer.state.log_history if "bome_lambda" in e]}
         (out / "result.json").write_text(json.dumps(info, indent=2))
     acc.wait_for_everyone()
+
+
+def same_step_cases(args, extra):
+    from safetensors.torch import save_file
+
+    from hf_calibration.calm import CALMConfig, CALMTrainer
+    from tests.calm.same_step import CASES, SGD, options_data, positions, vocab_data
+    from tests.tiny import make_tiny_model, make_tiny_tokenizer
+
+    tok = make_tiny_tokenizer()
+    out = Path(args.output_dir)
+    sizes = {}
+    for domain in ("vocab", "options"):
+        train, calibration = vocab_data(4) if domain == "vocab" else options_data(tok, 4)
+        for case, method, overrides, steps in CASES:
+            config = CALMConfig(
+                output_dir=str(out / "run"), max_steps=steps, per_device_train_batch_size=args.per_device_batch_size,
+                gradient_accumulation_steps=args.gradient_accumulation_steps, bf16=False, gradient_checkpointing=False,
+                report_to="none", logging_steps=1, save_strategy="no", disable_tqdm=True, seed=0, method=method,
+                entropy_domain=domain, **{**SGD, **overrides}, **extra,
+            )
+            trainer = CALMTrainer(make_tiny_model(tok), args=config, train_dataset=train,
+                                  calibration_dataset=calibration, processing_class=tok)
+            before = {f"before.{n}": p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
+            trainer.train()
+            after = {f"after.{n}": p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
+            acc = trainer.accelerator
+            save_file({**before, **after}, str(out / f"{domain}-{case}-rank{acc.process_index}.safetensors"))
+            sizes[domain] = positions(trainer)
+            acc.wait_for_everyone()
+    if acc.is_main_process:
+        (out / "positions.json").write_text(json.dumps({**sizes, "num_processes": acc.num_processes}))
 
 
 if __name__ == "__main__":
