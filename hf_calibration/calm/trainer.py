@@ -22,12 +22,25 @@ from hf_calibration.calm.logit_adjustment import (
     lm_head_vocab_size,
     peft_checkpointing_warning_silenced,
 )
+from hf_calibration.metrics.binning import uniform_bin_index
 
 ALPHA_PREFIX = "logit_adjustment."
 # CFT's bin accuracies in a checkpoint: training state (like the optimizer's), not part of the saved model.
 CFT_STATE_NAME = "cft_state.safetensors"
 _NEEDS_CALIBRATION = ("bome", "iterate", "regularization", "scalar")
 _ZERO3_PIN = -1  # DeepSpeed submodule ids are >= 0
+
+
+def _confidence_bins(conf: torch.Tensor, n_bins: int) -> torch.Tensor:
+    """Equal-width bin (N,) int64 of confidences ``conf`` (N,) in [0, 1], on ``conf``'s device.
+
+    The library's one bin rule, ``hf_calibration.metrics.binning.uniform_bin_index`` ([k/B, (k+1)/B) with
+    float64 edges; 1.0 in the last bin), applied to the exact float64 values of ``conf``, so CFT's bins are the
+    bins of the ECE it is evaluated with. ``int(c * B)`` in float32 is not: float32(0.7) = 0.69999999 lies
+    below the edge 0.7 but 0.69999999 * 10 rounds to 7.0 in float32.
+    """
+    idx = uniform_bin_index(conf.detach().double().cpu().numpy(), n_bins)
+    return torch.as_tensor(idx, dtype=torch.long).reshape(conf.shape).to(conf.device)
 
 
 class _LossAt(torch.autograd.Function):
@@ -620,9 +633,7 @@ class CALMTrainer(SFTTrainer):
         raw, target_ids, _ = self._scored_logits(batch)
         probs = self._log_probs(raw, {}).exp()
         conf, pred = probs.max(dim=1)
-        bins = self.args.cft_num_bins
-        b = torch.clamp((conf.detach() * bins).long(), max=bins - 1)
-        acc = self._cft_bin_accuracy.to(conf.device)[b]
+        acc = self._cft_bin_accuracy.to(conf.device)[_confidence_bins(conf, self.args.cft_num_bins)]
         k = probs.shape[1]
         target = ((1 - acc) / (k - 1))[:, None]
         non_max = torch.ones_like(probs, dtype=torch.bool).scatter_(1, pred[:, None], False)
@@ -646,7 +657,7 @@ class CALMTrainer(SFTTrainer):
             raw, target_ids, _ = self._scored_logits(batch)
             probs = self._log_probs(raw, {}).exp()
             conf, pred = probs.max(dim=1)
-            b = torch.clamp((conf * bins).long(), max=bins - 1).cpu()
+            b = _confidence_bins(conf, bins).cpu()
             hits.index_add_(0, b, (pred == self._targets(target_ids)).float().cpu())
             counts.index_add_(0, b, torch.ones_like(b, dtype=torch.float))
         if self.accelerator.num_processes > 1:
