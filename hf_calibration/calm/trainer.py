@@ -12,6 +12,7 @@ import torch
 from accelerate.utils import DistributedType
 from trl import SFTTrainer
 
+from hf_calibration._versions import check_tested_versions
 from hf_calibration.calm.bome import bome_direction, bome_lambda, bome_terms
 from hf_calibration.calm.config import CALMConfig
 from hf_calibration.calm.logit_adjustment import (
@@ -118,7 +119,8 @@ class CALMTrainer(SFTTrainer):
 
     Raises at construction (not mid-training): ValueError for a missing calibration dataset, adjustment
     token ids outside the vocabulary, or training completions that do not start with an option letter;
-    TypeError when ``args`` is not a ``CALMConfig``.
+    TypeError when ``args`` is not a ``CALMConfig``; RuntimeError when the installed transformers or TRL is
+    outside the tested range of ``hf_calibration._versions`` (opt out: ``HF_CALIBRATION_SKIP_VERSION_CHECK=1``).
 
     Logged once per optimizer step (train), as values of the whole global batch: ``lower_loss`` (L_tr),
     ``residual_q``, ``bome_lambda``, ``calibration_entropy`` (H on S_V), ``mean_temperature``; at evaluation:
@@ -176,6 +178,7 @@ class CALMTrainer(SFTTrainer):
     def __init__(self, model, args: CALMConfig | None = None, data_collator=None, train_dataset=None,
                  eval_dataset=None, processing_class=None, calibration_dataset=None, compute_metrics=None,
                  callbacks=None, optimizers=(None, None), peft_config=None, **kwargs):
+        check_tested_versions("CALMTrainer")  # private Trainer/TRL internals below (hf_calibration._versions)
         if args is None:
             name = model if isinstance(model, str) else model.config._name_or_path
             args = CALMConfig(f"{str(name).split('/')[-1]}-CALM")
@@ -720,11 +723,13 @@ class CALMTrainer(SFTTrainer):
             calm.model.load_state_dict(load_file(str(folder / "model.safetensors")), strict=False)
         calm.logit_adjustment.load_state_dict(load_file(str(folder / ADJUSTMENT_WEIGHTS_NAME)), strict=False)
 
+    # private Trainer override: Trainer loads model.safetensors / a PEFT adapter only, not α next to it
     def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
         if not (Path(resume_from_checkpoint) / ADJUSTMENT_WEIGHTS_NAME).is_file():
             raise ValueError(f"resume_from_checkpoint: {resume_from_checkpoint!r} has no {ADJUSTMENT_WEIGHTS_NAME}")
         self._load_calm_weights(resume_from_checkpoint)
 
+    # private Trainer override: the only hook that knows the checkpoint folder, for CFT's bin accuracies
     def _save_checkpoint(self, model, trial):
         super()._save_checkpoint(model, trial)
         if self._cft_bin_accuracy is not None and self.args.should_save:
@@ -734,8 +739,8 @@ class CALMTrainer(SFTTrainer):
             folder = Path(self._get_output_dir(trial=trial)) / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
             save_file({"bin_accuracy": self._cft_bin_accuracy.contiguous()}, str(folder / CFT_STATE_NAME))
 
+    # private Trainer override: runs on every resume and backend (DDP, DeepSpeed), so CFT's bin accuracies load here
     def _load_optimizer_and_scheduler(self, checkpoint):
-        # Called on every resume, whatever the backend (DDP, DeepSpeed, one process), after the weights.
         super()._load_optimizer_and_scheduler(checkpoint)
         if checkpoint is None or self.args.method != "cft":
             return
@@ -752,6 +757,7 @@ class CALMTrainer(SFTTrainer):
                              f"got cft_num_bins={self.args.cft_num_bins}")
         self._cft_bin_accuracy = accuracy
 
+    # private Trainer override: Trainer's version reloads the wrapped model's weights only, not α
     def _load_best_model(self):
         self._load_calm_weights(self.state.best_model_checkpoint)
 
