@@ -25,6 +25,7 @@ torch is never imported by this package unless a torch tensor is passed or
 :func:`reliability_diagram`               bin table (:class:`ReliabilityTable`)
 :func:`top_label`                         (confidence, correct) of a prediction
 :func:`uniform_bin_index`                 the equal-width bin of a confidence (the one rule used everywhere)
+:func:`semantic_ece`                      Sem-ECE of open-ended answers (sampled answers grouped by meaning)
 :func:`bootstrap`                         percentile interval of any metric
 :func:`calibration_report`                every metric with bootstrap intervals, as a dict
 :class:`BinnedCalibrationState`           streaming / distributed accumulator for uniform-bin metrics
@@ -41,6 +42,7 @@ from hf_calibration.metrics.scores import (
     confidence_auroc,
     negative_log_likelihood,
 )
+from hf_calibration.metrics.semantic import semantic_confidence, semantic_confidences, semantic_ece
 from hf_calibration.metrics.smooth import smooth_ece
 from hf_calibration.metrics.streaming import BinnedCalibrationState
 
@@ -59,6 +61,9 @@ __all__ = [
     "expected_calibration_error",
     "negative_log_likelihood",
     "reliability_diagram",
+    "semantic_confidence",
+    "semantic_confidences",
+    "semantic_ece",
     "smooth_ece",
     "top_label",
     "uniform_bin_index",

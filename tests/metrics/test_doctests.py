@@ -17,6 +17,7 @@ LIBRARY_MODULES = [
     "hf_calibration.metrics.bootstrap",
     "hf_calibration.metrics.ece",
     "hf_calibration.metrics.scores",
+    "hf_calibration.metrics.semantic",
     "hf_calibration.metrics.smooth",
     "hf_calibration.metrics.streaming",
     "hf_calibration.plotting",
