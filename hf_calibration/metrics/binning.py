@@ -108,10 +108,11 @@ def top_label(y_true, y_prob) -> tuple[np.ndarray, np.ndarray]:
     >>> conf.tolist(), correct.tolist()
     ([0.7, 0.6, 0.8], [True, False, True])
     """
-    return _top_label(prepare(y_true, y_prob))
+    return prepared_top_label(prepare(y_true, y_prob))
 
 
-def _top_label(inputs: Inputs) -> tuple[np.ndarray, np.ndarray]:
+def prepared_top_label(inputs: Inputs) -> tuple[np.ndarray, np.ndarray]:
+    """``top_label`` of inputs already checked by ``prepare`` (the metrics call it after their own checks)."""
     y, p = inputs.y_true, inputs.y_prob
     if p.ndim == 1:
         return p, y == 1
@@ -412,7 +413,7 @@ def reliability_diagram(y_true, y_prob, *, n_bins: int = 15, binning: str = "uni
     """
     n_bins = check_n_bins(n_bins)
     check_choice(binning, "binning", BINNINGS)
-    conf, correct = _top_label(prepare(y_true, y_prob))
+    conf, correct = prepared_top_label(prepare(y_true, y_prob))
     idx = bin_index(conf, n_bins, binning)
     return table_from_sums(bin_sums(idx, conf, correct, n_bins), bin_edges(conf, n_bins, binning))
 

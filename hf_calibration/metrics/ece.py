@@ -7,8 +7,8 @@ from scipy.special import ndtr
 
 from hf_calibration.metrics._registry import register
 from hf_calibration.metrics._validation import Inputs, check_choice, check_n_bins, prepare
-from hf_calibration.metrics.binning import BINNINGS, _top_label, bin_index, bin_sums, uniform_bin_index
-from hf_calibration.metrics.streaming import _accumulate
+from hf_calibration.metrics.binning import BINNINGS, bin_index, bin_sums, prepared_top_label, uniform_bin_index
+from hf_calibration.metrics.streaming import accumulate_bin_sums
 
 NORMS = ("l1", "l2", "max")
 
@@ -63,8 +63,8 @@ def calibration_error_from_sums(sums: np.ndarray, *, norm: str = "l1", debiased:
 def _top_label_sums(inputs: Inputs, weights, n_bins: int, binning: str) -> np.ndarray:
     """(3, [R,] n_bins) top-label sums for one evaluation or R weighted resamples."""
     if weights is None and binning == "uniform":
-        return _accumulate(inputs, n_bins, classwise=False)
-    conf, correct = _top_label(inputs)
+        return accumulate_bin_sums(inputs, n_bins, classwise=False)
+    conf, correct = prepared_top_label(inputs)
     idx = bin_index(conf, n_bins, binning, weights)
     if weights is None:
         return bin_sums(idx, conf, correct, n_bins)
@@ -150,7 +150,7 @@ def _cw_options(n_bins=15) -> dict:
 
 def _cw_impl(inputs: Inputs, weights, *, n_bins: int) -> np.ndarray:
     if weights is None:
-        sums = _accumulate(inputs, n_bins, classwise=True)
+        sums = accumulate_bin_sums(inputs, n_bins, classwise=True)
     else:
         p = inputs.y_prob.astype(np.float64)
         onehot = inputs.y_true[:, None] == np.arange(p.shape[1])

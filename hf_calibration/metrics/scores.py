@@ -6,7 +6,7 @@ import numpy as np
 
 from hf_calibration.metrics._registry import register
 from hf_calibration.metrics._validation import Inputs, prepare
-from hf_calibration.metrics.binning import _top_label
+from hf_calibration.metrics.binning import prepared_top_label
 
 _NLL_EPS = float(np.finfo(np.float64).eps)  # probabilities are clipped to [eps, 1 - eps], as scikit-learn
 
@@ -110,7 +110,7 @@ def _ranked_groups(inputs: Inputs, weights, *, descending: bool):
 
     Returns two (R, G) arrays (R = 1 without weights).
     """
-    conf, correct = _top_label(inputs)
+    conf, correct = prepared_top_label(inputs)
     order = np.argsort(-conf if descending else conf, kind="stable")
     c = conf[order]
     starts = np.flatnonzero(np.r_[True, c[1:] != c[:-1]])
@@ -251,11 +251,11 @@ def aurc(y_true, y_prob) -> float:
 
 
 def _accuracy_impl(inputs: Inputs, weights) -> np.ndarray:
-    return _mean(_top_label(inputs)[1].astype(np.float64), weights)
+    return _mean(prepared_top_label(inputs)[1].astype(np.float64), weights)
 
 
 def _mean_confidence_impl(inputs: Inputs, weights) -> np.ndarray:
-    return _mean(_top_label(inputs)[0], weights)
+    return _mean(prepared_top_label(inputs)[0], weights)
 
 
 for _public, _impl in (

@@ -24,7 +24,7 @@ from scipy import fft as sp_fft
 
 from hf_calibration.metrics._registry import register
 from hf_calibration.metrics._validation import Inputs, prepare
-from hf_calibration.metrics.binning import _top_label
+from hf_calibration.metrics.binning import prepared_top_label
 
 _SEARCH_EPS = 1e-3  # relplot smECE(eps=0.001)
 _REFINE = 10  # relplot search_param(refine=10)
@@ -156,7 +156,7 @@ def _smece_options(sigma=None) -> dict:
 
 
 def _smece_impl(inputs: Inputs, weights, *, sigma) -> np.ndarray:
-    conf, correct = _top_label(inputs)
+    conf, correct = prepared_top_label(inputs)
     smoother = _Smoother(conf, correct.astype(np.float64), weights)
     if sigma is None:
         return smoother.auto()

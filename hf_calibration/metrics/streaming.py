@@ -104,7 +104,7 @@ class BinnedCalibrationState:
             )
         if inputs.n == 0:
             return self
-        batch = _accumulate(inputs, self.n_bins, self.classwise)
+        batch = accumulate_bin_sums(inputs, self.n_bins, self.classwise)
         self.sums = batch if self.sums is None else self.sums + batch
         if self.classwise:
             self.n_classes = k
@@ -207,7 +207,7 @@ def _check_n_classes(n_classes, classwise: bool) -> int | None:
     return int(n_classes)
 
 
-def _accumulate(inputs, n_bins: int, classwise: bool) -> np.ndarray:
+def accumulate_bin_sums(inputs, n_bins: int, classwise: bool) -> np.ndarray:
     """Validate and bin ``inputs`` chunk by chunk; returns the (3, [K,] n_bins) sums of the batch.
 
     Working memory is O(chunk), so a float32 (n, K) array is never copied to float64 as a whole.
