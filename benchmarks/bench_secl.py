@@ -56,7 +56,7 @@ def measure(model, items, max_new_tokens, pad_id, *, full_length=False, burst=Tr
     kw = dict(max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=pad_id)
     if full_length:
         kw["min_new_tokens"] = max_new_tokens
-    stop = model._secl_stop_ids(kw)
+    stop = model.secl_stop_ids(kw)
     model.reset_calibration()
     sums = dict(plain=0.0, quiet=0.0, burst=0.0, quiet_passes=0, burst_passes=0, tokens=0, updates=0)
     loads = []

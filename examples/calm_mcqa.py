@@ -1,13 +1,19 @@
-"""CALM with LoRA against the paper's baselines on the same splits (see ``hf_calibration.calm.experiment``).
+"""CALM with LoRA against the paper's baselines on the same splits, as a TRL-style script: parse the typed
+configs of the calm experiment (``hf_calibration.jobs``) and call the job; ``hf-calibration experiment calm``
+does the same.
 
-    python examples/calm_mcqa.py all --output-dir runs/calm_mmlu --n-train 48 --max-steps 12
-    python examples/calm_mcqa.py all --model Qwen/Qwen2.5-Coder-0.5B-Instruct --train-domain halueval_qa_lm \
-        --output-dir runs/calm_qwen
+    python examples/calm_mcqa.py --models smollm2 --datasets mmlu:stem --n-train 48 --max-steps 12 \
+        --output-dir runs/calm_mmlu
+    python examples/calm_mcqa.py --models qwen --datasets halueval_qa_lm --output-dir runs/calm_qwen
 """
 
 import sys
 
-from hf_calibration.calm.experiment import cli_main
+from trl import TrlParser
+
+from hf_calibration.jobs import CALMExperimentConfig, ExperimentConfig, run_experiment
 
 if __name__ == "__main__":
-    sys.exit(cli_main())
+    parser = TrlParser((ExperimentConfig, CALMExperimentConfig), allow_abbrev=False)
+    experiment, calm = parser.parse_args_and_config(["--name", "calm", *sys.argv[1:]])
+    print(run_experiment(experiment, calm).table)

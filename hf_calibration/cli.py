@@ -1,162 +1,187 @@
-"""``hf-calibration`` command line: one subcommand per job.
+"""``hf-calibration`` command line: one subcommand per job of ``hf_calibration.jobs``, parsed TRL style.
 
-Bad input prints one line ``hf-calibration: error: …`` on stderr and exits with code 2, before any
-output file is written.
+Each subcommand's options are the fields of the job's config dataclasses (``--field-name``; the help is the
+field's ``metadata["help"]``), parsed with ``trl.TrlParser``, which also reads ``--config file.yaml`` (field
+names as keys; options on the command line override it). Bad input prints one line
+``hf-calibration: error: …`` on stderr and exits with code 2, before any output file is written and, where
+the check needs no model, before any model loads; a config's or a job's ``ParameterError`` names the option
+through its field (``err.parameter``), never by reading the message. Nothing in the library imports this module.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
-import time
+import warnings
+from pathlib import Path
 
-from hf_calibration import reports
-from hf_calibration._cli_args import (add_device_argument, as_option, input_file, load_mcqa_from_args, non_negative_int,
-                                     output_dir, output_file, positive)
+from trl import TrlParser
+
+from hf_calibration.calm import CALMConfig
+from hf_calibration.errors import ParameterError, ParameterWarning
+from hf_calibration.jobs import (CALMExperimentConfig, CALMJobConfig, DiagnoseConfig, EvaluateConfig, ExperimentConfig,
+                                 FitPosthocConfig, SECLStreamConfig, run_calm, run_diagnose, run_evaluate,
+                                 run_experiment, run_fit_posthoc, run_secl_stream)
+from hf_calibration.secl import SECLConfig
+
+PROG = "hf-calibration"
+
+# command → (config dataclasses, job function, help, description)
+COMMANDS = {
+    "evaluate": ((EvaluateConfig,), run_evaluate,
+                 "score MCQA questions with a model and report calibration metrics",
+                 "Score multiple-choice questions by option-letter probabilities; write predictions.jsonl, "
+                 "metrics.json and reliability_diagram.png; print a table."),
+    "fit-posthoc": ((FitPosthocConfig,), run_fit_posthoc,
+                    "fit a post-hoc calibrator on the predictions.jsonl written by `evaluate`",
+                    "Fit temperature/vector scaling on the option logits, or Platt/isotonic/histogram binning on the "
+                    "top-label confidence, and save it as JSON for `evaluate --posthoc`."),
+    "calm": ((CALMJobConfig, CALMConfig), run_calm,
+             "fine-tune a causal LM with CALM (bilevel calibration) on MCQA data",
+             "Train LoRA (or full) weights and a logit adjustment with CALMTrainer on MMLU-style MCQA; S_T and S_V "
+             "come from --train-subjects / --calibration-subjects, the labelled eval split from --eval-subjects. "
+             "Writes the adapter, logit_adjustment.safetensors and a model card to --output-dir."),
+    "diagnose": ((DiagnoseConfig,), run_diagnose,
+                 "measure the generation–discrimination gap: will SECL help this model?",
+                 "For each question: option probability, P(True) of the predicted answer, P(True)Norm over the "
+                 "options, verbalized confidence and a DINCO-style score. Writes diagnosis.json, signals.jsonl and "
+                 "reliability_diagrams.png; prints the table and the verdict."),
+    "secl": ((SECLStreamConfig, SECLConfig), run_secl_stream,
+             "run a question stream through SECL and compare it with the baselines",
+             "Two passes over the same stream: the baselines (verbalized, P(True), P(True)Norm, DINCO-style; "
+             "Platt/TS with labels, 2-fold) and SECL online. Writes records.jsonl, metrics.json, the calibrated "
+             "adapter (secl_adapter/) and a reliability diagram per domain; prints a table per domain and overall."),
+}
+EXPERIMENTS = {
+    "diagnose": ((ExperimentConfig,), "the generation–discrimination gap of SmolLM2 and Qwen (MMLU, HaluEval, GSM8K)"),
+    "secl": ((ExperimentConfig,), "a Qwen stream through SECL with the label-free and supervised baselines"),
+    "calm": ((ExperimentConfig, CALMExperimentConfig), "CALM with LoRA against SFT, TS and the other baselines"),
+}
 
 
-class _Parser(argparse.ArgumentParser):
-    def __init__(self, *args, **kwargs):
-        kwargs.setdefault("allow_abbrev", False)  # a prefix such as --limit must not pass for --limit-per-domain
-        super().__init__(*args, **kwargs)
+def option(field_name: str) -> str:
+    """The command-line option of a config field: ``limit_per_domain`` → ``--limit-per-domain``."""
+    return "--" + field_name.replace("_", "-")
+
+
+class Parser(TrlParser):
+    """``TrlParser`` over a command's config dataclasses (none for the top level): no abbreviations (``--lim``
+    is an error, not ``--limit``), the dashed spelling of each option first, and one-line errors."""
+
+    def __init__(self, dataclass_types=(), **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(dataclass_types=list(dataclass_types), **kwargs)
+        for action in self._actions:  # "--limit-per-domain/--limit_per_domain" in help and errors
+            action.option_strings.sort(key=lambda s: "_" in s)
+        if self.dataclass_types:
+            self.add_argument("--config", metavar="FILE", help="YAML file of option values, keyed by field name "
+                              "(limit_per_domain: 5); options given on the command line override it")
 
     def error(self, message):  # one line, exit 2 (argparse's own usage dump is several lines)
-        print(f"hf-calibration: error: {message}", file=sys.stderr)
+        print(f"{PROG}: error: {message}", file=sys.stderr)
         raise SystemExit(2)
 
+    def fields(self) -> set:
+        return {f.name for t in self.dataclass_types for f in dataclasses.fields(t)}
 
-def _add_evaluate(sub):
-    p = sub.add_parser(
-        "evaluate",
-        help="score MCQA questions with a model and report calibration metrics",
-        description="Score multiple-choice questions by option-letter probabilities; write predictions.jsonl, "
-        "metrics.json and reliability_diagram.png; print a table.",
-    )
-    p.add_argument("--model", default="HuggingFaceTB/SmolLM2-135M-Instruct",
-                   help="Hub id or local folder (offline: the packaged SmolLM2 / Qwen2.5-Coder copies)")
-    p.add_argument("--dataset", default="mmlu", help="mmlu, gpqa, halueval_qa or halueval_qa_lm (length-matched HaluEval)")
-    p.add_argument("--subjects", default=None,
-                   help="MMLU subjects and/or categories, comma-separated (stem, humanities, social_sciences, other)")
-    p.add_argument("--limit", type=positive(int, "--limit"), default=500,
-                   help="number of questions, stratified by subject (default 500)")
-    p.add_argument("--seed", type=non_negative_int("--seed"), default=0, help="sampling seed (default 0)")
-    p.add_argument("--batch-size", type=positive(int, "--batch-size"), default=8, help="questions per forward pass")
-    add_device_argument(p)
-    p.add_argument("--prompt-format", default="auto", choices=["auto", "chat", "plain"],
-                   help="chat template or plain prompt (auto: chat when the tokenizer has a template)")
-    p.add_argument("--n-resamples", type=positive(int, "--n-resamples"), default=1000,
-                   help="bootstrap resamples for the 95%% intervals")
-    p.add_argument("--posthoc", default=None,
-                   help="a calibrator saved by `fit-posthoc`; its metrics are reported next to the uncalibrated ones")
-    p.add_argument("--output-dir", required=True, help="folder for the outputs (created)")
-    p.set_defaults(func=_run_evaluate)
+    def option_of(self, name: str) -> str:
+        """How the user spells parameter ``name``: the option of a config field, else the name itself."""
+        return option(name) if name in self.fields() else name
 
+    def parse(self, args: list[str]) -> tuple:
+        """The command's config dataclasses from ``args`` (and ``--config``); a usage error exits with code 2,
+        a bad value raises the config's ParameterError."""
+        import yaml
 
-def _add_fit_posthoc(sub):
-    from hf_calibration.posthoc import CALIBRATORS
-
-    p = sub.add_parser(
-        "fit-posthoc",
-        help="fit a post-hoc calibrator on the predictions.jsonl written by `evaluate`",
-        description="Fit temperature/vector scaling on the option logits, or Platt/isotonic/histogram binning on "
-        "the top-label confidence, and save it as JSON for `evaluate --posthoc`.",
-    )
-    p.add_argument("--method", required=True, choices=sorted(CALIBRATORS), help="calibrator to fit")
-    p.add_argument("--predictions", required=True, help="predictions.jsonl from `hf-calibration evaluate`")
-    p.add_argument("--output", required=True, help="JSON file to write the fitted calibrator to")
-    p.set_defaults(func=_run_fit_posthoc)
+        if "--config" in args:
+            i = args.index("--config")
+            if i + 1 == len(args):
+                self.error("argument --config: expected one argument")
+            path = args[i + 1]
+            try:
+                values = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError) as err:
+                self.error(f"--config: {path!r} cannot be read ({err.__class__.__name__})")
+            except yaml.YAMLError as err:
+                self.error(f"--config: {path!r} is not YAML ({str(err).splitlines()[0]})")
+            if not isinstance(values, dict):
+                self.error(f"--config: {path!r} must hold a mapping of field names to values")
+        *configs, from_config, rest = self.parse_args_and_config(args, return_remaining_strings=True,
+                                                                 separate_remaining_strings=True)
+        if from_config:
+            self.error(f"--config: unknown fields {', '.join(k[2:] for k in from_config[::2])}")
+        if rest:
+            self.error(f"unrecognized arguments: {' '.join(rest)}")
+        return tuple(configs[: len(self.dataclass_types)])
 
 
-def _run_fit_posthoc(args) -> int:
-    from hf_calibration.posthoc import CALIBRATORS
-
-    out = output_file(args.output)
-    records = reports.read_predictions(input_file(args.predictions, "--predictions"))
-    calibrator = CALIBRATORS[args.method]()
-    if calibrator.input_kind == "logits":
-        calibrator.fit(reports.option_logits_of(records, "--predictions"), [r["answer"] for r in records])
-    else:
-        correct = [int(r["correct"]) for r in records]
-        if len(set(correct)) < 2:  # checked here so the error names the file, not the calibrator's parameter
-            raise ValueError(f"--predictions: all {len(correct)} predictions in {args.predictions!r} are "
-                             f"{'right' if correct[0] else 'wrong'}; {args.method} needs right and wrong ones to fit")
-        calibrator.fit([r["confidence"] for r in records], correct)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    calibrator.save(out)
-    fitted = {k: v for k, v in vars(calibrator).items() if k.endswith("_") and not k.startswith("_")}
-    summary = ", ".join(f"{k}={v:.4g}" for k, v in fitted.items() if isinstance(v, float))
-    print(f"fitted {args.method} on {len(records)} predictions{': ' + summary if summary else ''}; wrote {out}")
-    return 0
-
-
-def _run_evaluate(args) -> int:
-    from hf_calibration.modeling import load_model, resolve_model_path, score_mcqa
-
-    from hf_calibration.posthoc import VectorScaler, load_calibrator
-
-    out = output_dir(args.output_dir)
-    calibrator = None
-    if args.posthoc is not None:
-        path = input_file(args.posthoc, "--posthoc")
-        try:
-            calibrator = load_calibrator(path)
-        except (ValueError, TypeError, KeyError, UnicodeDecodeError) as err:
-            raise ValueError(f"--posthoc: {args.posthoc!r} is not a calibrator saved by fit-posthoc ({err})") from None
-    dataset = load_mcqa_from_args(args)
-    if isinstance(calibrator, VectorScaler):  # one weight per option: the option count must match
-        k = max(len(c) for c in dataset["choices"])
-        if len(calibrator.coef_) != k:
-            raise ValueError(f"--posthoc: {args.posthoc!r} was fitted on {len(calibrator.coef_)} options, but "
-                             f"--dataset {args.dataset} has {k}")
-    resolve_model_path(args.model)  # fails fast on a bad path before the heavy load
-    start = time.perf_counter()
-    model, tokenizer = load_model(args.model, device=args.device)
-    load_s = time.perf_counter() - start
-    start = time.perf_counter()
-    scores = score_mcqa(model, tokenizer, dataset, batch_size=args.batch_size, prompt_format=args.prompt_format)
-    score_s = time.perf_counter() - start
-    run = {
-        "model": args.model, "dataset": args.dataset, "subjects": args.subjects, "n": len(dataset),
-        "seed": args.seed, "prompt_format": scores.prompt_format, "load_seconds": round(load_s, 2),
-        "scoring_seconds": round(score_s, 2),
-    }
-    metrics = reports.mcqa_metrics(scores, n_resamples=args.n_resamples, seed=args.seed, calibrator=calibrator)
-    if calibrator is not None:
-        run["posthoc"] = str(args.posthoc)
-    reports.write_evaluation(out, dataset, scores, metrics, run)
-    print(reports.format_mcqa_table(metrics, run))
-    print(f"wrote {out / 'predictions.jsonl'}, {out / 'metrics.json'}, {out / 'reliability_diagram.png'}")
-    return 0
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="hf-calibration", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    _add_evaluate(sub)
-    _add_fit_posthoc(sub)
-    from hf_calibration.calm.cli import add_calm_parser
-    from hf_calibration.secl.cli import add_diagnose_parser, add_secl_parser
-
-    add_calm_parser(sub)
-    add_diagnose_parser(sub)
-    add_secl_parser(sub)
-    from hf_calibration.experiments import add_experiment_parser
-
-    add_experiment_parser(sub)
+def build_parser() -> Parser:
+    """The top-level parser, every command (and experiment) a subparser over its config dataclasses; the
+    subparsers by command ("evaluate", …, "experiment calm") are in its ``commands``."""
+    parser = Parser(prog=PROG, description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+    parser.commands = {name: sub.add_parser(name, dataclass_types=types, help=help_, description=description)
+                       for name, (types, _, help_, description) in COMMANDS.items()}
+    experiment = sub.add_parser("experiment", help="reproduce a headline table (diagnose, secl, calm) into results/NAME/",
+                                description="The project's headline tables, one command each; sub-runs resume.")
+    names = experiment.add_subparsers(dest="name", required=True, parser_class=Parser, metavar="NAME")
+    for name, (types, help_) in EXPERIMENTS.items():
+        leaf = parser.commands[f"experiment {name}"] = names.add_parser(name, dataclass_types=types, help=help_,
+                                                                        description=help_)
+        for action in leaf._actions:
+            if action.dest == "name":  # the NAME chosen by the subcommand, not an option
+                action.default, action.required, action.choices, action.help = name, False, [name], argparse.SUPPRESS
     return parser
 
 
+def _route(parser: Parser, argv: list[str]) -> tuple[str, Parser, list[str]]:
+    """(command, its parser, the arguments after it); anything else goes through the top-level parser, which
+    prints the help or a one-line usage error and exits."""
+    for n in (2, 1):
+        command = " ".join(argv[:n])
+        if len(argv) >= n and command in parser.commands:
+            return command, parser.commands[command], argv[n:]
+    parser.parse_args(argv)
+    raise SystemExit(2)  # parse_args exits for every argv that reaches it
+
+
+def parse_command(argv: list[str]) -> tuple[str, tuple]:
+    """(command, its config dataclasses) of a command line, without running the job."""
+    command, parser, rest = _route(build_parser(), list(argv))
+    return command, parser.parse(rest)
+
+
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        return args.func(args)
-    except (ValueError, OSError) as err:  # bad values, and files that cannot be read or written
-        message = str(err)
-        option = "--model" if hasattr(args, "model") else "--models" if hasattr(args, "models") else None
-        if option and isinstance(err, (ValueError, FileNotFoundError)):
-            message = as_option(message, {"model": option})  # resolve_model_path names its parameter
-        print(f"hf-calibration: error: {message}", file=sys.stderr)
-        return 2
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command, parser, rest = _route(build_parser(), argv)
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", ParameterWarning)
+        shown = warnings.showwarning
+
+        def show(message, category, filename, lineno, file=None, line=None):
+            if isinstance(message, ParameterWarning):
+                print(f"{PROG}: warning: {message.message(parser.option_of)}", file=sys.stderr)
+            else:
+                shown(message, category, filename, lineno, file, line)
+
+        warnings.showwarning = show
+        try:
+            configs = parser.parse(rest)
+            if command.startswith("experiment"):
+                result = run_experiment(*configs)
+            else:
+                result = COMMANDS[command][1](*configs)
+        except ParameterError as err:
+            print(f"{PROG}: error: {err.message(parser.option_of)}", file=sys.stderr)
+            return 2
+        except (ValueError, OSError) as err:  # bad values of other parameters, files that cannot be read or written
+            print(f"{PROG}: error: {err}", file=sys.stderr)
+            return 2
+    if result.table:
+        print(result.table)
+    print(f"wrote {', '.join(str(p) for p in result.paths.values())}")
+    return 0
 
 
 if __name__ == "__main__":

@@ -108,3 +108,27 @@ def plot_reliability_diagram(
     hist_ax.set_xlabel("confidence")
     hist_ax.set_ylabel("share")
     return fig
+
+
+def plot_reliability_diagrams(panels: dict, *, n_bins: int = 15, title: str | None = None,
+                              panel_size: tuple[float, float] = (4.0, 4.0)):
+    """Reliability diagrams side by side, one per entry of ``panels`` (``{panel title: (y_true, y_prob)}``,
+    each pair as :func:`plot_reliability_diagram` takes it) → :class:`matplotlib.figure.Figure`.
+
+    ``panel_size`` is (width, height) in inches per panel; ``title`` goes above the row.
+
+    Examples
+    --------
+    >>> fig = plot_reliability_diagrams({"a": ([1, 0], [0.9, 0.2]), "b": ([1, 1], [0.6, 0.7])}, n_bins=5)
+    >>> [ax.get_title() for ax in fig.axes if ax.get_title()]
+    ['a — ECE = 0.150 (5 bins)', 'b — ECE = 0.350 (5 bins)']
+    """
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(panel_size[0] * len(panels), panel_size[1]))
+    for ax, (name, (y_true, y_prob)) in zip(fig.subplots(1, len(panels), squeeze=False)[0], panels.items()):
+        plot_reliability_diagram(y_true, y_prob, n_bins=n_bins, ax=ax, title=name)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    return fig

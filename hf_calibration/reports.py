@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from hf_calibration.errors import MissingPathError, ParameterError
 from hf_calibration.metrics import calibration_report
 
 # (key in calibration_report, column title) in table order.
@@ -121,7 +122,8 @@ def mcqa_metrics(scores, *, n_resamples: int = 1000, seed: int = 0, calibrator=N
     }
 
 
-def _fmt(entry) -> str:
+def format_cell(entry) -> str:
+    """One table cell: "value [low,high]" (3 decimals) of a report entry or a bare number; "—" when missing."""
     if entry is None:
         return "—"
     value = entry["value"] if isinstance(entry, dict) else entry
@@ -135,7 +137,7 @@ def _fmt(entry) -> str:
 def format_table(signals: dict, columns=TABLE_COLUMNS, *, markdown: bool = False) -> str:
     """Table with one row per signal, each cell "value [95 % low, high]"; plain text or Markdown."""
     header = ["signal"] + [title for _, title in columns]
-    rows = [[name] + [_fmt(report.get(key)) for key, _ in columns] for name, report in signals.items()]
+    rows = [[name] + [format_cell(report.get(key)) for key, _ in columns] for name, report in signals.items()]
     if markdown:
         lines = ["| " + " | ".join(r) + " |" for r in [header] + rows]
         lines.insert(1, "|" + "---|" * len(header))
@@ -191,60 +193,70 @@ def _is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _check_record(record, where: str) -> None:
+def _check_record(record, where: str, path: str) -> None:
     """Types and ranges of one predictions.jsonl record (the schema ``prediction_records`` writes)."""
+
+    def bad(reason):
+        return ParameterError("path", path, f"{where}{reason}")
+
     if not isinstance(record, dict):
-        raise ValueError(f"{where} is not a JSON object")
+        raise bad(" is not a JSON object")
     missing = {"answer", "correct", "confidence", "option_logits"} - set(record)
     if missing:
-        raise ValueError(f"{where} lacks {sorted(missing)}")
+        raise bad(f" lacks {sorted(missing)}")
     answer, correct, conf, logits = (record[k] for k in ("answer", "correct", "confidence", "option_logits"))
     if not isinstance(answer, int) or isinstance(answer, bool) or answer < 0:
-        raise ValueError(f"{where}: 'answer' must be an option index ≥ 0, got {answer!r}")
+        raise bad(f": 'answer' must be an option index ≥ 0, got {answer!r}")
     if not isinstance(correct, bool):
-        raise ValueError(f"{where}: 'correct' must be true or false, got {correct!r}")
+        raise bad(f": 'correct' must be true or false, got {correct!r}")
     if not _is_number(conf) or not 0.0 <= conf <= 1.0:
-        raise ValueError(f"{where}: 'confidence' must be a number in [0, 1], got {conf!r}")
+        raise bad(f": 'confidence' must be a number in [0, 1], got {conf!r}")
     if not isinstance(logits, list) or not all(v is None or _is_number(v) for v in logits):
-        raise ValueError(f"{where}: 'option_logits' must be a list of numbers (null for absent options), got {logits!r}")
+        raise bad(f": 'option_logits' must be a list of numbers (null for absent options), got {logits!r}")
     if any(v is not None and not math.isfinite(v) for v in logits):
-        raise ValueError(f"{where}: 'option_logits' must be finite, got {logits!r}")
+        raise bad(f": 'option_logits' must be finite, got {logits!r}")
     if answer >= len(logits):
-        raise ValueError(f"{where}: 'answer' {answer} is out of range for {len(logits)} options")
+        raise bad(f": 'answer' {answer} is out of range for {len(logits)} options")
 
 
 def read_predictions(path) -> list[dict]:
-    """Records of a predictions.jsonl, validated; ValueError naming ``--predictions``, the file and line."""
+    """Records of a predictions.jsonl, validated.
+
+    Raises MissingPathError (a FileNotFoundError) or ParameterError naming ``path``, with the file and the
+    line in the message.
+    """
+    name = str(path)
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"--predictions: {str(path)!r} is not a file")
+        raise MissingPathError("path", name, f"{name!r} is not a file")
     records = []
     try:
         with open(path, encoding="utf-8") as f:
             for lineno, line in enumerate(f, 1):
                 if not line.strip():
                     continue
-                where = f"--predictions: {str(path)!r} line {lineno}"
+                where = f"{name!r} line {lineno}"
                 try:
                     record = json.loads(line)
                 except json.JSONDecodeError as err:
-                    raise ValueError(f"{where} is not JSON ({err.msg})") from None
-                _check_record(record, where)
+                    raise ParameterError("path", name, f"{where} is not JSON ({err.msg})") from None
+                _check_record(record, where, name)
                 records.append(record)
     except UnicodeDecodeError as err:
-        raise ValueError(f"--predictions: {str(path)!r} is not UTF-8 text ({err.reason} at byte {err.start})") from None
+        raise ParameterError("path", name, f"{name!r} is not UTF-8 text ({err.reason} at byte {err.start})") from None
     if not records:
-        raise ValueError(f"--predictions: {str(path)!r} holds no predictions")
+        raise ParameterError("path", name, f"{name!r} holds no predictions")
     return records
 
 
-def option_logits_of(records: list[dict], name: str) -> np.ndarray:
-    """(n, K) option logits of prediction records; every question must have the same K options."""
+def option_logits_of(records: list[dict]) -> np.ndarray:
+    """(n, K) option logits of prediction records; every question must have the same K options, else
+    ParameterError naming ``records``."""
     widths = {len(r["option_logits"]) for r in records}
     missing = [i for i, r in enumerate(records) if any(v is None for v in r["option_logits"])]
     if len(widths) != 1 or missing:
-        raise ValueError(
-            f"{name}: logit calibrators need the same number of options for every question; "
+        raise ParameterError(
+            "records", None, f"logit calibrators need the same number of options for every question; "
             f"got widths {sorted(widths)}" + (f", first question with fewer options: #{missing[0]}" if missing else "")
         )
     return np.array([r["option_logits"] for r in records], dtype=np.float64)
@@ -314,6 +326,3 @@ def write_evaluation(out: Path, dataset, scores, metrics: dict, run: dict) -> No
             title=f"{run['model'].split('/')[-1]} · {run['dataset']} (n={run['n']})",
         )
         fig.savefig(tmp / "reliability_diagram.png", dpi=120, bbox_inches="tight")
-        import matplotlib.pyplot as plt
-
-        plt.close(fig)

@@ -41,6 +41,15 @@ def tiny_model(tiny_tokenizer):
 
 
 @pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory, tiny_tokenizer):
+    """The tiny model saved as a local model folder, as a job or the CLI loads it by path."""
+    path = tmp_path_factory.mktemp("tiny-model")
+    make_tiny_model(tiny_tokenizer).save_pretrained(path)
+    tiny_tokenizer.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="session")
 def real_model():
     """The packaged SmolLM2-135M-Instruct (end-to-end tests); skipped when its package is absent."""
     from hf_calibration.modeling import load_model, packaged_model_available

@@ -11,14 +11,6 @@ import pytest
 from hf_calibration.cli import main
 
 
-@pytest.fixture()
-def tiny_model_dir(tmp_path_factory, tiny_model, tiny_tokenizer):
-    path = tmp_path_factory.mktemp("tiny-model")
-    tiny_model.save_pretrained(path)
-    tiny_tokenizer.save_pretrained(path)
-    return path
-
-
 def _evaluate(model_dir, out, *extra):
     return main(["evaluate", "--model", str(model_dir), "--limit", "24", "--n-resamples", "50",
                  "--batch-size", "8", "--output-dir", str(out), *extra])

@@ -8,17 +8,6 @@ import pytest
 from hf_calibration.cli import main
 
 
-@pytest.fixture(scope="module")
-def tiny_model_dir(tmp_path_factory):
-    from tests.tiny import make_tiny_model, make_tiny_tokenizer
-
-    tokenizer = make_tiny_tokenizer()
-    path = tmp_path_factory.mktemp("tiny-model")
-    make_tiny_model(tokenizer).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
-
-
 def _read_jsonl(path):
     return [json.loads(line) for line in path.read_text().splitlines()]
 
@@ -72,10 +61,10 @@ def test_secl_experiment_table_and_pngs(tiny_model_dir, tmp_path, capsys):
 
 def test_calm_experiment_smoke(tiny_model_dir, tmp_path, capsys):
     out = tmp_path / "calm"
-    sizes = ("--n-train 4 --n-calibration 4 --n-validation 4 --n-test 4 --n-ood 4 --max-steps 1 --batch-size 2 "
-             "--methods uncalibrated ts sft bome")
+    sizes = ("--n-train 4 --n-calibration 4 --n-validation 4 --n-test 4 --n-ood 4 --max-steps 1 --train-batch-size 2 "
+             "--methods uncalibrated ts sft bome").split()
     assert main(["experiment", "calm", "--models", str(tiny_model_dir), "--n-resamples", "20",
-                 "--output-dir", str(out), "--calm-args", sizes]) == 0
+                 "--output-dir", str(out), *sizes]) == 0
     printed = capsys.readouterr().out
     assert "bome" in printed and "ref: const = val acc" in printed
     items = _read_jsonl(out / "items.jsonl")
@@ -90,14 +79,14 @@ def test_calm_experiment_smoke(tiny_model_dir, tmp_path, capsys):
 
 
 def test_calm_splits_are_disjoint_and_each_balanced_on_its_own():
-    from hf_calibration.calm.experiment import build_parser, build_splits
+    from dataclasses import replace
 
-    args = build_parser().parse_args(["--train-domain", "halueval_qa_lm", "--output-dir", "unused", "--n-train", "10",
-                                      "--n-calibration", "6", "--n-validation", "7", "--n-test", "9", "--n-ood", "8",
-                                      "--balance-gold"])
-    splits = build_splits(args)
-    args.balance_gold = False
-    plain = build_splits(args)
+    from hf_calibration.jobs import CALMExperimentConfig
+    from hf_calibration.jobs.calm_experiment import build_splits
+
+    config = CALMExperimentConfig(n_train=10, n_calibration=6, n_validation=7, n_test=9, n_ood=8, balance_gold=True)
+    splits = build_splits("halueval_qa_lm", config)
+    plain = build_splits("halueval_qa_lm", replace(config, balance_gold=False))
     for name, n in (("train", 10), ("calibration", 6), ("validation", 7), ("id_test", 9), ("mmlu_stem", 8),
                     ("halueval_qa", 8)):
         split = splits[name]
@@ -119,14 +108,14 @@ def test_calm_splits_are_disjoint_and_each_balanced_on_its_own():
         (["experiment", "calm", "--limit", "5"], "--limit"),
         (["experiment", "diagnose", "--models", ","], "--models"),
         (["experiment", "secl", "--limit-open", "3"], "--limit-open"),
-        (["experiment", "calm", "--calm-args", "--n-train 0"], "--calm-args: argument --n-train"),
-        (["experiment", "calm", "--calm-args", "--train-domain nope"], "--calm-args"),
+        (["experiment", "calm", "--n-train", "0"], "--n-train: must be a positive integer, got 0"),
+        (["experiment", "calm", "--ood-domains", "nope"], "--ood-domains: unknown domain 'nope'"),
         (["experiment", "secl", "--device", "gpu0"], "--device: not a torch device, got 'gpu0'"),
         (["experiment", "secl", "--device", "meta"], "--device: must be auto, cpu, cuda, cuda:N or mps, got 'meta'"),
         (["experiment", "diagnose", "--models", ""], "--models: must not be empty, got ''"),
         (["experiment", "diagnose", "--datasets", ","], "--datasets: must not be empty, got ','"),
-        (["experiment", "secl", "--calm-args", "--n-train 4"], "--calm-args: only the calm experiment takes it"),
-        (["experiment", "calm", "--calm-args", "--n-train 'abc"], "--calm-args: No closing quotation"),
+        (["experiment", "secl", "--n-train", "4"], "unrecognized arguments: --n-train 4"),  # calm's option
+        (["experiment", "calm", "--n-train", "abc"], "--n-train"),
         (["experiment", "diagnose", "--models", "/no/such/model"], "--models: '/no/such/model' is not a folder"),
     ],
 )
@@ -184,14 +173,15 @@ def test_bad_input_names_the_option_typed(argv, prefix, value, tmp_path, capsys,
     assert code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"hf-calibration: error: {prefix}") and value in err[0], err
-    assert "--calm-args" not in err[0] and "--stream" not in err[0], err
+    assert "--stream" not in err[0] and "--limit-per-domain" not in err[0], err
     assert not (tmp_path / "x").exists()
 
 
-def test_calm_args_option_prefix_is_not_an_option(tmp_path, capsys, no_model_load):
-    code = main(["experiment", "calm", "--calm-args", "--n-tr 4", "--output-dir", str(tmp_path / "x")])
+def test_calm_option_prefix_is_not_an_option(tmp_path, capsys, no_model_load):
+    with pytest.raises(SystemExit) as exit_:
+        main(["experiment", "calm", "--n-tr", "4", "--output-dir", str(tmp_path / "x")])
     err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2 and len(err) == 1 and "--calm-args" in err[0] and "--n-tr 4" in err[0], err  # not --n-train
+    assert exit_.value.code == 2 and len(err) == 1 and "--n-tr 4" in err[0], err  # not --n-train
     assert not (tmp_path / "x").exists()
 
 
@@ -210,14 +200,13 @@ def test_sub_run_folder_blocked_by_a_file_fails_before_loading(tiny_model_dir, t
 
 def test_calm_experiment_output_dir_under_a_file(tmp_path, capsys, no_model_load, monkeypatch):
     import hf_calibration.modeling
-    from hf_calibration.calm.experiment import cli_main
 
     monkeypatch.setattr(hf_calibration.modeling, "resolve_model_path", lambda name: name)  # no packaged-model copy
 
     (tmp_path / "afile").write_text("keep me")
     out = tmp_path / "afile" / "run"
-    assert cli_main(["--train-domain", "halueval_qa_lm", "--n-train", "2", "--n-calibration", "2",
-                     "--n-validation", "2", "--n-test", "2", "--n-ood", "2", "--output-dir", str(out)]) == 2
+    assert main(["experiment", "calm", "--datasets", "halueval_qa_lm", "--n-train", "2", "--n-calibration", "2",
+                 "--n-validation", "2", "--n-test", "2", "--n-ood", "2", "--output-dir", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("calm experiment: error: --output-dir:") and str(out) in err[0], err
+    assert len(err) == 1 and err[0].startswith("hf-calibration: error: --output-dir:") and str(out) in err[0], err
     assert (tmp_path / "afile").read_text() == "keep me"

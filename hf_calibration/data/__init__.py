@@ -13,8 +13,12 @@ from hf_calibration.data.loaders import (
     MCQA_DATASETS,
     OPEN_QA_DATASETS,
     balance_gold,
+    check_dataset_name,
+    check_mcqa_arguments,
+    domain_key,
     load_mcqa,
     load_open_qa,
+    parse_domains,
     resolve_subjects,
 )
 from hf_calibration.data.mmlu_categories import CATEGORIES, SUBCATEGORIES
@@ -25,7 +29,11 @@ __all__ = [
     "OPEN_QA_DATASETS",
     "SUBCATEGORIES",
     "balance_gold",
+    "check_dataset_name",
+    "check_mcqa_arguments",
+    "domain_key",
     "load_mcqa",
     "load_open_qa",
+    "parse_domains",
     "resolve_subjects",
 ]

@@ -13,6 +13,7 @@ import numpy as np
 from datasets import Dataset, Features, Sequence as HFSequence, Value
 
 from hf_calibration._offline import hub_available, package_dir
+from hf_calibration.errors import ParameterError
 from hf_calibration.data.mmlu_categories import CATEGORIES, SUBCATEGORIES
 
 MCQA_FEATURES = Features(
@@ -248,12 +249,17 @@ OPEN_QA_DATASETS = {
 }
 
 
+_SUBJECTS_HINT = (f"categories are {sorted(CATEGORIES)}, subjects are e.g. 'college_physics' "
+                  f"({len(SUBCATEGORIES)} in all)")
+
+
 def resolve_subjects(subjects: str | Sequence[str] | None) -> set[str] | None:
     """MMLU subject names for a list of subjects and/or categories.
 
     Accepts subject names ("college_physics", spaces allowed) and the category names of
     ``CATEGORIES`` ("stem", "humanities", "social_sciences", "other"), as a list or a comma-separated
-    string. Returns None for None. Raises ValueError naming any unknown entry.
+    string. Returns None for None. Raises ParameterError (a ValueError) naming ``subjects`` and any
+    unknown entry.
     """
     if subjects is None:
         return None
@@ -261,19 +267,58 @@ def resolve_subjects(subjects: str | Sequence[str] | None) -> set[str] | None:
         subjects = [s for s in subjects.split(",") if s.strip()]
     resolved: set[str] = set()
     for raw in subjects:
-        name = raw.strip().lower().replace(" ", "_").replace("-", "_")
-        if name in CATEGORIES:
-            resolved.update(CATEGORIES[name])
-        elif name in SUBCATEGORIES:
-            resolved.add(name)
-        else:
-            raise ValueError(
-                f"subjects: unknown MMLU subject or category {raw!r}; categories are "
-                f"{sorted(CATEGORIES)}, subjects are e.g. 'college_physics' (57 in all)"
-            )
+        names = _subject_names(raw)
+        if names is None:
+            raise ParameterError("subjects", raw, f"unknown MMLU subject or category {raw!r}; {_SUBJECTS_HINT}")
+        resolved.update(names)
     if not resolved:
-        raise ValueError(f"subjects: {subjects!r} names no subject")
+        raise ParameterError("subjects", subjects, f"{subjects!r} names no subject")
     return resolved
+
+
+def _subject_names(raw: str) -> list[str] | None:
+    """The subjects of one subject or category name (spaces and dashes as underscores), or None if unknown."""
+    name = raw.strip().lower().replace(" ", "_").replace("-", "_")
+    if name in CATEGORIES:
+        return list(CATEGORIES[name])
+    return [name] if name in SUBCATEGORIES else None
+
+
+def parse_domains(domains: str, known: Sequence[str]) -> list[tuple[str, str | None]]:
+    """"mmlu:humanities,gsm8k,halueval_qa" → [("mmlu", "humanities"), ("gsm8k", None), ("halueval_qa", None)].
+
+    A comma-separated list of domains (a SECL stream, a CALM training domain), each a dataset name in
+    ``known`` or ``mmlu:<categories or subjects, '+'-joined>`` (returned comma-joined, as ``load_mcqa``
+    takes them). Checked before any file is read. Raises ParameterError naming ``domains`` and the bad
+    entry: an empty entry ("a,,b", a trailing comma), an unknown name, subjects on a domain other than
+    mmlu, an empty subject ("mmlu:", "mmlu:stem+") or an unknown one.
+    """
+    if not isinstance(domains, str):
+        raise ParameterError("domains", domains, f"need comma-separated domains, got {domains!r}")
+    out = []
+    for entry in (e.strip() for e in domains.split(",")):
+        if not entry:
+            raise ParameterError("domains", domains,
+                                 f"empty entry in {domains!r}; separate the domains by single commas")
+        name, colon, subjects = entry.partition(":")
+        if name not in known:
+            raise ParameterError("domains", domains, f"unknown domain {name!r} in {domains!r}; known: {', '.join(known)}")
+        if colon and name != "mmlu":
+            raise ParameterError("domains", domains, f"only mmlu takes subjects, got {entry!r}")
+        for subject in subjects.split("+") if colon else ():
+            if not subject.strip():
+                raise ParameterError("domains", domains, f"empty MMLU subject in {entry!r}; write "
+                                     f"mmlu:<category or subject>[+…], or mmlu for all of MMLU")
+            if _subject_names(subject) is None:
+                raise ParameterError("domains", domains, f"in {entry!r}, unknown MMLU subject or category "
+                                     f"{subject!r}; {_SUBJECTS_HINT}")
+        out.append((name, subjects.replace("+", ",") if colon else None))
+    return out
+
+
+def domain_key(domain: str) -> str:
+    """A domain of ``parse_domains`` as a file name or array key: "mmlu:stem+other" → "mmlu_stem_other"."""
+    return domain.replace(":", "_").replace("+", "_")
 
 
 def _stratified_indices(groups: Sequence[str], limit: int, seed: int) -> list[int]:
@@ -296,19 +341,38 @@ def _stratified_indices(groups: Sequence[str], limit: int, seed: int) -> list[in
 
 def _check_seed(seed):
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ValueError(f"seed: must be an integer ≥ 0, got {seed!r}")
+        raise ParameterError("seed", seed, f"must be an integer ≥ 0, got {seed!r}")
 
 
 def _check_limit(limit):
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, (int, np.integer)) or limit <= 0):
-        raise ValueError(f"limit: must be a positive integer or None, got {limit!r}")
+        raise ParameterError("limit", limit, f"must be a positive integer or None, got {limit!r}")
+
+
+def check_dataset_name(name: str, specs: dict = MCQA_DATASETS) -> None:
+    """ParameterError naming ``name`` unless it is one of ``specs`` (``MCQA_DATASETS``, ``OPEN_QA_DATASETS`` or
+    both merged)."""
+    if name not in specs:
+        raise ParameterError("name", name, f"unknown dataset {name!r}; choose one of {sorted(specs)}")
+
+
+def check_mcqa_arguments(name: str, *, subjects=None, limit=None, seed=0) -> set[str] | None:
+    """The checks ``load_mcqa`` makes before it reads any file, for callers that check up front; returns
+    ``resolve_subjects(subjects)``. Raises ParameterError naming ``name``, ``subjects``, ``limit`` or ``seed``."""
+    _check_limit(limit)
+    _check_seed(seed)
+    check_dataset_name(name)
+    wanted = resolve_subjects(subjects)
+    if wanted is not None and name != "mmlu":
+        raise ParameterError("subjects", subjects, f"only 'mmlu' has subjects, got subjects={subjects!r} for "
+                             f"name={name!r}", related=("name",))
+    return wanted
 
 
 def _load(specs: dict, name: str, source: str, seed: int) -> list[dict]:
-    if name not in specs:
-        raise ValueError(f"name: unknown dataset {name!r}; choose one of {sorted(specs)}")
+    check_dataset_name(name, specs)
     if source not in {"auto", "hub", "packaged"}:
-        raise ValueError(f"source: must be 'auto', 'hub' or 'packaged', got {source!r}")
+        raise ParameterError("source", source, f"must be 'auto', 'hub' or 'packaged', got {source!r}")
     spec = specs[name]
     if source == "hub" or (source == "auto" and hub_available()):
         from datasets import load_dataset
@@ -357,15 +421,11 @@ def load_mcqa(
 
     Raises
     ------
-    ValueError for an unknown name, subject, source, a non-positive limit or a negative seed (before any
-    file is read);
+    ParameterError (a ValueError) naming ``name``, ``subjects``, ``source``, ``limit`` or ``seed`` for an
+    unknown name, subject or source, a non-positive limit or a negative seed (before any file is read);
     FileNotFoundError naming the pip package when an offline copy is not installed.
     """
-    _check_limit(limit)
-    _check_seed(seed)
-    wanted = resolve_subjects(subjects)
-    if wanted is not None and name != "mmlu":
-        raise ValueError(f"subjects: only 'mmlu' has subjects, got subjects={subjects!r} for name={name!r}")
+    wanted = check_mcqa_arguments(name, subjects=subjects, limit=limit, seed=seed)
     rows = _load(MCQA_DATASETS, name, source, seed)
     if wanted is not None:
         rows = [r for r in rows if r["subject"] in wanted]
@@ -384,7 +444,7 @@ def balance_gold(dataset: Dataset, seed: int = 0) -> Dataset:
     split separately after splitting (a set balanced as a whole can split into letter-skewed parts).
     Columns question, choices, answer (+ any others) in; the same columns out, ``answer`` updated.
 
-    Raises ValueError naming ``seed`` when it is negative.
+    Raises ParameterError naming ``seed`` when it is negative.
     """
     _check_seed(seed)
     return Dataset.from_list(_rebalance_gold(dataset.to_list(), seed), features=dataset.features)
@@ -410,8 +470,8 @@ def _rebalance_gold(rows: list[dict], seed: int) -> list[dict]:
 def load_open_qa(name: str, *, limit: int | None = None, seed: int = 0, source: str = "auto") -> Dataset:
     """Load an open-ended QA set: ``gsm8k`` (test, 1,319 problems; ``final_answer`` is the number after '####').
 
-    ``limit``, ``seed`` and ``source`` behave as in ``load_mcqa``. Raises ValueError for an unknown
-    name or a non-positive limit.
+    ``limit``, ``seed`` and ``source`` behave as in ``load_mcqa``. Raises ParameterError naming ``name``,
+    ``limit`` or ``seed`` for an unknown name, a non-positive limit or a negative seed.
     """
     _check_limit(limit)
     _check_seed(seed)

@@ -10,8 +10,10 @@ from hf_calibration.modeling.loading import (
 )
 from hf_calibration.modeling.prompts import (
     LETTERS,
+    PROMPT_FORMATS,
     build_mcqa_prompt,
     build_prompt,
+    first_option_letter,
     format_mcqa,
     option_token_ids,
     single_token_ids,
@@ -23,9 +25,11 @@ __all__ = [
     "MCQAScores",
     "NextTokenScores",
     "PACKAGED_MODELS",
+    "PROMPT_FORMATS",
     "build_mcqa_prompt",
     "build_prompt",
     "cache_dir",
+    "first_option_letter",
     "format_mcqa",
     "load_model",
     "next_token_scores",

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hf_calibration._offline import hub_available, package_dir
+from hf_calibration.errors import MissingPathError, ParameterError
 
 CACHE_ENV = "HF_CALIBRATION_CACHE"
 
@@ -123,10 +124,12 @@ def resolve_model_path(name_or_path: str | os.PathLike) -> str:
 
     Raises
     ------
-    FileNotFoundError
+    MissingPathError (a ParameterError and FileNotFoundError naming ``model``)
         ``name_or_path`` looks like a path (absolute, relative with a separator, or ``~``) and is not
-        a folder; or the packaged copy's PyPI packages are missing.
-    ValueError
+        a folder.
+    FileNotFoundError
+        The packaged copy's PyPI packages are missing.
+    ParameterError (a ValueError naming ``model``)
         The Hub cannot be reached and ``name_or_path`` is neither a local folder nor a packaged model.
     """
     raw = str(name_or_path)
@@ -135,7 +138,7 @@ def resolve_model_path(name_or_path: str | os.PathLike) -> str:
         return str(path)
     looks_like_path = raw.startswith(("/", "./", "../", "~")) or raw.count("/") > 1 or path.exists()
     if looks_like_path:
-        raise FileNotFoundError(f"model: {raw!r} is not a folder (and not a Hub id of the form 'org/name')")
+        raise MissingPathError("model", raw, f"{raw!r} is not a folder (and not a Hub id of the form 'org/name')")
     if hub_available():
         return raw
     if raw in PACKAGED_MODELS:
@@ -143,8 +146,8 @@ def resolve_model_path(name_or_path: str | os.PathLike) -> str:
         if not (converted / "config.json").exists():
             converted = _convert_packaged(raw)
         return str(converted)
-    raise ValueError(
-        f"model: {raw!r} needs the Hugging Face Hub, which is offline or unreachable; offline models are "
+    raise ParameterError(
+        "model", raw, f"{raw!r} needs the Hugging Face Hub, which is offline or unreachable; offline models are "
         f"{sorted(PACKAGED_MODELS)} or a local folder"
     )
 
@@ -156,7 +159,7 @@ def resolve_device(device: str | None = "auto") -> str:
     available, else ``mps`` when available, else ``"cpu"``; ``None`` means ``"cpu"``. Any other value is
     returned normalised after checking it.
 
-    Raises ValueError naming ``device`` when torch cannot parse it, when it is another kind of device
+    Raises ParameterError (a ValueError) naming ``device`` when torch cannot parse it, when it is another kind of device
     (meta, xla, hpu, … or an indexed cpu/mps), or when it asks for CUDA (or MPS) on a
     machine without one, or for a CUDA index the machine does not have.
     """
@@ -172,16 +175,17 @@ def resolve_device(device: str | None = "auto") -> str:
     try:
         parsed = torch.device(device)
     except (RuntimeError, TypeError) as err:
-        raise ValueError(f"device: not a torch device, got {device!r} ({err})") from None
+        raise ParameterError("device", device, f"not a torch device, got {device!r} ({err})") from None
     if parsed.type not in ("cpu", "cuda", "mps") or parsed.type != "cuda" and parsed.index is not None:
-        raise ValueError(f"device: must be auto, cpu, cuda, cuda:N or mps, got {device!r}")
+        raise ParameterError("device", device, f"must be auto, cpu, cuda, cuda:N or mps, got {device!r}")
     if parsed.type == "cuda":
         if not torch.cuda.is_available():
-            raise ValueError(f"device: CUDA is not available on this machine, got {device!r}")
+            raise ParameterError("device", device, f"CUDA is not available on this machine, got {device!r}")
         if parsed.index is not None and parsed.index >= torch.cuda.device_count():
-            raise ValueError(f"device: this machine has {torch.cuda.device_count()} CUDA device(s), got {device!r}")
+            raise ParameterError("device", device,
+                                 f"this machine has {torch.cuda.device_count()} CUDA device(s), got {device!r}")
     if parsed.type == "mps" and not torch.backends.mps.is_available():
-        raise ValueError(f"device: MPS is not available on this machine, got {device!r}")
+        raise ParameterError("device", device, f"MPS is not available on this machine, got {device!r}")
     return str(parsed)
 
 

@@ -2,10 +2,22 @@
 
 from __future__ import annotations
 
+import re
 from typing import Sequence
+
+from hf_calibration.errors import ParameterError
 
 LETTERS = "ABCDEFGHIJ"
 MCQA_INSTRUCTION = "Answer with the letter of the correct option only."
+PROMPT_FORMATS = ("auto", "chat", "plain")
+_OPTION_LETTER = re.compile(r"\b([A-J])\b")  # LETTERS
+
+
+def first_option_letter(text: str) -> str | None:
+    """The first standalone option letter A–J in the first 40 characters of ``text`` ("C", "C. Paris",
+    "The answer is C"), or None: the rule generated MCQA answers are read by."""
+    m = _OPTION_LETTER.search(text.strip()[:40])
+    return m.group(1) if m else None
 
 
 def format_mcqa(question: str, choices: Sequence[str]) -> str:
@@ -18,12 +30,12 @@ def format_mcqa(question: str, choices: Sequence[str]) -> str:
 
 def resolve_prompt_format(tokenizer, prompt_format: str = "auto") -> str:
     """"chat" when the tokenizer has a chat template (for "auto"), else "plain"; validates the value."""
-    if prompt_format not in {"auto", "chat", "plain"}:
-        raise ValueError(f"prompt_format: must be 'auto', 'chat' or 'plain', got {prompt_format!r}")
+    if prompt_format not in PROMPT_FORMATS:
+        raise ParameterError("prompt_format", prompt_format, f"must be 'auto', 'chat' or 'plain', got {prompt_format!r}")
     if prompt_format == "auto":
         return "chat" if getattr(tokenizer, "chat_template", None) else "plain"
     if prompt_format == "chat" and not getattr(tokenizer, "chat_template", None):
-        raise ValueError("prompt_format: 'chat' was asked for but the tokenizer has no chat template")
+        raise ParameterError("prompt_format", prompt_format, "'chat' was asked for but the tokenizer has no chat template")
     return prompt_format
 
 

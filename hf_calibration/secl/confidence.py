@@ -38,6 +38,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from hf_calibration.errors import ParameterError
 from hf_calibration.modeling.prompts import build_prompt, resolve_prompt_format, single_token_ids
 
 # Anchored wording ("0 (certainly wrong) to 10 (certainly correct)") made Qwen2.5-Coder-0.5B answer "1"
@@ -54,13 +55,14 @@ DEFAULT_TAU_N = 0.2
 
 
 def check_template(template: str, name: str = "template") -> str:
-    """Raise ValueError unless ``template`` is a str with the ``{answer}`` slot and no other slot."""
+    """Raise ParameterError naming ``name`` unless ``template`` is a str with the ``{answer}`` slot and no
+    other slot."""
     if not isinstance(template, str) or "{answer}" not in template:
-        raise ValueError(f"{name}: must be a str containing the '{{answer}}' slot, got {template!r}")
+        raise ParameterError(name, template, f"must be a str containing the '{{answer}}' slot, got {template!r}")
     try:
         template.format(answer="x")
     except (KeyError, IndexError, ValueError) as err:
-        raise ValueError(f"{name}: only the '{{answer}}' slot is allowed, got {template!r} ({err})") from None
+        raise ParameterError(name, template, f"only the '{{answer}}' slot is allowed, got {template!r} ({err})") from None
     return template
 
 
@@ -494,6 +496,13 @@ def dinco_score(p_true_options: np.ndarray, answer_index: np.ndarray, consistenc
 
 
 SIGNALS = ("option_probability", "p_true", "norm_p_true", "verbalized", "dinco")
+# Display names of every confidence signal in a table or figure: these, SECL's and the labelled baselines of a
+# SECL stream (secl.stream).
+SIGNAL_NAMES = {
+    "option_probability": "option probability", "p_true": "P(True)", "norm_p_true": "P(True)Norm",
+    "verbalized": "verbalized", "dinco": "DINCO-style", "secl": "SECL", "platt": "Platt (labels, 2-fold)",
+    "temperature": "TS (labels, 2-fold)",
+}
 
 
 @dataclass

@@ -11,6 +11,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from hf_calibration.errors import ParameterError
+from hf_calibration.modeling.prompts import PROMPT_FORMATS
 from hf_calibration.secl.confidence import CONFIDENCE_TEMPLATE, DEFAULT_TAU_N, P_TRUE_TEMPLATE, check_template
 
 CONFIG_NAME = "secl_config.json"
@@ -41,9 +43,9 @@ class SECLConfig:
     warmup: int = field(default=10, metadata={"help": "Entropies that only initialise the EMA (measured)."})
     lora_r: int = field(default=8, metadata={"help": "LoRA rank (reconstruction; PEFT default 8)."})
     lora_alpha: int = field(default=16, metadata={"help": "LoRA alpha (reconstruction)."})
-    target_modules: tuple = field(default=("q_proj", "v_proj"), metadata={
+    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "v_proj"], metadata={
         "help": "Projections that get LoRA adapters (paper: query and value)."})
-    target_layers: tuple | None = field(default=None, metadata={
+    target_layers: list[int] | None = field(default=None, metadata={
         "help": "Layer indices with adapters; None = the upper half, 'intermediate-to-late' (paper; exact layers "
                 "reconstruction)."})
     learning_rate: float = field(default=1e-3, metadata={"help": "AdamW learning rate of the adapters (reconstruction)."})
@@ -53,7 +55,8 @@ class SECLConfig:
     p_true_template: str = field(default=P_TRUE_TEMPLATE, metadata={
         "help": "Follow-up turn asking whether the answer is correct; must contain '{answer}'."})
     prompt_format: str = field(default="auto", metadata={
-        "help": "How prompts are formatted: 'chat', 'plain' or 'auto' (chat when the tokenizer has a template)."})
+        "help": "How prompts are formatted: 'chat', 'plain' or 'auto' (chat when the tokenizer has a template).",
+        "choices": list(PROMPT_FORMATS)})
     answer_max_chars: int = field(default=200, metadata={
         "help": "Longer answers are restated in the follow-up turns by their last characters (where the final "
                 "answer of a worked solution is)."})
@@ -61,17 +64,12 @@ class SECLConfig:
         "help": "Length of the beam-search alternatives for open-ended answers."})
 
     def __post_init__(self):
-        for name in _CHECKS:
-            self.check_value(name, getattr(self, name))
-        self.target_modules = tuple(self.target_modules)
+        """Check every field: ParameterError (a ValueError) naming the field and the value."""
+        for name, check in _CHECKS.items():
+            check(getattr(self, name), name)
+        self.target_modules = list(self.target_modules)
         if self.target_layers is not None:
-            self.target_layers = tuple(self.target_layers)
-
-    @staticmethod
-    def check_value(name: str, value, label: str | None = None) -> None:
-        """Raise ValueError when ``value`` is not valid for the field ``name``, naming ``label`` (default:
-        the field name; the CLI passes its option, e.g. ``--burst-size``) and the value."""
-        _CHECKS[name](value, label or name)
+            self.target_layers = list(self.target_layers)
 
     def layers_for(self, num_layers: int) -> list[int]:
         """The layer indices that get adapters in a model with ``num_layers`` layers."""
@@ -79,14 +77,12 @@ class SECLConfig:
             return list(range(num_layers // 2, num_layers))
         bad = [i for i in self.target_layers if i >= num_layers]
         if bad:
-            raise ValueError(f"target_layers: {bad} out of range for a model with {num_layers} layers")
+            raise ParameterError("target_layers", self.target_layers,
+                                 f"{bad} out of range for a model with {num_layers} layers")
         return list(self.target_layers)
 
     def to_dict(self) -> dict:
-        d = asdict(self)
-        d["target_modules"] = list(self.target_modules)
-        d["target_layers"] = None if self.target_layers is None else list(self.target_layers)
-        return d
+        return asdict(self)
 
     def save_pretrained(self, folder) -> None:
         Path(folder).mkdir(parents=True, exist_ok=True)
@@ -100,21 +96,20 @@ class SECLConfig:
 def _integer(minimum: int):
     def check(v, label):
         if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
-            raise ValueError(f"{label}: must be an integer >= {minimum}, got {v!r}")
+            raise ParameterError(label, v, f"must be an integer >= {minimum}, got {v!r}")
 
     return check
 
 
-def _number(*, lower_open: float | None = 0.0, lower_closed: float | None = None, upper: float | None = None,
-            finite: bool = True):
+def _number(*, lower_open: float | None = 0.0, lower_closed: float | None = None, upper: float | None = None):
     def check(v, label):
-        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and not math.isnan(v)
-        ok = ok and (lower_open is None or v > lower_open) and (lower_closed is None or v >= lower_closed)
-        ok = ok and (upper is None or v <= upper) and (not finite or math.isfinite(v))
-        if not ok:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise ParameterError(label, v, f"must be a finite number, got {v!r}")
+        if (lower_open is not None and v <= lower_open) or (lower_closed is not None and v < lower_closed) or (
+                upper is not None and v > upper):
             bound = f"> {lower_open:g}" if lower_open is not None else f">= {lower_closed:g}"
-            raise ValueError(f"{label}: must be a {'finite ' if finite else ''}number {bound}"
-                             f"{f' and <= {upper:g}' if upper is not None else ''}, got {v!r}")
+            raise ParameterError(label, v, f"must be a finite number {bound}"
+                                 f"{f' and <= {upper:g}' if upper is not None else ''}, got {v!r}")
 
     return check
 
@@ -124,13 +119,13 @@ def _template(v, label):
 
 
 def _prompt_format(v, label):
-    if v not in ("auto", "chat", "plain"):
-        raise ValueError(f"{label}: must be 'auto', 'chat' or 'plain', got {v!r}")
+    if v not in PROMPT_FORMATS:
+        raise ParameterError(label, v, f"must be 'auto', 'chat' or 'plain', got {v!r}")
 
 
 def _target_modules(v, label):
     if isinstance(v, str) or not v:
-        raise ValueError(f"{label}: must be a non-empty sequence of module names, got {v!r}")
+        raise ParameterError(label, v, f"must be a non-empty sequence of module names, got {v!r}")
 
 
 def _target_layers(v, label):
@@ -138,17 +133,17 @@ def _target_layers(v, label):
         return
     layers = tuple(v)
     if not layers or any(isinstance(i, bool) or not isinstance(i, int) or i < 0 for i in layers):
-        raise ValueError(f"{label}: must be non-negative layer indices or None, got {v!r}")
+        raise ParameterError(label, v, f"must be non-negative layer indices or None, got {v!r}")
 
 
-# one check per field (ph_threshold may be inf: a gate that never fires)
+# one check per field (ph_threshold finite, as PageHinkley needs it)
 _CHECKS = {
     **dict.fromkeys(("burst_size", "num_distractors", "n_bins", "ph_min_instances", "lora_r", "lora_alpha",
                      "steps_per_update", "answer_max_chars", "distractor_max_new_tokens"), _integer(1)),
     "warmup": _integer(2),
     "bin_gate_width": _integer(0),
     **dict.fromkeys(("tau_n", "alpha_step", "delta", "learning_rate"), _number()),
-    "ph_threshold": _number(finite=False),
+    "ph_threshold": _number(),
     "ema_rate": _number(upper=1.0),
     "ph_delta": _number(lower_open=None, lower_closed=0.0),
     "confidence_template": _template,

@@ -10,16 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hf_calibration.secl.confidence import DEFAULT_TAU_N, SIGNALS, MCQASignals, mcqa_signals
-
-# Signals in the diagnosis table and the reliability-diagram figure, with their display names.
-SIGNAL_NAMES = {
-    "option_probability": "option probability",
-    "p_true": "P(True)",
-    "norm_p_true": "P(True)Norm",
-    "verbalized": "verbalized",
-    "dinco": "DINCO-style",
-}
+from hf_calibration.secl.confidence import DEFAULT_TAU_N, SIGNAL_NAMES, SIGNALS, MCQASignals, mcqa_signals
 VERDICTS = ("helps", "ranking only", "level only", "does not help")
 
 
@@ -202,20 +193,22 @@ DIAGNOSIS_COLUMNS = (
 
 
 def format_diagnosis(result: dict, title: str = "") -> str:
-    """The printed table: one row per signal and reference, then position bias and the verdict."""
+    """The printed table: one row per signal and reference, then the position bias (multiple choice only)
+    and the verdict."""
     from hf_calibration.reports import format_table
 
     rows = {SIGNAL_NAMES[k]: v for k, v in result["signals"].items()}
     rows.update({f"ref: {k}": v for k, v in result["references"].items()})
     lines = [title] if title else []
     lines.append(format_table(rows, columns=DIAGNOSIS_COLUMNS))
-    bias = "  ".join(
-        f"{letter}: gold {b['gold_share']:.2f} acc "
-        + ("—" if b["accuracy_when_gold"] is None else f"{b['accuracy_when_gold']:.2f}")
-        + f" pred {b['prediction_share']:.2f}"
-        for letter, b in result["position_bias"].items()
-    )
-    lines.append(f"position bias (per gold letter): {bias}")
+    if "position_bias" in result:
+        bias = "  ".join(
+            f"{letter}: gold {b['gold_share']:.2f} acc "
+            + ("—" if b["accuracy_when_gold"] is None else f"{b['accuracy_when_gold']:.2f}")
+            + f" pred {b['prediction_share']:.2f}"
+            for letter, b in result["position_bias"].items()
+        )
+        lines.append(f"position bias (per gold letter): {bias}")
     gap = result["gap"]
 
     def ci(d):
@@ -228,19 +221,9 @@ def format_diagnosis(result: dict, title: str = "") -> str:
 
 def plot_diagnosis(signals: MCQASignals, *, title: str | None = None, n_bins: int = 15):
     """Reliability diagrams of option probability, P(True), P(True)Norm and verbalized, side by side."""
-    import matplotlib
+    from hf_calibration.plotting import plot_reliability_diagrams
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from hf_calibration.plotting import plot_reliability_diagram
-
-    names = ("option_probability", "p_true", "norm_p_true", "verbalized")
-    fig, axes = plt.subplots(1, len(names), figsize=(4.2 * len(names), 4.2))
     y = signals.correct.astype(int)
-    for ax, name in zip(axes, names):
-        plot_reliability_diagram(y, signals.confidence[name], n_bins=n_bins, ax=ax, title=SIGNAL_NAMES[name])
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
-    return fig
+    names = ("option_probability", "p_true", "norm_p_true", "verbalized")
+    return plot_reliability_diagrams({SIGNAL_NAMES[n]: (y, signals.confidence[n]) for n in names}, n_bins=n_bins,
+                                     title=title, panel_size=(4.2, 4.2))

@@ -27,8 +27,6 @@ cache is cropped, not copied.
 
 from __future__ import annotations
 
-import re
-
 import json
 import math
 from dataclasses import dataclass
@@ -39,7 +37,7 @@ import torch
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
 from hf_calibration.metrics.binning import uniform_bin_index
-from hf_calibration.modeling.prompts import resolve_prompt_format
+from hf_calibration.modeling.prompts import LETTERS, first_option_letter, resolve_prompt_format
 from hf_calibration.secl.config import SECLConfig
 from hf_calibration.secl.confidence import (
     PLAIN_CONFIDENCE_PREFIX,
@@ -94,10 +92,7 @@ def same_option(answer: str, distractor: str) -> bool:
     a, d = answer.strip(), distractor.strip()
     if a.lower() == d.lower():
         return True
-    if len(d) == 1 and d.upper() in "ABCDEFGHIJ":
-        m = re.search(r"\b([A-J])\b", a[:40])
-        return m is not None and m.group(1) == d.upper()
-    return False
+    return len(d) == 1 and d.upper() in LETTERS and first_option_letter(a) == d.upper()
 
 
 def bin_gate_passes(c: float, c_star: float, *, n_bins: int, width: int) -> bool:
@@ -266,7 +261,7 @@ class SECLGenerationMixin:
         want_scores = kwargs.pop("output_scores", False)
         out = super().generate(inputs, *args, return_dict_in_generate=True, output_scores=True, **kwargs)
         n_prompt = input_ids.shape[1]
-        eos = self._secl_stop_ids(kwargs)
+        eos = self.secl_stop_ids(kwargs)
         cache = getattr(out, "cache", None)
         # one device-to-host transfer each for the ids, the mask and the per-step entropies of the batch
         answers = out.sequences[:, n_prompt:].tolist()
@@ -296,7 +291,10 @@ class SECLGenerationMixin:
             fields["scores"] = None
         return SECLGenerateOutput(**fields, confidences=conf)
 
-    def _secl_stop_ids(self, kwargs) -> set:
+    def secl_stop_ids(self, generate_kwargs: dict | None = None) -> set:
+        """Token ids that end an answer: eos and pad ids of ``generate_kwargs``, the generation config and the
+        tokenizer."""
+        kwargs = generate_kwargs or {}
         ids = set()
         for source in (kwargs.get("eos_token_id"), self.generation_config.eos_token_id, self.secl_tokenizer.eos_token_id,
                        kwargs.get("pad_token_id"), self.generation_config.pad_token_id):
@@ -357,7 +355,7 @@ class SECLGenerationMixin:
         )
         own = self._secl_text(answer_ids)
         seen, alts = {own.strip().lower()}, []
-        eos = self._secl_stop_ids({})
+        eos = self.secl_stop_ids()
         for row in beams[:, len(prompt):].tolist():
             row = row[: next((j for j, t in enumerate(row) if t in eos), len(row))]
             key = self._secl_text(row).strip().lower()

@@ -16,17 +16,19 @@ confidence, fitted by 2-fold cross-fitting over the stream (each half calibrated
 
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from hf_calibration.modeling.prompts import LETTERS, build_prompt, format_mcqa
+from hf_calibration.data import MCQA_DATASETS, OPEN_QA_DATASETS, parse_domains
+from hf_calibration.errors import ParameterError, renamed_parameters
+from hf_calibration.modeling.prompts import LETTERS, build_prompt, first_option_letter, format_mcqa
+from hf_calibration.secl.confidence import SIGNAL_NAMES
 
-MCQA_DOMAINS = ("mmlu", "gpqa", "halueval_qa", "halueval_qa_lm")
-OPEN_DOMAINS = ("gsm8k",)
+MCQA_DOMAINS = tuple(MCQA_DATASETS)
+OPEN_DOMAINS = tuple(OPEN_QA_DATASETS)
 GSM8K_INSTRUCTION = "Reply with the final number only."
 
 
@@ -41,44 +43,27 @@ class StreamItem:
     n_options: int = 0
 
 
-def parse_stream(spec: str) -> list[tuple[str, str | None]]:
-    """"mmlu:humanities,gsm8k,halueval_qa" → [("mmlu", "humanities"), ("gsm8k", None), ("halueval_qa", None)].
-
-    MMLU subjects/categories inside one domain are joined with "+" (``mmlu:stem+other``). Raises
-    ValueError naming ``--stream`` for an unknown domain or MMLU subject/category.
-    """
-    from hf_calibration.data.loaders import resolve_subjects
-
-    if not isinstance(spec, str) or not spec.strip():
-        raise ValueError(f"--stream: need comma-separated domains, got {spec!r}")
-    out = []
-    for part in spec.split(","):
-        name, _, subjects = part.strip().partition(":")
-        if name not in MCQA_DOMAINS + OPEN_DOMAINS:
-            raise ValueError(f"--stream: unknown domain {name!r} in {spec!r}; known: {', '.join(MCQA_DOMAINS + OPEN_DOMAINS)}")
-        if subjects and name != "mmlu":
-            raise ValueError(f"--stream: only mmlu takes subjects, got {part!r}")
-        if subjects:  # checked here, before any model is loaded
-            try:
-                resolve_subjects(subjects.replace("+", ","))
-            except ValueError as err:
-                raise ValueError(f"--stream: in {part.strip()!r}, {str(err).removeprefix('subjects: ')}") from None
-        out.append((name, subjects.replace("+", ",") or None))
-    return out
+def parse_stream(stream: str) -> list[tuple[str, str | None]]:
+    """"mmlu:humanities,gsm8k,halueval_qa" → [("mmlu", "humanities"), ("gsm8k", None), ("halueval_qa", None)]:
+    ``data.parse_domains`` over the stream's domains (``MCQA_DOMAINS + OPEN_DOMAINS``), MMLU subjects or
+    categories '+'-joined (``mmlu:stem+other``). Raises ParameterError naming ``stream``."""
+    with renamed_parameters(domains="stream"):
+        return parse_domains(stream, MCQA_DOMAINS + OPEN_DOMAINS)
 
 
-def build_stream(tokenizer, spec: str, *, limit_per_domain: int, seed: int = 0, prompt_format: str = "auto",
+def build_stream(tokenizer, stream: str, *, limit_per_domain: int, seed: int = 0, prompt_format: str = "auto",
                  balance_gold: bool = False) -> list:
     """The stream's items, domain after domain, ``limit_per_domain`` each (seeded sample).
 
     balance_gold : passed to ``load_mcqa`` (every option letter gold equally often in each MCQA domain).
+    Raises ParameterError naming ``stream`` or ``limit_per_domain``.
     """
     from hf_calibration.data import load_mcqa, load_open_qa
 
     if isinstance(limit_per_domain, bool) or not isinstance(limit_per_domain, int) or limit_per_domain < 1:
-        raise ValueError(f"--limit-per-domain: must be a positive integer, got {limit_per_domain!r}")
+        raise ParameterError("limit_per_domain", limit_per_domain, f"must be a positive integer, got {limit_per_domain!r}")
     items = []
-    for name, subjects in parse_stream(spec):
+    for name, subjects in parse_stream(stream):
         label = name if subjects is None else f"{name}:{subjects.replace(',', '+')}"
         if name in MCQA_DOMAINS:
             for row in load_mcqa(name, subjects=subjects, limit=limit_per_domain, seed=seed, balance_gold=balance_gold):
@@ -93,11 +78,6 @@ def build_stream(tokenizer, spec: str, *, limit_per_domain: int, seed: int = 0, 
     return items
 
 
-def _letter(text: str, n_options: int) -> int:
-    m = re.search(r"\b([A-J])\b", text.strip()[:40])
-    return LETTERS.index(m.group(1)) if m and LETTERS.index(m.group(1)) < n_options else -1
-
-
 def judge(item: StreamItem, text: str) -> tuple[str, bool]:
     """(parsed answer, correct) of a generated answer text.
 
@@ -107,7 +87,8 @@ def judge(item: StreamItem, text: str) -> tuple[str, bool]:
     from hf_calibration.data.loaders import extract_final_number
 
     if item.kind == "mcqa":
-        k = _letter(text, item.n_options)
+        letter = first_option_letter(text)
+        k = LETTERS.index(letter) if letter is not None and LETTERS.index(letter) < item.n_options else -1
         return (LETTERS[k] if k >= 0 else ""), k == item.gold
     number = extract_final_number(text)
     return ("" if number is None else str(number)), number is not None and _same_number(number, item.gold)
@@ -130,7 +111,7 @@ def _generate(model, item: StreamItem, *, max_new_tokens: int, update: bool):
     )
     record = dict(model.secl_records[0])
     answer = out.sequences[0, len(item.prompt_ids):].tolist()
-    stop = model._secl_stop_ids({})
+    stop = model.secl_stop_ids()
     length = next((j for j, t in enumerate(answer) if t in stop), len(answer))
     steps = torch.stack([s[0].float() for s in out.scores[: max(length, 1)]])
     logp = torch.log_softmax(steps, dim=-1)
@@ -269,8 +250,6 @@ def summarize_stream(records: list[dict], *, n_resamples: int = 1000, seed: int 
     return out
 
 
-SIGNAL_NAMES = {"verbalized": "verbalized", "p_true": "P(True)", "norm_p_true": "P(True)Norm", "dinco": "DINCO-style",
-                "secl": "SECL", "platt": "Platt (labels, 2-fold)", "temperature": "TS (labels, 2-fold)"}
 STREAM_COLUMNS = (
     ("accuracy", "acc"), ("mean_confidence", "conf"), ("conf_ece", "ECE"), ("brier", "Brier"),
     ("auroc", "AUROC"), ("forward_passes", "passes/q"),

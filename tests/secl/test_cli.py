@@ -4,28 +4,21 @@ import json
 
 import pytest
 
-from hf_calibration.cli import _Parser
-from hf_calibration.secl.cli import add_diagnose_parser, add_secl_parser
+from hf_calibration.cli import main
+from hf_calibration.errors import ParameterError
 from hf_calibration.secl.stream import judge, parse_stream, StreamItem
-from tests.tiny import make_tiny_model, make_tiny_tokenizer
 
 
-def main(argv):
-    parser = _Parser(prog="hf-calibration")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    add_diagnose_parser(sub)
-    add_secl_parser(sub)
-    args = parser.parse_args(argv)
-    return args.func(args)
+def _exit_code(argv):
+    try:
+        return main(argv)
+    except SystemExit as exit_:  # argparse's usage errors exit from inside the parser
+        return exit_.code
 
 
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("tiny")
-    tok = make_tiny_tokenizer()
-    make_tiny_model(tok).save_pretrained(folder)
-    tok.save_pretrained(folder)
-    return str(folder)
+@pytest.fixture()
+def tiny_dir(tiny_model_dir):
+    return str(tiny_model_dir)
 
 
 @pytest.mark.parametrize("argv", [
@@ -34,9 +27,7 @@ def tiny_dir(tmp_path_factory):
     ["secl", "--limit-per-domain", "0", "--output-dir", "x"],
 ])
 def test_non_positive_limits_exit_2(argv, capsys):
-    with pytest.raises(SystemExit) as err:
-        main(argv)
-    assert err.value.code == 2 and "limit" in capsys.readouterr().err
+    assert _exit_code(argv) == 2 and "limit" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("args, message", [
@@ -44,9 +35,7 @@ def test_non_positive_limits_exit_2(argv, capsys):
     (["--subjects", "astrology"], "--subjects: unknown MMLU subject or category 'astrology'"),
 ])
 def test_diagnose_bad_data_names_the_option(args, message, tmp_path, capsys):
-    from hf_calibration.cli import main as cli_main
-
-    assert cli_main(["diagnose", *args, "--output-dir", str(tmp_path / "x")]) == 2
+    assert main(["diagnose", *args, "--output-dir", str(tmp_path / "x")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"hf-calibration: error: {message}"), err
     assert not (tmp_path / "x").exists()
@@ -81,8 +70,9 @@ def test_secl_stream_writes_outputs(tiny_dir, tmp_path, capsys):
 
 @pytest.mark.parametrize("spec", ["", "mmlu:stem,trivia", "gsm8k:algebra", "mmlu:astrologyy", "mmlu:stem+astrologyy"])
 def test_bad_stream(spec):
-    with pytest.raises(ValueError, match="--stream"):
+    with pytest.raises(ParameterError, match="^stream: ") as err:
         parse_stream(spec)
+    assert err.value.parameter == "stream" and err.value.value == spec
 
 
 def test_judge():
@@ -118,10 +108,8 @@ def no_model_load(monkeypatch):
     ("--alpha-step", "inf", "alpha_step", "got inf"),
 ])
 def test_secl_config_errors_name_the_option(option, value, field, expected, tmp_path, capsys, no_model_load):
-    from hf_calibration.cli import main as cli_main
-
     out = tmp_path / "out"
-    assert cli_main(["secl", option, value, "--output-dir", str(out)]) == 2
+    assert main(["secl", option, value, "--output-dir", str(out)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(f"hf-calibration: error: {option}: ") and expected in err
     assert field not in err
@@ -129,10 +117,8 @@ def test_secl_config_errors_name_the_option(option, value, field, expected, tmp_
 
 
 def test_secl_unknown_mmlu_subject_fails_before_loading(tmp_path, capsys, no_model_load):
-    from hf_calibration.cli import main as cli_main
-
     out = tmp_path / "out"
-    assert cli_main(["secl", "--stream", "mmlu:stem,mmlu:astrologyy", "--output-dir", str(out)]) == 2
+    assert main(["secl", "--stream", "mmlu:stem,mmlu:astrologyy", "--output-dir", str(out)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--stream" in err and "'astrologyy'" in err and "'mmlu:astrologyy'" in err
     assert not out.exists()
@@ -164,10 +150,8 @@ def test_secl_limit_above_domain_size_warns(tiny_dir, tmp_path, capsys, monkeypa
     (["--stream", "gsm8k:algebra"], ["--stream", "'gsm8k:algebra'"]),
 ])
 def test_secl_bad_stream_or_size_fails_before_loading(argv, fragments, tmp_path, capsys, no_model_load):
-    from hf_calibration.cli import main as cli_main
-
     out = tmp_path / "out"
-    assert cli_main(["secl", *argv, "--output-dir", str(out)]) == 2
+    assert main(["secl", *argv, "--output-dir", str(out)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("hf-calibration: error: ") and "Traceback" not in err, err
     assert all(f in err for f in fragments), err
@@ -175,11 +159,9 @@ def test_secl_bad_stream_or_size_fails_before_loading(argv, fragments, tmp_path,
 
 
 def test_secl_option_prefix_is_not_an_option(tmp_path, capsys, no_model_load):
-    from hf_calibration.cli import main as cli_main
-
     out = tmp_path / "out"
     with pytest.raises(SystemExit) as exit_:
-        cli_main(["secl", "--limit", "5", "--output-dir", str(out)])  # argparse took it for --limit-per-domain
+        main(["secl", "--limit", "5", "--output-dir", str(out)])  # argparse took it for --limit-per-domain
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and err.count("\n") == 1 and "--limit 5" in err, err
     assert not out.exists()

@@ -175,7 +175,7 @@ def test_confidence_from_generate_cache_equals_fresh_pass(tiny_tokenizer, secl, 
     for i in range(2):
         prompt = enc["input_ids"][i][enc["attention_mask"][i].bool()].tolist()
         answer = out.sequences[i, enc["input_ids"].shape[1]:].tolist()
-        answer = answer[: next((j for j, t in enumerate(answer) if t in secl._secl_stop_ids({"eos_token_id": int(first[0])})), len(answer))]
+        answer = answer[: next((j for j, t in enumerate(answer) if t in secl.secl_stop_ids({"eos_token_id": int(first[0])})), len(answer))]
         fresh = float(secl._secl_verbalized(prompt, answer)[0][0])
         assert float(out.confidences[i]) == pytest.approx(fresh, abs=1e-5)
 
@@ -233,7 +233,7 @@ def test_two_step_read_is_one_pass_with_the_two_pass_values(tiny_tokenizer, secl
     for i in range(2):
         prompt = enc["input_ids"][i][enc["attention_mask"][i].bool()].tolist()
         answer = out.sequences[i, enc["input_ids"].shape[1]:].tolist()
-        answer = answer[: next((j for j, t in enumerate(answer) if t in secl._secl_stop_ids({})), len(answer))]
+        answer = answer[: next((j for j, t in enumerate(answer) if t in secl.secl_stop_ids()), len(answer))]
         ref = reference_confidence(secl, tiny_tokenizer, prompt, answer, two_step=True)
         assert float(out.confidences[i]) == pytest.approx(ref, abs=1e-5)
 
@@ -254,7 +254,7 @@ def test_real_model_confidences_equal_two_uncached_passes():
         out = secl.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=6, do_sample=False,
                             return_dict_in_generate=True, secl_update=False, pad_token_id=tokenizer.pad_token_id)
         answer = out.sequences[0, ids.shape[1]:].tolist()
-        answer = answer[: next((j for j, t in enumerate(answer) if t in secl._secl_stop_ids({})), len(answer))]
+        answer = answer[: next((j for j, t in enumerate(answer) if t in secl.secl_stop_ids()), len(answer))]
         ref = reference_confidence(secl, tokenizer, item.prompt_ids, answer, two_step=True)
         # Two computation paths (generate's cache vs full uncached passes) on a 30-layer float32 model:
         # logits |z| <= ~30 differ by rounding of about sqrt(d·L)·eps·|z| = sqrt(576·30)·1.19e-7·30 = 4.7e-4,

@@ -1,0 +1,46 @@
+"""Jobs: each a typed config, a function and a typed result, callable without the command line.
+
+``run_x(config: XConfig) -> XResult``, as a TRL script takes its dataclasses; ``hf-calibration <command>``
+parses the same dataclasses (their fields' ``metadata["help"]`` is the option help) and calls these
+functions. Every config checks its fields at construction, and every job checks its files and model path
+before a model loads, raising ``hf_calibration.errors.ParameterError`` naming the field.
+
+- ``run_evaluate(EvaluateConfig)``: score MCQA questions, report calibration metrics.
+- ``run_fit_posthoc(FitPosthocConfig)``: fit a post-hoc calibrator on ``run_evaluate``'s predictions.
+- ``run_diagnose(DiagnoseConfig)``: the generation–discrimination gap; will SECL help this model?
+- ``run_secl_stream(SECLStreamConfig, SECLConfig)``: a multi-domain stream through SECL with the baselines.
+- ``run_calm(CALMJobConfig, CALMConfig)``: fine-tune with CALM.
+- ``run_experiment(ExperimentConfig, CALMExperimentConfig)``: the headline tables (diagnose, secl, calm).
+"""
+
+from hf_calibration.jobs.calm import CALMJobConfig, CALMJobResult, run_calm
+from hf_calibration.jobs.calm_experiment import CALMExperimentConfig
+from hf_calibration.jobs.common import JobResult
+from hf_calibration.jobs.diagnose import DiagnoseConfig, DiagnoseResult, run_diagnose
+from hf_calibration.jobs.evaluate import EvaluateConfig, EvaluateResult, run_evaluate
+from hf_calibration.jobs.experiment import ExperimentConfig, ExperimentResult, run_experiment
+from hf_calibration.jobs.fit_posthoc import FitPosthocConfig, FitPosthocResult, run_fit_posthoc
+from hf_calibration.jobs.secl_stream import SECLStreamConfig, SECLStreamResult, run_secl_stream
+
+__all__ = [
+    "CALMExperimentConfig",
+    "CALMJobConfig",
+    "CALMJobResult",
+    "DiagnoseConfig",
+    "DiagnoseResult",
+    "EvaluateConfig",
+    "EvaluateResult",
+    "ExperimentConfig",
+    "ExperimentResult",
+    "FitPosthocConfig",
+    "FitPosthocResult",
+    "JobResult",
+    "SECLStreamConfig",
+    "SECLStreamResult",
+    "run_calm",
+    "run_diagnose",
+    "run_evaluate",
+    "run_experiment",
+    "run_fit_posthoc",
+    "run_secl_stream",
+]

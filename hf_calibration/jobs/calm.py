@@ -1,0 +1,133 @@
+"""``run_calm``: fine-tune a causal LM with CALM on MCQA data (``hf-calibration calm``; SPEC §1).
+
+As a TRL script takes ``(ScriptArguments, SFTConfig)``, the job takes the data and model options
+(``CALMJobConfig``) and the trainer's (``hf_calibration.calm.CALMConfig``, an ``SFTConfig``).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from hf_calibration import modeling
+from hf_calibration.calm import CALMConfig, CALMTrainer, mcqa_to_prompt_completion
+from hf_calibration.data import MCQA_DATASETS, load_mcqa, resolve_subjects
+from hf_calibration.errors import ParameterError, renamed_parameters
+from hf_calibration.jobs.common import JobResult, check_choice, check_int, check_output_dir, model_field, prompt_format_field
+from hf_calibration.modeling.prompts import PROMPT_FORMATS
+
+SPLITS = ("train", "calibration", "eval")
+
+
+@dataclass(kw_only=True)
+class CALMJobConfig:
+    """Data and model options of ``run_calm`` / ``hf-calibration calm`` (the trainer's are ``CALMConfig``).
+    Checked at construction: ParameterError (a ValueError) naming the field and the value."""
+
+    model: str = model_field()
+    train_dataset: str = field(default="mmlu", metadata={
+        "help": "MCQA dataset for S_T, S_V and eval: mmlu, gpqa, halueval_qa, halueval_qa_lm."})
+    train_subjects: str = field(default="stem", metadata={
+        "help": "MMLU subjects/categories of S_T (comma-separated)."})
+    calibration_subjects: str | None = field(default=None, metadata={
+        "help": "MMLU subjects/categories of S_V (default: train_subjects, disjoint questions)."})
+    eval_subjects: str | None = field(default=None, metadata={
+        "help": "MMLU subjects/categories of the labelled eval split (default: train_subjects, disjoint)."})
+    n_train: int = field(default=320, metadata={"help": "Questions in S_T."})
+    n_calibration: int = field(default=320, metadata={"help": "Questions in S_V."})
+    n_eval: int = field(default=150, metadata={"help": "Questions in the labelled eval split (0: none)."})
+    prompt_format: str = prompt_format_field()
+    lora_r: int = field(default=8, metadata={
+        "help": "LoRA rank on the attention projections (0: full fine-tuning)."})
+
+    def __post_init__(self):
+        check_int(self.n_train, "n_train")
+        check_int(self.n_calibration, "n_calibration")
+        check_int(self.n_eval, "n_eval", minimum=0)
+        check_int(self.lora_r, "lora_r", minimum=0)
+        check_choice(self.prompt_format, "prompt_format", PROMPT_FORMATS)
+        check_choice(self.train_dataset, "train_dataset", sorted(MCQA_DATASETS))
+        names = ("train_subjects", "calibration_subjects", "eval_subjects")
+        if self.train_dataset != "mmlu":
+            for name in names:
+                if getattr(self, name) not in (None, "stem" if name == "train_subjects" else None):
+                    raise ParameterError(name, getattr(self, name), f"only {{train_dataset}} mmlu has subjects, got "
+                                         f"{{train_dataset}} {self.train_dataset!r}", related=("train_dataset",))
+            return
+        for name in names:
+            with renamed_parameters(subjects=name):
+                resolve_subjects(getattr(self, name))
+
+    def subjects(self, split: str) -> str:
+        """The subjects of ``split`` ("train", "calibration" or "eval")."""
+        return getattr(self, f"{split}_subjects") or self.train_subjects
+
+
+@dataclass(kw_only=True)
+class CALMJobResult(JobResult):
+    """``JobResult`` (``metrics``: the eval split's metrics, empty without one; ``paths["model"]``: the saved
+    adapter, logit adjustment and model card) plus the trainer."""
+
+    trainer: object
+
+
+def _datasets(config: CALMJobConfig, seed: int, tokenizer) -> dict:
+    """S_T, S_V and the eval split as prompt/completion rows: one shuffled pool per subject set, cut into
+    disjoint slices."""
+    pools, offsets, out = {}, {}, {}
+    for split in SPLITS:
+        size = getattr(config, f"n_{split}")
+        if size == 0:
+            continue
+        key = config.subjects(split)
+        if key not in pools:
+            kw = {"subjects": key} if config.train_dataset == "mmlu" else {}
+            pools[key] = load_mcqa(config.train_dataset, seed=seed, **kw).shuffle(seed=seed)
+            offsets[key] = 0
+        start, stop = offsets[key], offsets[key] + size
+        if stop > len(pools[key]):
+            raise ParameterError(f"n_{split}", size, f"{size} questions asked but only {len(pools[key]) - start} "
+                                 f"remain in {key!r} after the other splits")
+        out[split] = mcqa_to_prompt_completion(pools[key].select(range(start, stop)), tokenizer,
+                                               prompt_format=config.prompt_format)
+        offsets[key] = stop
+    return out
+
+
+def run_calm(config: CALMJobConfig, training: CALMConfig) -> CALMJobResult:
+    """Train LoRA (or full) weights and a logit adjustment with ``CALMTrainer`` on MCQA data: S_T and S_V from
+    ``train_subjects`` / ``calibration_subjects``, the labelled eval split from ``eval_subjects``; save the adapter,
+    ``logit_adjustment.safetensors`` and a model card to ``training.output_dir``.
+
+    The output folder and the model path are checked before the model loads; ParameterError naming the field
+    (``output_dir`` is ``CALMConfig``'s).
+    """
+    from peft import LoraConfig
+
+    if not training.output_dir:
+        raise ParameterError("output_dir", training.output_dir,
+                             "required (the folder for the adapter, logit adjustment and model card)")
+    out = check_output_dir(training.output_dir)
+    modeling.resolve_model_path(config.model)
+    model, tokenizer = modeling.load_model(config.model)
+    tokenizer.padding_side = "right"
+    data = _datasets(config, training.seed, tokenizer)
+    peft = None
+    if config.lora_r > 0:
+        peft = LoraConfig(r=config.lora_r, lora_alpha=2 * config.lora_r, lora_dropout=0.0, task_type="CAUSAL_LM",
+                          target_modules=["q_proj", "k_proj", "v_proj", "o_proj"])
+    trainer = CALMTrainer(model, args=training, train_dataset=data["train"],
+                          calibration_dataset=data["calibration"].remove_columns("completion"),
+                          eval_dataset=data.get("eval"), processing_class=tokenizer, peft_config=peft)
+    start = time.perf_counter()
+    trainer.train()
+    seconds = time.perf_counter() - start
+    metrics = {k: v for k, v in trainer.evaluate().items() if isinstance(v, float)} if "eval" in data else {}
+    trainer.save_model(training.output_dir)
+    lines = [f"trained {trainer.state.global_step} steps in {seconds:.0f} s"]
+    if metrics:
+        lines.append(str({k: round(v, 4) for k, v in metrics.items()}))
+    run = {"model": config.model, "train_dataset": config.train_dataset, "sizes": {k: len(v) for k, v in data.items()},
+           "steps": trainer.state.global_step, "train_seconds": round(seconds, 1), "method": training.method}
+    return CALMJobResult(metrics=metrics, run=run, paths={"model": out}, output_dir=out, table="\n".join(lines),
+                         trainer=trainer)

@@ -1,0 +1,328 @@
+"""The calm experiment: CALM with LoRA against the paper's baselines and ablations on the same splits
+(SPEC §1, §5); run by ``run_experiment`` with ``name="calm"`` (``hf-calibration experiment calm``).
+
+Train on one domain (an MMLU group such as ``mmlu:stem``, or ``halueval_qa_lm``, ``halueval_qa``, ``gpqa``):
+S_T for training, S_V (labels unused) for the entropy, a labelled validation split (post-hoc TS fitting, the
+constant-accuracy reference), an in-domain test split; out of domain: ``ood_domains`` (default for an MMLU
+group: the other MMLU categories, GPQA-Diamond and HaluEval QA; for a HaluEval or GPQA domain: MMLU STEM and
+full HaluEval QA). ``balance_gold`` balances the gold position across letters in every set. Every method
+starts from the same base model and sees the same data in the same order.
+
+Two phases, so a long run can be resumed: ``train`` writes ``<output>/scores/<method>.npz`` (option
+log-scores per split) and skips methods already scored; ``report`` builds the table (``report.md``,
+``report.json``, ``items.jsonl``, reliability diagrams ``reliability_<split>.png``) from them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from hf_calibration import modeling
+from hf_calibration.data import MCQA_DATASETS, balance_gold, domain_key, load_mcqa, parse_domains
+from hf_calibration.errors import ParameterError, renamed_parameters
+from hf_calibration.jobs.common import check_choice, check_int, check_output_dir, progress_line
+
+METHODS = ("uncalibrated", "ts", "sft", "label_smoothing", "cft", "bome", "iterate", "regularization", "scalar")
+MMLU_OOD = "mmlu:humanities,mmlu:social_sciences,mmlu:other,gpqa,halueval_qa"
+OTHER_OOD = "mmlu:stem,halueval_qa"
+PHASES = ("all", "train", "report")
+SPLITS = ("train", "calibration", "validation", "id_test")
+
+
+@dataclass(kw_only=True)
+class CALMExperimentConfig:
+    """Options of the calm experiment besides ``ExperimentConfig``'s (model, training domain, seed, scoring
+    batch size, device, bootstrap resamples, output folder). The defaults are the recorded Qwen run: sized so nine
+    methods fit in about an hour on one idle CPU core (≈ 2 s per scored question, ≈ 20 s per SFT step, the
+    bilevel methods up to 2.5× that): seven trainings of 8 steps (one pass over S_T), eight scorings of the
+    validation, test and OOD sets; too small for the intervals to separate methods. Checked at construction:
+    ParameterError naming the field."""
+
+    phase: str = field(default="all", metadata={
+        "help": "train (score every method not scored yet), report (the table from the scores) or all.",
+        "choices": list(PHASES)})
+    methods: list[str] = field(default_factory=lambda: list(METHODS), metadata={
+        "help": "Methods to train and score.", "choices": list(METHODS)})
+    ood_domains: str | None = field(default=None, metadata={
+        "help": f"Comma-separated OOD sets (default: {MMLU_OOD} for an MMLU domain, else {OTHER_OOD})."})
+    n_train: int = field(default=32, metadata={"help": "Questions in S_T."})
+    n_calibration: int = field(default=32, metadata={"help": "Questions in S_V (labels unused)."})
+    n_validation: int = field(default=20, metadata={"help": "Questions in the labelled validation split."})
+    n_test: int = field(default=30, metadata={"help": "Questions in the in-domain test split."})
+    n_ood: int = field(default=20, metadata={"help": "Questions per OOD set."})
+    max_steps: int = field(default=8, metadata={"help": "Optimizer steps per trained method."})
+    train_batch_size: int = field(default=4, metadata={"help": "Training batch size."})
+    lora_r: int = field(default=8, metadata={"help": "LoRA rank on the attention projections."})
+    learning_rate: float = field(default=1e-3, metadata={"help": "Learning rate of the LoRA weights (θ)."})
+    alpha_learning_rate: float = field(default=5e-2, metadata={"help": "Learning rate of the logit adjustment (α)."})
+    inner_learning_rate: float = field(default=1e-2, metadata={"help": "ξ_in of BOME's inner steps."})
+    inner_steps: int = field(default=1, metadata={"help": "T: BOME's inner steps."})
+    balance_gold: bool = field(default=True, metadata={
+        "help": "Every option letter gold equally often in each set (each split balanced on its own)."})
+
+    def __post_init__(self):
+        check_choice(self.phase, "phase", PHASES)
+        if not self.methods or any(m not in METHODS for m in self.methods):
+            raise ParameterError("methods", self.methods, f"must be one or more of {', '.join(METHODS)}, got {self.methods!r}")
+        for name in ("n_train", "n_calibration", "n_validation", "n_test", "n_ood", "max_steps", "train_batch_size",
+                     "lora_r"):
+            check_int(getattr(self, name), name)
+        check_int(self.inner_steps, "inner_steps", minimum=0)
+        for name in ("learning_rate", "alpha_learning_rate", "inner_learning_rate"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value > 0):
+                raise ParameterError(name, value, f"must be a finite number > 0, got {value!r}")
+        if self.ood_domains is not None:
+            with renamed_parameters(domains="ood_domains"):
+                parse_domains(self.ood_domains, tuple(MCQA_DATASETS))
+
+    def ood_specs(self, train_domain: str) -> list[str]:
+        """The OOD domains for a model trained on ``train_domain``."""
+        text = self.ood_domains or (MMLU_OOD if train_domain.startswith("mmlu") else OTHER_OOD)
+        return [d.strip() for d in text.split(",")]
+
+
+def load_domain(spec: str, *, limit=None, seed=0, balance_gold=False):
+    """The MCQA rows of one domain of ``data.parse_domains`` (``mmlu:<categories or subjects, '+'-joined>`` or
+    a ``load_mcqa`` name)."""
+    [(name, subjects)] = parse_domains(spec, tuple(MCQA_DATASETS))
+    return load_mcqa(name, subjects=subjects, limit=limit, seed=seed, balance_gold=balance_gold)
+
+
+def build_splits(train_domain: str, config: CALMExperimentConfig, *, seed: int = 0) -> dict:
+    """S_T, S_V, validation, ID test (disjoint, from ``train_domain``) and the OOD sets (keyed by
+    ``data.domain_key``); with ``balance_gold`` each split is balanced on its own (a balanced whole splits into
+    letter-skewed parts: the gold letter's share would differ between the training and the test data).
+    ParameterError naming the split sizes when they ask for more questions than the domain has."""
+    domain = load_domain(train_domain, seed=seed).shuffle(seed=seed)
+    sizes = [config.n_train, config.n_calibration, config.n_validation, config.n_test]
+    if sum(sizes) > len(domain):
+        raise ParameterError("n_train", config.n_train, f"{{n_train}}/{{n_calibration}}/{{n_validation}}/{{n_test}}: "
+                             f"{sizes} sum to more than the {len(domain)} questions of {train_domain!r}",
+                             related=("n_calibration", "n_validation", "n_test"))
+    bounds = np.cumsum([0] + sizes)
+    splits = {n: domain.select(range(bounds[i], bounds[i + 1])) for i, n in enumerate(SPLITS)}
+    if config.balance_gold:
+        splits = {n: balance_gold(split, seed=seed) for n, split in splits.items()}
+    for spec in config.ood_specs(train_domain):
+        splits[domain_key(spec)] = load_domain(spec, limit=config.n_ood, seed=seed, balance_gold=config.balance_gold)
+    return splits
+
+
+def _score_all(model, tokenizer, splits, batch_size: int, ood: list) -> dict:
+    out = {}
+    for name in ("validation", "id_test", *ood):
+        s = modeling.score_mcqa(model, tokenizer, splits[name], batch_size=batch_size, progress=False)
+        out[f"{name}_logits"] = s.option_logits
+        out[f"{name}_labels"] = s.labels
+    return out
+
+
+def _train_method(method: str, splits, config: CALMExperimentConfig, *, model_name: str, out: Path, seed: int,
+                  device: str, tokenizer):
+    from peft import LoraConfig
+
+    from hf_calibration.calm import CALMConfig, CALMTrainer, mcqa_to_prompt_completion
+
+    model, _ = modeling.load_model(model_name)
+    num_options = len(splits["train"][0]["choices"])  # the entropy and L_tr read these letters only (K = 2 for HaluEval)
+    training = CALMConfig(
+        output_dir=str(out / "runs" / method), method="sft" if method == "label_smoothing" else method,
+        max_steps=config.max_steps, per_device_train_batch_size=config.train_batch_size,
+        learning_rate=config.learning_rate, alpha_learning_rate=config.alpha_learning_rate,
+        inner_steps=config.inner_steps, num_options=num_options, inner_learning_rate=config.inner_learning_rate,
+        label_smoothing_factor=0.1 if method == "label_smoothing" else 0.0, lr_scheduler_type="constant",
+        warmup_steps=0, bf16=False, activation_checkpointing=False, save_strategy="no", report_to="none",
+        logging_steps=10, seed=seed, use_cpu=modeling.resolve_device(device) == "cpu", max_length=None,
+        disable_tqdm=True, dataset_num_proc=None,
+    )
+    train = mcqa_to_prompt_completion(splits["train"], tokenizer)
+    calibration = mcqa_to_prompt_completion(splits["calibration"], tokenizer).remove_columns("completion")
+    peft = LoraConfig(r=config.lora_r, lora_alpha=2 * config.lora_r, lora_dropout=0.0,
+                      target_modules=["q_proj", "k_proj", "v_proj", "o_proj"], task_type="CAUSAL_LM")
+    trainer = CALMTrainer(model, args=training, train_dataset=train, calibration_dataset=calibration,
+                          processing_class=tokenizer, peft_config=peft)
+    start = time.perf_counter()
+    trainer.train()
+    seconds = time.perf_counter() - start
+    trainer.model.eval()
+    logs = [e for e in trainer.state.log_history if "lower_loss" in e]
+    return trainer.model, {"num_options": num_options, "train_seconds": seconds,
+                           "seconds_per_step": seconds / config.max_steps, "log": logs,
+                           "mean_temperature": float(trainer.model.logit_adjustment.temperature.detach().mean())}
+
+
+def _scored_file(out: Path, method: str, suffix: str) -> Path:
+    """Where a method's scores (.npz) or info (.json) are; TS reuses the uncalibrated scores."""
+    return out / "scores" / f"{'uncalibrated' if method == 'ts' else method}.{suffix}"
+
+
+def _read_scored(out: Path) -> tuple[dict, dict]:
+    """The scores and infos of every method already scored in ``out/scores`` (a finished sub-run, read to resume)."""
+    scores, infos = {}, {}
+    for method in METHODS:
+        if method != "ts" and _scored_file(out, method, "npz").exists():
+            scores[method] = dict(np.load(_scored_file(out, method, "npz")))
+            infos[method] = json.loads(_scored_file(out, method, "json").read_text())
+    return scores, infos
+
+
+def train_and_score(out: Path, splits, config: CALMExperimentConfig, *, model_name: str, seed: int, device: str,
+                    batch_size: int, progress: bool = True) -> tuple[dict, dict]:
+    """Train and score every method of ``config.methods`` not scored yet (``scores/<method>.npz`` and ``.json``);
+    → (scores, infos) of every scored method, those of earlier runs read back."""
+    (out / "scores").mkdir(parents=True, exist_ok=True)
+    scores, infos = _read_scored(out)
+    ood = [k for k in splits if k not in SPLITS]
+    base = tokenizer = None  # loaded at the first method that needs work: a report-only rerun loads no model
+    for method in config.methods:
+        if method in scores:  # checked per method, so two processes can share the list of methods
+            progress_line(f"{method}: already scored", progress)
+            continue
+        if method == "ts":  # fitted in the report on the uncalibrated scores; nothing to train or score
+            continue
+        if tokenizer is None:
+            base, tokenizer = modeling.load_model(model_name, device=device)
+        start = time.perf_counter()  # the model load is not part of a method's wall time
+        if method == "uncalibrated":
+            method_scores, info = _score_all(base, tokenizer, splits, batch_size, ood), {}
+        else:
+            model, info = _train_method(method, splits, config, model_name=model_name, out=out, seed=seed,
+                                        device=device, tokenizer=tokenizer)
+            method_scores = _score_all(model, tokenizer, splits, batch_size, ood)
+        info["wall_seconds"] = time.perf_counter() - start
+        np.savez(_scored_file(out, method, "npz"), **method_scores)
+        _scored_file(out, method, "json").write_text(json.dumps(info, indent=2, default=float) + "\n")
+        scores[method], infos[method] = method_scores, info
+        progress_line(f"{method}: {info['wall_seconds']:.0f} s"
+                      + (f" ({info['seconds_per_step']:.2f} s/step)" if "seconds_per_step" in info else ""), progress)
+    return scores, infos
+
+
+def _probs(logits):
+    z = logits - logits.max(axis=1, keepdims=True)
+    p = np.exp(z)
+    return p / p.sum(axis=1, keepdims=True)
+
+
+def method_probabilities(scores: dict, splits) -> tuple[dict, dict]:
+    """Option probabilities per method and split from the scores of ``train_and_score`` (TS fitted once on the
+    uncalibrated validation scores), and the labels per split."""
+    from hf_calibration.posthoc import TemperatureScaler
+
+    probs, labels = {}, {}
+    for method in METHODS:
+        data = scores.get("uncalibrated" if method == "ts" else method)
+        if data is None:
+            continue
+        transform = lambda z: z  # noqa: E731
+        if method == "ts":
+            transform = TemperatureScaler().fit(data["validation_logits"], data["validation_labels"]).transform
+        probs[method] = {}
+        for name in splits:
+            logits = transform(np.where(np.isfinite(data[f"{name}_logits"]), data[f"{name}_logits"], -1e9))
+            probs[method][name] = _probs(np.asarray(logits))
+            labels[name] = data[f"{name}_labels"]
+    return probs, labels
+
+
+def report(out: Path, scores: dict, infos: dict, ood: list, *, header: str, n_resamples: int, seed: int) -> tuple[dict, str]:
+    """The table of every scored method on the ID test and each OOD set (with the constant references fitted on
+    the validation split), the OOD mean and the wall times → (results, Markdown text); writes ``report.md``,
+    ``report.json``, ``items.jsonl`` and ``reliability_<split>.png`` into ``out``."""
+    from hf_calibration.plotting import plot_reliability_diagrams
+    from hf_calibration.reports import format_table, mcqa_report, references, write_json, write_jsonl
+
+    kw = dict(n_resamples=n_resamples, seed=seed)
+    probs, labels = method_probabilities(scores, ("validation", "id_test", *ood))
+    table = {m: {name: mcqa_report(labels[name], p, **kw) for name, p in per_split.items()}
+             for m, per_split in probs.items()}
+    results = {"tables": table, "references": {}}
+    lines = [header + "\n"]
+    for name in ("id_test", *ood):
+        signals = {m: table[m][name] for m in table}
+        if "uncalibrated" in probs:
+            k = probs["uncalibrated"][name].shape[1]
+            correct = probs["uncalibrated"][name].argmax(1) == labels[name]
+            val_acc = table["uncalibrated"]["validation"]["accuracy"]["value"]
+            refs = references(correct, k, accuracy=val_acc, **kw)
+            results["references"][name] = refs
+            signals.update({f"ref: const = val acc ({val_acc:.3f})": refs["constant_accuracy"],
+                            "ref: const = 1/K": refs["constant_1/K"]})
+        n = next(iter(table.values()))[name]["n"]  # calibration_report's "n" is a plain int
+        lines += [f"### {name} (n={n})", "", "```", format_table(signals), "```", ""]
+    ood_mean = {m: {key: float(np.mean([table[m][s][key]["value"] for s in ood]))
+                    for key in ("accuracy", "conf_ece", "cw_ece", "smece", "brier", "auroc")} for m in table}
+    results["ood_mean"] = ood_mean
+    lines += [f"### OOD mean (unweighted over the {len(ood)} OOD sets; point estimates)", "", "```",
+              "method           acc    conf-ECE  cw-ECE  smECE  Brier  AUROC"]
+    for m, v in ood_mean.items():
+        lines.append(f"{m:<16} {v['accuracy']:.3f}  {v['conf_ece']:.3f}     {v['cw_ece']:.3f}   {v['smece']:.3f}  "
+                     f"{v['brier']:.3f}  {v['auroc']:.3f}")
+    lines += ["```", ""]
+    timing = {m: infos["uncalibrated" if m == "ts" else m] for m in table if ("uncalibrated" if m == "ts" else m) in infos}
+    results["timing"] = {m: {k: v for k, v in t.items() if k != "log"} for m, t in timing.items()}
+    lines += ["### wall time", "", "```"] + [
+        f"{m:<16} total {t['wall_seconds']:.0f} s" + (f", {t['seconds_per_step']:.2f} s/step, mean τ "
+                                                      f"{t['mean_temperature']:.3f}" if "seconds_per_step" in t else "")
+        for m, t in timing.items()] + ["```", ""]
+    text = "\n".join(lines)
+    items = []
+    for name in ("validation", "id_test", *ood):
+        if name != "validation":
+            panels = {m: ((probs[m][name].argmax(1) == labels[name]).astype(int), probs[m][name].max(1)) for m in probs}
+            fig = plot_reliability_diagrams(panels, n_bins=10, title=f"{name}: top-label reliability per method",
+                                            panel_size=(3.6, 3.8))
+            fig.savefig(out / f"reliability_{name}.png", dpi=90, bbox_inches="tight")
+        for i, label in enumerate(labels[name]):
+            items.append({"split": name, "index": i, "answer": int(label),
+                          **{f"{m}_prediction": int(probs[m][name][i].argmax()) for m in probs},
+                          **{f"{m}_confidence": float(probs[m][name][i].max()) for m in probs}})
+    write_jsonl(out / "items.jsonl", items)
+    (out / "report.md").write_text(text)
+    write_json(out / "report.json", results)
+    return results, text
+
+
+def check_output_folders(out: Path) -> None:
+    """A file in the way of the output folder or its ``scores``/``runs`` is found now, not when the first
+    method's scores are saved; ParameterError naming ``output_dir``."""
+    for folder in (out, out / "scores", out / "runs"):
+        check_output_dir(folder)
+
+
+def run_calm_experiment(out: Path, config: CALMExperimentConfig, *, model_name: str, train_domain: str, seed: int,
+                        device: str, batch_size: int, n_resamples: int, progress: bool = True) -> tuple[dict, str, dict]:
+    """The calm experiment into ``out`` (module docstring) → (results, Markdown table, run info). Splits are built
+    before any model is resolved; the phase ``report`` alone reads back the scores of earlier runs."""
+    check_output_folders(out)
+    ood = [domain_key(s) for s in config.ood_specs(train_domain)]
+    if config.phase == "report":
+        sizes = json.loads((out / "run.json").read_text())["sizes"] if (out / "run.json").exists() else {}
+        scores, infos = _read_scored(out)
+    else:
+        splits = build_splits(train_domain, config, seed=seed)
+        sizes = {k: len(v) for k, v in splits.items()}
+        progress_line(f"sizes: {sizes}", progress)
+        modeling.resolve_model_path(model_name)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "run.json").write_text(json.dumps({"model": model_name, "train_domain": train_domain, "seed": seed,
+                                                  "config": asdict(config), "sizes": sizes}, indent=2) + "\n")
+        scores, infos = train_and_score(out, splits, config, model_name=model_name, seed=seed, device=device,
+                                        batch_size=batch_size, progress=progress)
+    run = {"model": model_name, "train_domain": train_domain, "seed": seed, "sizes": sizes, **asdict(config)}
+    if config.phase == "train":
+        return {}, "", run
+    if not scores:
+        raise ParameterError("phase", config.phase, f"no method has been scored in {str(out / 'scores')!r} yet; "
+                             f"run the train phase first")
+    header = (f"{model_name}, trained on {train_domain}, seed {seed}; sizes {sizes}; {config.max_steps} steps of "
+              f"{config.train_batch_size}; 95% bootstrap intervals ({n_resamples} resamples)")
+    results, text = report(out, scores, infos, ood, header=header, n_resamples=n_resamples, seed=seed)
+    return results, text, run

@@ -1,0 +1,187 @@
+"""What the jobs share: the config fields they have in common, the checks their configs and functions make
+(each raising ``ParameterError`` naming the field), and the result every job returns.
+
+The field helpers give one help text per field, so ``hf-calibration <command> --help`` and the config
+docstrings say the same thing everywhere.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hf_calibration.errors import MissingPathError, ParameterError, ParameterWarning, renamed_parameters
+from hf_calibration.modeling.prompts import PROMPT_FORMATS
+
+DEFAULT_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
+
+
+# ------------------------------------------------------------------------------------------- fields
+
+
+def model_field(default: str = DEFAULT_MODEL):
+    return field(default=default, metadata={
+        "help": "Hub id or local folder (offline: the packaged SmolLM2 / Qwen2.5-Coder copies)."})
+
+
+def subjects_field():
+    return field(default=None, metadata={
+        "help": "MMLU subjects and/or categories, comma-separated (stem, humanities, social_sciences, other)."})
+
+
+def output_dir_field(help: str = "Folder for the outputs (created)."):
+    return field(metadata={"help": help})
+
+
+def seed_field(help: str = "Sampling and bootstrap seed."):
+    return field(default=0, metadata={"help": help})
+
+
+def batch_size_field(help: str = "Prompts per forward pass.", default: int = 8):
+    return field(default=default, metadata={"help": help})
+
+
+def device_field():
+    return field(default="auto", metadata={
+        "help": "Where the model runs: auto (CUDA, as cuda:LOCAL_RANK under a launcher, or MPS when available, "
+                "else CPU), cpu, cuda, cuda:N or mps."})
+
+
+def prompt_format_field():
+    return field(default="auto", metadata={
+        "help": "Chat template or plain prompt (auto: chat when the tokenizer has a template).",
+        "choices": list(PROMPT_FORMATS)})
+
+
+def n_resamples_field():
+    return field(default=1000, metadata={"help": "Bootstrap resamples for the 95 percent intervals."})
+
+
+# ------------------------------------------------------------------------------------------- checks
+
+
+def check_int(value, name: str, *, minimum: int = 1) -> None:
+    """ParameterError naming ``name`` unless ``value`` is an int ≥ ``minimum`` (bool is not an int here)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        what = "a positive integer" if minimum == 1 else f"an integer ≥ {minimum}"
+        raise ParameterError(name, value, f"must be {what}, got {value!r}")
+
+
+def check_choice(value, name: str, choices) -> None:
+    if value not in choices:
+        raise ParameterError(name, value, f"must be one of {', '.join(map(repr, choices))}, got {value!r}")
+
+
+def check_device(device: str) -> str:
+    """``auto`` (kept: resolved when the model loads, so a launcher's LOCAL_RANK counts) or a torch device this
+    machine has, normalised (see ``modeling.resolve_device``); ParameterError naming ``device``."""
+    if device == "auto":
+        return device
+    from hf_calibration.modeling.loading import resolve_device
+
+    return resolve_device(device)
+
+
+def check_non_empty(value, name: str) -> None:
+    """A text option that was given must say something: ``""`` or ``","`` is an error, not the default."""
+    if value is not None and not str(value).replace(",", "").strip():
+        raise ParameterError(name, value, f"must not be empty, got {value!r}")
+
+
+def _check_writable_location(path: Path, name: str, raw: str) -> None:
+    """The nearest existing ancestor of ``path`` must be a writable directory (checked before any work)."""
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ParameterError(name, raw, f"{raw!r} cannot be created: {str(parent)!r} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ParameterError(name, raw, f"{raw!r} cannot be created: {str(parent)!r} is not writable")
+
+
+def check_output_dir(path, name: str = "output_dir") -> Path:
+    """``path`` as a folder to write into, checked up front (nothing is created): not empty, not an existing
+    file, creatable and writable. ParameterError naming ``name``."""
+    raw = "" if path is None else str(path)
+    if not raw:
+        raise ParameterError(name, path, f"must name a folder, got {path!r}")
+    out = Path(raw)
+    if out.exists():
+        if not out.is_dir():
+            raise ParameterError(name, raw, f"{raw!r} exists and is not a directory")
+        if not os.access(out, os.W_OK | os.X_OK):
+            raise ParameterError(name, raw, f"{raw!r} is not writable")
+    else:
+        _check_writable_location(out, name, raw)
+    return out
+
+
+def check_output_file(path, name: str = "output") -> Path:
+    """``path`` as a file to write, checked up front: not empty, not a directory, its folder creatable."""
+    raw = "" if path is None else str(path)
+    if not raw:
+        raise ParameterError(name, path, f"must name a file, got {path!r}")
+    out = Path(raw)
+    if out.is_dir():
+        raise ParameterError(name, raw, f"{raw!r} is a directory; give a file name")
+    if out.exists() and not os.access(out, os.W_OK):
+        raise ParameterError(name, raw, f"{raw!r} is not writable")
+    if not out.exists():
+        _check_writable_location(out, name, raw)
+    return out
+
+
+def check_input_file(path, name: str) -> Path:
+    """``path`` as an existing file, or MissingPathError (a ParameterError) naming ``name`` and the value."""
+    raw = "" if path is None else str(path)
+    if not raw or not Path(raw).is_file():
+        raise MissingPathError(name, raw, f"{raw!r} is not a file")
+    return Path(raw)
+
+
+# --------------------------------------------------------------------------------------------- data
+
+
+def load_mcqa_for(dataset: str, *, subjects=None, limit: int, seed: int, balance_gold: bool = False):
+    """``load_mcqa`` for a job whose config has the fields ``dataset``, ``subjects``, ``limit``; its errors name
+    those fields. A ``limit`` above the questions there are is not an error: one ParameterWarning, then all."""
+    from hf_calibration.data import load_mcqa
+
+    with renamed_parameters(name="dataset"):
+        rows = load_mcqa(dataset, subjects=subjects, limit=limit, seed=seed, balance_gold=balance_gold)
+    if len(rows) < limit:
+        where, related = ("{subjects} " + subjects, ("subjects",)) if subjects else ("{dataset} " + dataset, ("dataset",))
+        warnings.warn(ParameterWarning("limit", limit, f"{{limit}} {limit}: only {len(rows)} questions in {where}; "
+                                                       f"using {len(rows)}", related=related), stacklevel=2)
+    return rows
+
+
+def progress_line(text: str, progress: bool) -> None:
+    """A line about a long job's progress on stdout, when ``progress``."""
+    if progress:
+        print(text, file=sys.stdout, flush=True)
+
+
+# ------------------------------------------------------------------------------------------- result
+
+
+@dataclass(kw_only=True)
+class JobResult:
+    """What every job returns.
+
+    metrics : the numbers written to the job's metrics file (``metrics.json``, ``diagnosis.json``), which
+        holds ``{"run": run, **metrics}``.
+    run : what ran: model, data, sizes, seed, prompt format, wall times.
+    paths : every file or folder the job wrote, by name.
+    output_dir : the folder written into.
+    table : the text the command line prints.
+    """
+
+    metrics: dict
+    run: dict
+    paths: dict[str, Path]
+    output_dir: Path
+    table: str = ""

@@ -1,0 +1,176 @@
+"""``run_diagnose``: the generation–discrimination gap of a model, and whether SECL can help it
+(``hf-calibration diagnose``; SPEC §2, §5)."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hf_calibration import modeling
+from hf_calibration.data import MCQA_DATASETS, OPEN_QA_DATASETS, check_dataset_name, check_mcqa_arguments
+from hf_calibration.errors import ParameterError, renamed_parameters
+from hf_calibration.jobs.common import (JobResult, batch_size_field, check_choice, check_device, check_int, check_output_dir,
+                                        device_field, load_mcqa_for, model_field, n_resamples_field, output_dir_field,
+                                        prompt_format_field, seed_field, subjects_field)
+from hf_calibration.modeling.prompts import PROMPT_FORMATS
+from hf_calibration.plotting import plot_reliability_diagrams
+from hf_calibration.reports import AtomicOutputDir, write_json, write_jsonl
+from hf_calibration.secl.config import SECLConfig
+from hf_calibration.secl.confidence import DEFAULT_TAU_N, SIGNAL_NAMES
+from hf_calibration.secl.diagnose import diagnose, format_diagnosis, generation_discrimination_gap, plot_diagnosis
+from hf_calibration.secl.mixin import SECLGenerationMixin, apply_secl
+from hf_calibration.secl.stream import BASELINE_ROWS, build_stream, run_stream, summarize_stream
+
+DATASETS = {**MCQA_DATASETS, **OPEN_QA_DATASETS}
+
+
+@dataclass(kw_only=True)
+class DiagnoseConfig:
+    """Options of ``run_diagnose`` / ``hf-calibration diagnose``. Checked at construction: ParameterError (a
+    ValueError) naming the field and the value."""
+
+    output_dir: str = output_dir_field()
+    model: str = model_field()
+    dataset: str = field(default="mmlu", metadata={
+        "help": "mmlu, gpqa, halueval_qa, halueval_qa_lm (length-matched HaluEval), or gsm8k (open-ended: the "
+                "baseline pass of a SECL stream)."})
+    subjects: str | None = subjects_field()
+    limit: int = field(default=200, metadata={"help": "Number of questions."})
+    seed: int = seed_field()
+    prompt_format: str = prompt_format_field()
+    batch_size: int = batch_size_field("Follow-up prompts per forward pass (multiple choice).")
+    device: str = device_field()
+    n_resamples: int = n_resamples_field()
+    tau_n: float = field(default=DEFAULT_TAU_N, metadata={"help": "Temperature τ_n of P(True)Norm."})
+    balance_gold: bool = field(default=False, metadata={
+        "help": "Move each question's correct option so every letter is gold equally often (multiple choice)."})
+
+    def __post_init__(self):
+        for name in ("limit", "batch_size", "n_resamples"):
+            check_int(getattr(self, name), name)
+        check_choice(self.prompt_format, "prompt_format", PROMPT_FORMATS)
+        check_int(self.seed, "seed", minimum=0)
+        if isinstance(self.tau_n, bool) or not isinstance(self.tau_n, (int, float)) or not (
+                math.isfinite(self.tau_n) and self.tau_n > 0):
+            raise ParameterError("tau_n", self.tau_n, f"must be a finite number > 0, got {self.tau_n!r}")
+        with renamed_parameters(name="dataset"):
+            check_dataset_name(self.dataset, DATASETS)
+            if self.dataset in MCQA_DATASETS:
+                check_mcqa_arguments(self.dataset, subjects=self.subjects, limit=self.limit, seed=self.seed)
+        if self.dataset in OPEN_QA_DATASETS:
+            for name in ("subjects", "balance_gold"):
+                if getattr(self, name):
+                    raise ParameterError(name, getattr(self, name), f"applies to multiple-choice datasets only, "
+                                         f"got {{dataset}} {self.dataset}", related=("dataset",))
+        self.device = check_device(self.device)
+
+
+@dataclass(kw_only=True)
+class DiagnoseResult(JobResult):
+    """``JobResult`` (``metrics``: the diagnosis, written with ``run`` to ``diagnosis.json``) plus the per-question
+    signals: ``MCQASignals`` for a multiple-choice dataset, the stream records (dicts) for an open-ended one."""
+
+    signals: object
+
+
+def length_only_accuracy(dataset) -> float:
+    """Accuracy of "pick the shortest option" (characters) on an MCQA dataset: the HaluEval length control."""
+    picks = [int(np.argmin([len(c) for c in row["choices"]])) for row in dataset]
+    return float(np.mean([p == row["answer"] for p, row in zip(picks, dataset)]))
+
+
+def _signal_records(dataset, signals) -> list[dict]:
+    """One signals.jsonl record per question."""
+    return [{
+        "index": i, "subject": row["subject"], "answer": int(signals.labels[i]),
+        "prediction": int(signals.prediction[i]), "correct": bool(signals.correct[i]),
+        **{name: float(c[i]) for name, c in signals.confidence.items()},
+        "verbalized_greedy": None if np.isnan(signals.verbalized_greedy[i]) else float(signals.verbalized_greedy[i]),
+        "option_probs": signals.option_probs[i].tolist(),
+        "p_true_options": [None if np.isnan(v) else float(v) for v in signals.p_true_options[i]],
+    } for i, row in enumerate(dataset)]
+
+
+def _diagnose_mcqa(config: DiagnoseConfig, model, tokenizer, out, run: dict, progress: bool):
+    dataset = load_mcqa_for(config.dataset, subjects=config.subjects, limit=config.limit, seed=config.seed,
+                            balance_gold=config.balance_gold)
+    if model is None:
+        model, tokenizer = _load(config, run)
+    start = time.perf_counter()
+    result, signals = diagnose(model, tokenizer, dataset, tau_n=config.tau_n, prompt_format=config.prompt_format,
+                               batch_size=config.batch_size, n_resamples=config.n_resamples, seed=config.seed,
+                               progress=progress)
+    run.update(n=len(dataset), prompt_format=signals.prompt_format, wall_seconds=round(time.perf_counter() - start, 1),
+               length_only_accuracy=length_only_accuracy(dataset))
+    with AtomicOutputDir(out) as tmp:
+        write_json(tmp / "diagnosis.json", {"run": run, **result})
+        write_jsonl(tmp / "signals.jsonl", _signal_records(dataset, signals))
+        fig = plot_diagnosis(signals, title=f"{config.model.split('/')[-1]} · {config.dataset} (n={len(dataset)})")
+        fig.savefig(tmp / "reliability_diagrams.png", dpi=110, bbox_inches="tight")
+    return result, signals, ("diagnosis.json", "signals.jsonl", "reliability_diagrams.png")
+
+
+def _diagnose_open(config: DiagnoseConfig, model, tokenizer, out, run: dict, progress: bool):
+    """Open-ended: the baseline pass of the SECL stream (greedy answer, verbalized, P(True), P(True)Norm over
+    beam-search alternatives, DINCO-style) on one domain."""
+    if model is None:
+        model, tokenizer = _load(config, run)
+    if not isinstance(model, SECLGenerationMixin):
+        model = apply_secl(model, tokenizer, SECLConfig(tau_n=config.tau_n, prompt_format=config.prompt_format))
+    items = build_stream(tokenizer, config.dataset, limit_per_domain=config.limit, seed=config.seed,
+                         prompt_format=config.prompt_format)
+    start = time.perf_counter()
+    records = run_stream(model, items, baseline_only=True, progress=progress)
+    run.update(n=len(items), prompt_format=model.secl_prompt_format, wall_seconds=round(time.perf_counter() - start, 1))
+    rows = tuple(r for r in BASELINE_ROWS if r not in ("platt", "temperature"))  # the labelled rows are not signals
+    summary = summarize_stream(records, n_resamples=config.n_resamples, seed=config.seed, signals=rows)[config.dataset]
+    y = np.array([r["correct"] for r in records], dtype=int)
+    result = {
+        "signals": summary["signals"], "references": summary["references"],
+        "gap": generation_discrimination_gap(y, [r["verbalized"] for r in records], [r["norm_p_true"] for r in records],
+                                             n_resamples=config.n_resamples, seed=config.seed),
+    }
+    with AtomicOutputDir(out) as tmp:
+        write_jsonl(tmp / "records.jsonl", records)
+        write_json(tmp / "diagnosis.json", {"run": run, **result})
+        fig = plot_reliability_diagrams({SIGNAL_NAMES[s]: (y, [r[s] for r in records]) for s in rows},
+                                        title=f"{config.model.split('/')[-1]} · {config.dataset} (n={len(items)})")
+        fig.savefig(tmp / "reliability_diagrams.png", dpi=100, bbox_inches="tight")
+    return result, records, ("diagnosis.json", "records.jsonl", "reliability_diagrams.png")
+
+
+def _load(config: DiagnoseConfig, run: dict):
+    start = time.perf_counter()
+    model, tokenizer = modeling.load_model(config.model, device=config.device)
+    run["load_seconds"] = round(time.perf_counter() - start, 1)
+    return model, tokenizer
+
+
+def run_diagnose(config: DiagnoseConfig, *, model=None, tokenizer=None, progress: bool = True) -> DiagnoseResult:
+    """Compute the confidence signals (option probability, P(True), P(True)Norm, verbalized, DINCO-style) on
+    ``config.dataset``, their calibration reports with the constant references, the position bias, the
+    generation–discrimination gap and the verdict (``secl.diagnose.generation_discrimination_gap``); write
+    ``diagnosis.json``, the per-question ``signals.jsonl`` (``records.jsonl`` for the open-ended gsm8k) and
+    ``reliability_diagrams.png`` into ``output_dir``, atomically.
+
+    model, tokenizer : a model already loaded (an experiment diagnoses several datasets with one); by default
+        ``config.model`` is loaded after every input is checked. For gsm8k SECL is added to it in place
+        (``apply_secl``), so diagnose the multiple-choice datasets first.
+
+    Raises ParameterError naming the config field before any model loads.
+    """
+    out = check_output_dir(config.output_dir)
+    if model is None:
+        modeling.resolve_model_path(config.model)
+    run = {"model": config.model, "dataset": config.dataset, "subjects": config.subjects, "seed": config.seed,
+           "balance_gold": config.balance_gold, "tau_n": config.tau_n}
+    job = _diagnose_open if config.dataset in OPEN_QA_DATASETS else _diagnose_mcqa
+    result, signals, names = job(config, model, tokenizer, out, run, progress)
+    title = (f"{config.model} on {config.dataset}" + (f" ({config.subjects})" if config.subjects else "")
+             + f": n={run['n']}, seed={config.seed}, prompt={run['prompt_format']}, τ_n={config.tau_n}, "
+             f"{run['wall_seconds']:.0f} s; 95% bootstrap intervals")
+    return DiagnoseResult(metrics=result, run=run, paths={name: out / name for name in names}, output_dir=out,
+                          table=format_diagnosis(result, title), signals=signals)

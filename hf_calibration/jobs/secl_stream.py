@@ -1,0 +1,143 @@
+"""``run_secl_stream``: a multi-domain question stream through SECL, with the baselines on the same answers
+(``hf-calibration secl``; SPEC §2)."""
+
+from __future__ import annotations
+
+import json
+import time
+import warnings
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hf_calibration import modeling
+from hf_calibration.data import domain_key
+from hf_calibration.errors import ParameterError, ParameterWarning
+from hf_calibration.jobs.common import (JobResult, check_device, check_int, check_output_dir, device_field, model_field,
+                                        n_resamples_field, output_dir_field, seed_field)
+from hf_calibration.plotting import plot_reliability_diagrams
+from hf_calibration.reports import AtomicOutputDir, write_json, write_jsonl
+from hf_calibration.secl.config import SECLConfig
+from hf_calibration.secl.confidence import SIGNAL_NAMES
+from hf_calibration.secl.mixin import apply_secl
+from hf_calibration.secl.stream import build_stream, format_stream_summary, parse_stream, run_stream, summarize_stream
+
+# The labelled Platt/TS rows are 2-fold cross-fitted over the whole stream: each fold needs a question.
+MIN_STREAM_QUESTIONS = 2
+# The rows of the per-domain reliability diagrams.
+PLOTTED_SIGNALS = ("verbalized", "p_true", "norm_p_true", "dinco", "secl")
+
+
+@dataclass(kw_only=True)
+class SECLStreamConfig:
+    """Options of ``run_secl_stream`` / ``hf-calibration secl`` besides SECL's own (``SECLConfig``). Checked at
+    construction: ParameterError (a ValueError) naming the field and the value."""
+
+    output_dir: str = output_dir_field()
+    model: str = model_field()
+    stream: str = field(default="mmlu:stem,mmlu:humanities,halueval_qa", metadata={
+        "help": "Comma-separated domains in stream order: mmlu:<category or subject, '+'-joined>, gpqa, halueval_qa, "
+                "halueval_qa_lm, gsm8k."})
+    limit_per_domain: int = field(default=50, metadata={"help": "Questions per domain."})
+    max_new_tokens: int = field(default=8, metadata={"help": "Answer length (8: a letter or a number)."})
+    balance_gold: bool = field(default=False, metadata={
+        "help": "Move each MCQA question's correct option so every letter is gold equally often."})
+    burst_at_start: bool = field(default=False, metadata={
+        "help": "Open a burst at the first question (the entropy gate cannot fire during its warm-up)."})
+    seed: int = seed_field()
+    device: str = device_field()
+    n_resamples: int = n_resamples_field()
+
+    def __post_init__(self):
+        check_stream(self.stream, self.limit_per_domain)
+        for name in ("max_new_tokens", "n_resamples"):
+            check_int(getattr(self, name), name)
+        check_int(self.seed, "seed", minimum=0)
+        self.device = check_device(self.device)
+
+
+def check_stream(stream: str, limit_per_domain: int) -> list[tuple[str, str | None]]:
+    """The stream's domains (``secl.stream.parse_stream``) and its size, checked before any model loads;
+    ParameterError naming ``stream`` or ``limit_per_domain``."""
+    domains = parse_stream(stream)
+    check_int(limit_per_domain, "limit_per_domain")
+    if limit_per_domain * len(domains) < MIN_STREAM_QUESTIONS:
+        raise ParameterError("limit_per_domain", limit_per_domain, f"the stream needs at least {MIN_STREAM_QUESTIONS} "
+                             f"questions (the labelled Platt/TS baselines are 2-fold cross-fitted over it, one question "
+                             f"per fold); got {{limit_per_domain}} {limit_per_domain} for {len(domains)} domain(s)")
+    return domains
+
+
+@dataclass(kw_only=True)
+class SECLStreamResult(JobResult):
+    """``JobResult`` (``metrics``: ``{"summary": per-domain and overall reports}``) plus the per-question
+    ``records`` (as in records.jsonl) and SECL's ``counters``."""
+
+    records: list
+    counters: dict
+
+
+def _warn_short_domains(items, limit: int) -> None:
+    """A ParameterWarning per domain that has fewer questions than ``limit_per_domain`` asked for."""
+    for domain, n in Counter(item.domain for item in items).items():
+        if n < limit:
+            warnings.warn(ParameterWarning("limit_per_domain", limit, f"{{limit_per_domain}} {limit} exceeds the {n} "
+                                           f"questions of {domain}; using all {n}"), stacklevel=3)
+
+
+def _plot_domain(records: list, domain: str, title: str):
+    sub = [r for r in records if r["domain"] == domain]
+    panels = {SIGNAL_NAMES[s]: (np.array([r["secl_correct" if s == "secl" else "correct"] for r in sub], dtype=int),
+                                [r[s] for r in sub]) for s in PLOTTED_SIGNALS}
+    return plot_reliability_diagrams(panels, title=f"{title} · {domain} (n={len(sub)})")
+
+
+def run_secl_stream(config: SECLStreamConfig, secl: SECLConfig | None = None, *,
+                    progress: bool = True) -> SECLStreamResult:
+    """Two passes over one stream with the same model (``secl.stream``): the baselines (verbalized, P(True),
+    P(True)Norm, DINCO-style; Platt/TS with labels, 2-fold) and SECL online (``secl``, default ``SECLConfig()``;
+    its ``prompt_format`` formats the stream). Writes ``records.jsonl``, ``metrics.json``, the calibrated adapter
+    ``secl_adapter/`` and ``reliability_<domain>.png`` per domain into ``output_dir``, atomically.
+
+    Every input is checked before the model loads; ParameterError naming the field. A domain with fewer
+    questions than ``limit_per_domain`` is a ParameterWarning; all of its questions are used.
+    """
+    secl = SECLConfig() if secl is None else secl
+    out = check_output_dir(config.output_dir)
+    modeling.resolve_model_path(config.model)
+    start = time.perf_counter()
+    model, tokenizer = modeling.load_model(config.model, device=config.device)
+    load_s = time.perf_counter() - start
+    model = apply_secl(model, tokenizer, secl)
+    items = build_stream(tokenizer, config.stream, limit_per_domain=config.limit_per_domain, seed=config.seed,
+                         balance_gold=config.balance_gold, prompt_format=secl.prompt_format)
+    _warn_short_domains(items, config.limit_per_domain)
+    start = time.perf_counter()
+    records = run_stream(model, items, max_new_tokens=config.max_new_tokens, burst_at_start=config.burst_at_start,
+                         progress=progress)
+    wall = time.perf_counter() - start
+    summary = summarize_stream(records, n_resamples=config.n_resamples, seed=config.seed)
+    run = {"model": config.model, "stream": config.stream, "limit_per_domain": config.limit_per_domain,
+           "n": len(items), "seed": config.seed, "prompt_format": model.secl_prompt_format,
+           "max_new_tokens": config.max_new_tokens, "burst_at_start": config.burst_at_start,
+           "balance_gold": config.balance_gold, "config": secl.to_dict(), "counters": model.secl_counters,
+           "load_seconds": round(load_s, 1), "wall_seconds": round(wall, 1),
+           "seconds_per_question": {
+               "baseline_pass": sum(r["baseline_seconds"] for r in records) / len(records),
+               "secl_pass": sum(r["secl_seconds"] for r in records) / len(records)}}
+    domains = list(dict.fromkeys(r["domain"] for r in records))
+    pngs = {d: f"reliability_{domain_key(d)}.png" for d in domains}
+    with AtomicOutputDir(out) as tmp:
+        write_jsonl(tmp / "records.jsonl", records)
+        write_json(tmp / "metrics.json", {"run": run, "summary": summary})
+        model.save_pretrained(tmp / "secl_adapter")
+        for domain, name in pngs.items():
+            _plot_domain(records, domain, config.model.split("/")[-1]).savefig(tmp / name, dpi=100, bbox_inches="tight")
+    table = "\n".join([
+        f"{config.model} · stream {config.stream} · {config.limit_per_domain}/domain · seed {config.seed} · "
+        f"prompt {model.secl_prompt_format} · {wall:.0f} s · 95% bootstrap intervals",
+        format_stream_summary(summary), f"counters: {json.dumps(model.secl_counters)}"])
+    paths = {name: out / name for name in ("records.jsonl", "metrics.json", "secl_adapter", *pngs.values())}
+    return SECLStreamResult(metrics={"summary": summary}, run=run, paths=paths, output_dir=out, table=table,
+                            records=records, counters=dict(model.secl_counters))
