@@ -1,6 +1,12 @@
-"""Share calibrated artifacts on the Hugging Face Hub: push a folder, download one, write its model card.
+"""Save, load and share calibrated artifacts: a model's folder plus the calibration's own files, the Hub.
 
-These helpers are generic: CALM, SECL and the ``evaluate`` metric Spaces build their folders with
+A calibrated model (``CALMModel``, ``SECLModel``) is a wrapper of ours around a ``peft.PeftModel`` (or, for
+CALM without LoRA, a full model). Its folder is what ``save_artifact`` writes: the model's own
+``save_pretrained`` output (for a PeftModel PEFT's adapter layout, ``adapter_model.safetensors`` +
+``adapter_config.json``, loadable by ``peft.PeftModel.from_pretrained``) with the calibration's extra files
+beside it; ``load_artifact`` and ``load_artifact_weights`` read it back through PEFT.
+
+The Hub helpers are generic: CALM, SECL and the ``evaluate`` metric Spaces build their folders with
 their own ``save_pretrained`` and call ``write_model_card`` + ``push_folder_to_hub`` to share them and
 ``download_folder`` to get them back. Inputs are checked before any network call, so a missing token
 or a malformed repo id fails at once with a ValueError naming the argument. Tokens are passed to
@@ -13,6 +19,7 @@ cache only instead of spending ~47 s on retries (SPEC §4).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -20,8 +27,9 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import yaml
 from huggingface_hub import HfApi, ModelCard, ModelCardData, get_token, snapshot_download
@@ -44,6 +52,111 @@ from evaluate.utils import launch_gradio_widget
 module = evaluate.load("{name}")
 launch_gradio_widget(module)
 """
+
+
+ADAPTER_CONFIG_NAME = "adapter_config.json"  # PEFT's file names (peft.utils.constants)
+ADAPTER_WEIGHTS_NAME = "adapter_model.safetensors"
+
+
+@contextlib.contextmanager
+def peft_checkpointing_warning_silenced():
+    """Silence one FutureWarning by its exact message: PEFT 0.21's ``PeftModel`` reads
+    ``is_gradient_checkpointing``, which transformers 5.24 deprecates. A mismatch between the two
+    libraries that the caller cannot act on; every other warning still shows."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+        yield
+
+
+def _is_peft_model(model) -> bool:
+    from peft import PeftModel
+
+    return isinstance(model, PeftModel)
+
+
+def base_model_name(model) -> str | None:
+    """Hub id (or path) of the model a calibrated ``model`` adapts: a ``PeftModel``'s
+    ``base_model_name_or_path``, else the model config's ``_name_or_path``; None when neither is set."""
+    if _is_peft_model(model):
+        name = model.peft_config[model.active_adapter].base_model_name_or_path
+    else:
+        name = getattr(model.config, "_name_or_path", None)
+    return name or None
+
+
+def save_artifact(model, save_directory: str | os.PathLike, write_extras: Callable[[Path], None], *,
+                  state_dict: dict | None = None, **kwargs) -> Path:
+    """Write a calibrated model's folder: ``model.save_pretrained`` then ``write_extras(folder)``.
+
+    model : a ``peft.PeftModel`` (PEFT writes its own adapter layout: ``adapter_model.safetensors`` and
+        ``adapter_config.json``) or a ``PreTrainedModel`` (a full model folder).
+    write_extras : writes the calibration's own files (e.g. the logit adjustment, SECL's state) into the folder.
+    state_dict : the model's weights to save instead of the live ones (e.g. the full tensors DeepSpeed ZeRO-3
+        gathered), keyed as ``model.state_dict()``. ``kwargs`` go to ``model.save_pretrained``.
+
+    Returns the folder. For a PeftModel ``save_embedding_layers`` defaults to False: calibration never resizes
+    the embeddings, and PEFT's "auto" looks the base model's config up on the Hub to find that out.
+    """
+    folder = Path(save_directory)
+    if _is_peft_model(model):
+        kwargs.setdefault("save_embedding_layers", False)
+    model.save_pretrained(folder, state_dict=state_dict, **kwargs)
+    write_extras(folder)
+    return folder
+
+
+def load_artifact(pretrained: str | os.PathLike, read_extras: Callable[[Path], Any], *,
+                  required_files: Sequence[str] = (), base_model=None, is_trainable: bool = False,
+                  adapter_name: str = "default", revision: str | None = None, token: str | None = None,
+                  **model_kwargs) -> tuple[Any, Any]:
+    """Read what ``save_artifact`` wrote, from a local folder or a Hub repo id: ``(model, read_extras(folder))``.
+
+    ``read_extras(folder)`` runs first, so an invalid extra file (a newer ``format_version``, a bad shape)
+    fails before any model is loaded or changed. A folder with ``adapter_config.json`` is loaded with
+    ``peft.PeftModel.from_pretrained`` on top of ``base_model`` (a loaded model, adapted in place) or, when
+    None, of its ``base_model_name_or_path`` (resolved like ``hf_calibration.modeling.load_model``, so the
+    packaged offline copies work; ``model_kwargs`` go to its ``from_pretrained``); any other folder as a full
+    model through ``AutoModelForCausalLM``. ``is_trainable`` and ``adapter_name`` go to PEFT.
+
+    Raises FileNotFoundError naming the first missing ``required_files`` entry; what ``read_extras`` and
+    ``download_folder`` raise.
+    """
+    from transformers import AutoModelForCausalLM
+
+    folder = download_folder(pretrained, revision=revision, token=token, required_files=required_files)
+    extras = read_extras(folder)
+    if (folder / ADAPTER_CONFIG_NAME).is_file():
+        from peft import PeftConfig, PeftModel
+
+        if base_model is None:
+            from hf_calibration.modeling import resolve_model_path
+
+            name = PeftConfig.from_pretrained(str(folder)).base_model_name_or_path
+            base_model = AutoModelForCausalLM.from_pretrained(resolve_model_path(name), **model_kwargs)
+        with peft_checkpointing_warning_silenced():
+            model = PeftModel.from_pretrained(base_model, str(folder), adapter_name=adapter_name,
+                                              is_trainable=is_trainable)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(str(folder), **model_kwargs)
+    return model, extras
+
+
+def load_artifact_weights(model, folder: str | os.PathLike) -> None:
+    """Load the model weights of a folder ``save_artifact`` wrote into ``model``, built with the same layout.
+
+    A ``PeftModel`` reads its adapter with PEFT's own ``load_adapter`` into the active adapter; a full model
+    loads ``model.safetensors`` (non-strict: only the saved weights). The model's train/eval mode is kept.
+    """
+    folder = Path(folder)
+    if _is_peft_model(model):
+        # is_trainable=True only keeps the mode (False calls eval()); the existing adapter's requires_grad is kept
+        model.load_adapter(str(folder), adapter_name=model.active_adapter, is_trainable=True)
+    else:
+        from safetensors.torch import load_file
+
+        model.load_state_dict(load_file(str(folder / "model.safetensors")), strict=False)
 
 
 def check_repo_id(repo_id: str, *, argument: str = "repo_id") -> str:
@@ -141,7 +254,7 @@ def push_artifact_to_hub(
     """``artifact.save_pretrained`` into a temporary folder, ``write_model_card`` there, ``push_folder_to_hub``.
 
     The body of a ``push_to_hub`` method: ``artifact`` is anything with ``save_pretrained(folder)``
-    (a ``CALMModel``, a SECL model, a PEFT model). ``card_kwargs`` go to ``write_model_card`` (tags,
+    (a ``CALMModel``, a ``SECLModel``, a PEFT model). ``card_kwargs`` go to ``write_model_card`` (tags,
     datasets, description, usage, …). The repo id and token are checked before anything is saved;
     returns the commit URL. ``base_model`` must be a Hub id; every ``adapter_config.json`` in the pushed
     folder names it as ``base_model_name_or_path`` (PEFT writes whatever path the model was loaded from).

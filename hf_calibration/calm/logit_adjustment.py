@@ -1,5 +1,9 @@
 """The learned logit adjustment α = (τ, l) of CALM and a causal-LM wrapper that applies it (SPEC §1).
 
+``CALMModel`` wraps a ``peft.PeftModel`` (the LoRA adapter, whose layout on disk and loading are PEFT's) or a
+full model, plus its ``LogitAdjustment``; its folder is PEFT's adapter folder (or the full model) with
+``logit_adjustment.safetensors`` and ``logit_adjustment_config.json`` beside it (``hf_calibration.hub.save_artifact``).
+
 Adjusted logits: z'_y = z_y / τ_y + l_y for every covered token id y (multiplicative first, then
 additive: the AutoBalance convention, Li et al. NeurIPS 2021); uncovered ids are left unchanged.
 τ > 0 through τ = exp(ρ) or τ = softplus(ρ + softplus⁻¹(1)); both give τ = 1 at ρ = 0, so the layer
@@ -61,18 +65,6 @@ def _check_token_ids(token_ids, vocab_size):
         raise ValueError(f"token_ids: duplicate ids in {ids!r}")
     return ids
 
-
-
-@contextlib.contextmanager
-def peft_checkpointing_warning_silenced():
-    """Silence one FutureWarning by its exact message: PEFT 0.21's ``PeftModel`` reads
-    ``is_gradient_checkpointing``, which transformers 5.24 deprecates. A mismatch between the two
-    libraries that the caller cannot act on; every other warning still shows."""
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=r"`is_gradient_checkpointing` is deprecated", category=FutureWarning)
-        yield
 
 class LogitAdjustment(nn.Module):
     """α = (τ, l) applied to next-token logits as z / τ + l (CALM, SPEC §1).
@@ -246,26 +238,37 @@ class CALMModel(nn.Module):
         return self.model.generate(*args, **kwargs)
 
     def save_pretrained(self, save_directory: str | os.PathLike, **kwargs) -> None:
-        """The wrapped model's ``save_pretrained`` (a PEFT adapter folder or a full model) plus the adjustment files."""
+        """The wrapped model's ``save_pretrained`` (``PeftModel.save_pretrained``: PEFT's adapter folder; or a full
+        model) plus the adjustment files beside it. ``state_dict`` (keys of this wrapper, e.g. what DeepSpeed
+        ZeRO-3 gathered) replaces the live weights; other ``kwargs`` go to the wrapped model's ``save_pretrained``."""
+        from hf_calibration.hub import save_artifact
+
         state_dict = kwargs.pop("state_dict", None)
         adjustment_state = None
         if state_dict is not None:  # keys of the wrapper → keys of the wrapped model and of the adjustment
             adjustment_state = {k[len("logit_adjustment."):]: v for k, v in state_dict.items()
                                 if k.startswith("logit_adjustment.")}
             state_dict = {k[len("model."):]: v for k, v in state_dict.items() if k.startswith("model.")}
-        if hasattr(self.model, "peft_config"):  # the adjustment never resizes the embeddings; without False
-            kwargs.setdefault("save_embedding_layers", False)  # PEFT looks the base config up on the Hub
-        self.model.save_pretrained(save_directory, state_dict=state_dict, **kwargs)
-        self.logit_adjustment.save_pretrained(save_directory, state_dict=adjustment_state)
+        save_artifact(self.model, save_directory,
+                      lambda folder: self.logit_adjustment.save_pretrained(folder, state_dict=adjustment_state),
+                      state_dict=state_dict, **kwargs)
+
+    def load_calibration(self, folder: str | os.PathLike) -> None:
+        """Load the adapter (through PEFT) or full-model weights and α that ``save_pretrained`` wrote into this
+        model, in place (e.g. a checkpoint of the same run). Raises FileNotFoundError naming a missing file."""
+        from safetensors.torch import load_file
+
+        from hf_calibration.hub import download_folder, load_artifact_weights
+
+        folder = download_folder(folder, required_files=[ADJUSTMENT_WEIGHTS_NAME])
+        load_artifact_weights(self.model, folder)
+        self.logit_adjustment.load_state_dict(load_file(str(folder / ADJUSTMENT_WEIGHTS_NAME)), strict=False)
 
     def base_model_name(self) -> str | None:
         """Hub id (or path) of the base model: the PEFT adapter's ``base_model_name_or_path`` or the config's name."""
-        peft_config = getattr(self.model, "peft_config", None)
-        if peft_config:
-            name = next(iter(peft_config.values())).base_model_name_or_path
-        else:
-            name = getattr(self.model.config, "_name_or_path", None)
-        return name or None
+        from hf_calibration.hub import base_model_name
+
+        return base_model_name(self.model)
 
     def push_to_hub(self, repo_id: str, *, metrics: dict | None = None, token: str | None = None,
                     private: bool = False, base_model: str | None = None) -> str:
@@ -293,32 +296,20 @@ class CALMModel(nn.Module):
                         token: str | None = None, **model_kwargs) -> "CALMModel":
         """Load what ``save_pretrained`` (or ``push_to_hub``) wrote: a local folder or a Hub repo id.
 
-        A PEFT adapter folder (``adapter_config.json``) is loaded on top of ``base_model`` (a loaded
-        model) or of its ``base_model_name_or_path`` (resolved like ``hf_calibration.modeling.load_model``,
-        so the packaged offline copies work); a full-model folder loads through
-        ``AutoModelForCausalLM``. ``model_kwargs`` go to ``from_pretrained`` of the base model.
+        A PEFT adapter folder (``adapter_config.json``) is loaded with ``peft.PeftModel.from_pretrained`` on top of
+        ``base_model`` (a loaded model, adapted in place) or of its ``base_model_name_or_path`` (resolved like
+        ``hf_calibration.modeling.load_model``, so the packaged offline copies work); a full-model folder loads
+        through ``AutoModelForCausalLM`` (``hf_calibration.hub.load_artifact``). ``model_kwargs`` go to
+        ``from_pretrained`` of the base model.
 
-        Raises FileNotFoundError naming the missing logit-adjustment file, ValueError for a config
-        written by a newer release or an adjustment whose vocabulary size differs from the model's.
+        Raises FileNotFoundError naming the missing logit-adjustment file, ValueError (before any model loads)
+        for a config written by a newer release, and for an adjustment whose vocabulary size differs from the
+        model's.
         """
-        from transformers import AutoModelForCausalLM
+        from hf_calibration.hub import load_artifact
 
-        from hf_calibration.hub import download_folder
-
-        folder = download_folder(pretrained, revision=revision, token=token,
-                                 required_files=[ADJUSTMENT_CONFIG_NAME, ADJUSTMENT_WEIGHTS_NAME])
-        adjustment = LogitAdjustment.from_pretrained(folder)
-        if (folder / "adapter_config.json").is_file():
-            from peft import PeftConfig, PeftModel
-
-            if base_model is None:
-                from hf_calibration.modeling import resolve_model_path
-
-                base_name = PeftConfig.from_pretrained(str(folder)).base_model_name_or_path
-                base_model = AutoModelForCausalLM.from_pretrained(resolve_model_path(base_name), **model_kwargs)
-            with peft_checkpointing_warning_silenced():
-                model = PeftModel.from_pretrained(base_model, str(folder))
-        else:
-            model = AutoModelForCausalLM.from_pretrained(str(folder), **model_kwargs)
+        model, adjustment = load_artifact(
+            pretrained, LogitAdjustment.from_pretrained, required_files=[ADJUSTMENT_CONFIG_NAME, ADJUSTMENT_WEIGHTS_NAME],
+            base_model=base_model, revision=revision, token=token, **model_kwargs)
         model.eval()
         return cls(model, adjustment)

@@ -21,8 +21,8 @@ from hf_calibration.calm.logit_adjustment import (
     LogitAdjustment,
     adjust_logits,
     lm_head_vocab_size,
-    peft_checkpointing_warning_silenced,
 )
+from hf_calibration.hub import peft_checkpointing_warning_silenced
 from hf_calibration.metrics.binning import uniform_bin_index
 
 ALPHA_PREFIX = "logit_adjustment."
@@ -709,25 +709,11 @@ class CALMTrainer(SFTTrainer):
         torch.save(self.args, os.path.join(output_dir, "training_args.bin"))
         self._write_model_card(output_dir)
 
-    def _load_calm_weights(self, folder):
-        from safetensors.torch import load_file
-
-        calm = self._calm
-        folder = Path(folder)
-        adapter = folder / "adapter_model.safetensors"
-        if adapter.is_file():
-            from peft import set_peft_model_state_dict
-
-            set_peft_model_state_dict(calm.model, load_file(str(adapter)))
-        else:
-            calm.model.load_state_dict(load_file(str(folder / "model.safetensors")), strict=False)
-        calm.logit_adjustment.load_state_dict(load_file(str(folder / ADJUSTMENT_WEIGHTS_NAME)), strict=False)
-
     # private Trainer override: Trainer loads model.safetensors / a PEFT adapter only, not α next to it
     def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
         if not (Path(resume_from_checkpoint) / ADJUSTMENT_WEIGHTS_NAME).is_file():
             raise ValueError(f"resume_from_checkpoint: {resume_from_checkpoint!r} has no {ADJUSTMENT_WEIGHTS_NAME}")
-        self._load_calm_weights(resume_from_checkpoint)
+        self._calm.load_calibration(resume_from_checkpoint)
 
     # private Trainer override: the only hook that knows the checkpoint folder, for CFT's bin accuracies
     def _save_checkpoint(self, model, trial):
@@ -759,7 +745,7 @@ class CALMTrainer(SFTTrainer):
 
     # private Trainer override: Trainer's version reloads the wrapped model's weights only, not α
     def _load_best_model(self):
-        self._load_calm_weights(self.state.best_model_checkpoint)
+        self._calm.load_calibration(self.state.best_model_checkpoint)
 
     def _write_model_card(self, output_dir):
         """TRL's model card (method, paper, citation) plus the CALM config and the last measured eval metrics."""

@@ -1,10 +1,12 @@
 """``SECLGenerationMixin``: label-free test-time calibration of the verbalized confidence (SPEC §2).
 
-``apply_secl(model, tokenizer, config)`` (or ``SECLModel.wrap``) puts LoRA adapters (PEFT) on the
-query and value projections of the upper layers and turns ``model`` into an instance of a subclass
-``SECL<ModelClass>(SECLGenerationMixin, <ModelClass>)`` built on the fly, so the mixin precedes the
-model class in the MRO and its ``generate`` runs first. Each prompt of a (batched) ``generate`` call is
-one item of the stream:
+``apply_secl(model, tokenizer, config)`` (or ``SECLModel.wrap``) puts a LoRA adapter on the query and
+value projections of the upper layers with ``peft.get_peft_model`` and returns a ``SECLModel``: the
+``peft.PeftModel`` (which owns the adapter, its layout on disk and its loading) plus SECL's state.
+``SECLModel(SECLGenerationMixin, AdaptedModel)``: the mixin precedes the class whose ``generate`` is the
+PeftModel's plain generation, so SECL's ``generate`` runs first and reaches it through ``super()``; every
+other call and attribute goes to the adapted transformers model, so the SECL model is used like the
+original. Each prompt of a (batched) ``generate`` call is one item of the stream:
 
 1. the answer is generated as usual; its mean token entropy updates the entropy gate (``drift.py``);
    its verbalized confidence c is read in a follow-up turn (``confidence.py``);
@@ -14,8 +16,11 @@ one item of the stream:
    c* = P(True)Norm; when bin(c) and bin(c*) differ by more than ``bin_gate_width`` the adapters take
    ``steps_per_update`` AdamW steps on MSE(c, ĉ), ĉ = c + α_step·clip(c* − c, −δ, δ) (detached).
 
-Adapters accumulate over the stream; ``reset_calibration()`` restores the initial (identity) adapter.
-Counters (``secl_counters``) and per-item records of the last call (``secl_records``) are kept.
+Adapters accumulate over the stream; ``reset_calibration()`` restores the identity adapter (B = 0, A as
+when the SECL model was built). Counters (``secl_counters``) and per-item records of the last call
+(``secl_records``) are kept. ``save_pretrained`` writes PEFT's adapter folder (``PeftModel.save_pretrained``,
+readable by ``peft.PeftModel.from_pretrained``) with ``secl_config.json`` and ``secl_state.json`` beside it
+(``hf_calibration.hub.save_artifact``).
 
 Forward passes are counted as in ``confidence.py``: one per generation and one per next-token read
 (verbalized: 1, or 2 when "10" is two tokens; P(True): one per candidate; the beam search for
@@ -54,11 +59,12 @@ from hf_calibration.secl.confidence import (
 )
 from hf_calibration.secl.drift import EntropyShiftDetector
 
-ADAPTER_NAME = "secl"
+# PEFT's default name: PeftModel.save_pretrained writes any other adapter into a subfolder named after it,
+# which PeftModel.from_pretrained(base, folder) would not find.
+ADAPTER_NAME = "default"
 STATE_NAME = "secl_state.json"
 FORMAT_VERSION = 1  # of secl_state.json; bump when the saved layout changes
 PAPER_URL = "https://arxiv.org/abs/2604.09624"
-PEFT_PREFIX = "base_model.model."
 COUNTERS = ("questions", "alarms", "bursts", "burst_questions", "updates", "skipped_by_bin_gate", "forward_passes")
 
 
@@ -122,7 +128,11 @@ def _check_targets(model, config: SECLConfig, layers: list[int]) -> None:
 
 
 class SECLGenerationMixin:
-    """Overrides ``generate`` with SECL (module docstring). Build instances with ``apply_secl``."""
+    """Overrides ``generate`` with SECL (module docstring). Build instances with ``apply_secl``.
+
+    Placed before a class whose ``generate`` is plain generation and which holds the adapter in
+    ``peft_model`` (a ``peft.PeftModel`` with one LoRA adapter, ``ADAPTER_NAME``): ``SECLModel``.
+    """
 
     # -- set up ---------------------------------------------------------------------------------
     def _secl_setup(self, tokenizer, config: SECLConfig) -> None:
@@ -137,18 +147,21 @@ class SECLGenerationMixin:
         self.secl_counters = dict.fromkeys(COUNTERS, 0)
         self.secl_burst_left = 0
         self.secl_records: list[dict] = []
-        self._secl_initial = {k: v.detach().clone() for k, v in self._secl_adapter_state().items()}
+        # the identity adapter: LoRA's ΔW = B·A is 0 with B = 0 (a new adapter is initialised so; a loaded one keeps A)
+        self._secl_initial = {k: torch.zeros_like(v) if "lora_B" in k else v.detach().clone()
+                              for k, v in self._secl_adapter_state().items()}
         self._secl_optimizer = None
 
     def _secl_adapter_params(self):
-        return [p for n, p in self.named_parameters() if "lora_" in n and f".{ADAPTER_NAME}" in n]
+        return [p for p in self.peft_model.parameters() if p.requires_grad]
 
     def _secl_adapter_state(self) -> dict:
+        """The adapter's weights, keyed as PEFT saves them (name → tensor, live, not copied)."""
         from peft import get_peft_model_state_dict
 
         # SECL never resizes the embeddings; without False PEFT looks the base model's config up on the Hub
         # (offline: a warning the user cannot act on) to find out.
-        return get_peft_model_state_dict(self, adapter_name=ADAPTER_NAME, save_embedding_layers=False)
+        return get_peft_model_state_dict(self.peft_model, adapter_name=ADAPTER_NAME, save_embedding_layers=False)
 
     def _secl_opt(self):
         if self._secl_optimizer is None:
@@ -157,10 +170,13 @@ class SECLGenerationMixin:
         return self._secl_optimizer
 
     def reset_calibration(self) -> None:
-        """Restore the initial adapter exactly, forget the optimizer state, the gate and the open burst."""
+        """Restore the identity adapter exactly (B = 0, A as when the SECL model was built: PEFT's initial A
+        for ``apply_secl``, the loaded A for ``SECLModel.from_pretrained``); forget the optimizer state, the gate
+        and the open burst."""
         from peft import set_peft_model_state_dict
 
-        set_peft_model_state_dict(self, {k: v.clone() for k, v in self._secl_initial.items()}, adapter_name=ADAPTER_NAME)
+        set_peft_model_state_dict(self.peft_model, {k: v.clone() for k, v in self._secl_initial.items()},
+                                  adapter_name=ADAPTER_NAME)
         self._secl_optimizer = None
         self.secl_gate.reset()
         self.secl_burst_left = 0
@@ -173,17 +189,15 @@ class SECLGenerationMixin:
 
     # -- saving ---------------------------------------------------------------------------------
     def save_pretrained(self, save_directory, **kwargs) -> None:
-        """Write the calibrated adapter as a PEFT adapter folder (``adapter_model.safetensors`` and
-        ``adapter_config.json``, loadable by ``peft.PeftModel.from_pretrained`` and pushable to the Hub
-        like any adapter) plus ``secl_config.json`` and ``secl_state.json`` (gate, burst, counters)."""
-        from safetensors.torch import save_file
+        """Write the calibrated adapter with ``PeftModel.save_pretrained`` (PEFT's adapter folder:
+        ``adapter_model.safetensors`` and ``adapter_config.json``, loadable by ``peft.PeftModel.from_pretrained``
+        and pushable to the Hub like any adapter) plus ``secl_config.json`` and ``secl_state.json`` (gate, burst,
+        counters) beside it. ``kwargs`` go to ``PeftModel.save_pretrained``."""
+        from hf_calibration.hub import save_artifact
 
-        folder = Path(save_directory)
-        folder.mkdir(parents=True, exist_ok=True)
-        # PeftModel's key layout ("base_model.model." + module path), so PeftModel.from_pretrained reads it
-        state = {PEFT_PREFIX + k: v.detach().cpu().contiguous() for k, v in self._secl_adapter_state().items()}
-        save_file(state, folder / "adapter_model.safetensors")
-        self.peft_config[ADAPTER_NAME].save_pretrained(folder)
+        save_artifact(self.peft_model, save_directory, self._secl_save_state, **kwargs)
+
+    def _secl_save_state(self, folder: Path) -> None:
         self.secl_config.save_pretrained(folder)
         gate = self.secl_gate.state_dict()
         gate["ph"] = {k: (None if isinstance(v, float) and math.isinf(v) else v) for k, v in gate["ph"].items()}
@@ -193,22 +207,20 @@ class SECLGenerationMixin:
             encoding="utf-8")
 
     def load_calibration(self, folder) -> None:
-        """Load an adapter and gate state written by ``save_pretrained`` into this SECL model."""
-        from peft import set_peft_model_state_dict
-        from safetensors.torch import load_file
+        """Load an adapter and gate state written by ``save_pretrained`` (a local folder or a Hub repo id) into
+        this SECL model.
 
-        from hf_calibration.hub import check_artifact_config
+        The adapter is read by PEFT (``PeftModel.load_adapter``). FileNotFoundError names a missing file;
+        ValueError for state written by a newer release (``format_version``), before anything is loaded.
+        """
+        from hf_calibration.hub import ADAPTER_WEIGHTS_NAME, download_folder, load_artifact_weights
 
-        folder = Path(folder)
-        gate_state = json.loads((folder / STATE_NAME).read_text(encoding="utf-8"))
-        check_artifact_config(gate_state, kind="SECL state", max_format_version=FORMAT_VERSION,
-                              source=str(folder / STATE_NAME))
-        state = {k.removeprefix(PEFT_PREFIX): v for k, v in load_file(folder / "adapter_model.safetensors").items()}
-        set_peft_model_state_dict(self, state, adapter_name=ADAPTER_NAME)
-        state = gate_state
-        ph = state["gate"]["ph"]
-        ph["min_up"] = math.inf if ph["min_up"] is None else ph["min_up"]
-        ph["max_down"] = -math.inf if ph["max_down"] is None else ph["max_down"]
+        folder = download_folder(folder, required_files=[ADAPTER_WEIGHTS_NAME, STATE_NAME])
+        state = read_secl_state(folder)
+        load_artifact_weights(self.peft_model, folder)
+        self._secl_load_state(state)
+
+    def _secl_load_state(self, state: dict) -> None:
         self.secl_gate.load_state_dict(state["gate"])
         self.secl_burst_left = state["burst_left"]
         self.secl_counters = state["counters"]
@@ -218,13 +230,13 @@ class SECLGenerationMixin:
                     private: bool = False, base_model: str | None = None) -> str:
         """Upload the adapted adapter, the SECL config and gate state, and a model card to ``repo_id``.
 
-        The card carries ``library_name: hf-calibration``, the base model (default: the model config's
-        ``_name_or_path``), the method (SECL, arXiv 2604.09624), the SECL config and ``metrics``. Returns the
+        The card carries ``library_name: hf-calibration``, the base model (default: the adapter's
+        ``base_model_name_or_path``), the method (SECL, arXiv 2604.09624), the SECL config and ``metrics``. Returns the
         commit URL; ValueError (before any upload) for an invalid repo id, no token, or no base model name.
         """
-        from hf_calibration.hub import push_artifact_to_hub
+        from hf_calibration.hub import base_model_name, push_artifact_to_hub
 
-        base_model = base_model or getattr(self.config, "_name_or_path", None)
+        base_model = base_model or base_model_name(self.peft_model)
         if not base_model:
             raise ValueError("base_model: the model has no name_or_path; pass base_model='<hub id>'")
         usage = ("from transformers import AutoModelForCausalLM, AutoTokenizer\n"
@@ -468,66 +480,138 @@ class GenerationMixinCall:
         return super(SECLGenerationMixin, model).generate(*args, **kwargs)
 
 
-_CLASSES: dict = {}
+def read_secl_state(folder) -> dict:
+    """The ``secl_state.json`` that ``save_pretrained`` wrote into ``folder``, checked and ready for the gate.
 
-
-def apply_secl(model, tokenizer, config: SECLConfig | None = None):
-    """Add SECL to a transformers causal LM in place and return it.
-
-    Places LoRA adapters (PEFT, adapter name "secl", initialised to the identity: B = 0) on
-    ``config.target_modules`` of ``config.layers_for(num_layers)``; freezes every other parameter; and
-    changes the model's class to ``SECL<Class>(SECLGenerationMixin, <Class>)``. Raises ValueError (at
-    construction) when the model lacks the targeted projections in those layers or the tokenizer lacks
-    single-token digits or Yes/No.
+    Raises FileNotFoundError when it is missing; ValueError when it was written by a newer release
+    (``format_version``).
     """
-    from peft import LoraConfig, inject_adapter_in_model
+    from hf_calibration.hub import check_artifact_config
+
+    path = Path(folder) / STATE_NAME
+    if not path.is_file():
+        raise FileNotFoundError(f"{folder}: no {STATE_NAME} (not a SECL folder)")
+    state = json.loads(path.read_text(encoding="utf-8"))
+    check_artifact_config(state, kind="SECL state", max_format_version=FORMAT_VERSION, source=str(path))
+    ph = state["gate"]["ph"]  # JSON has no infinity: save_pretrained writes None
+    ph["min_up"] = math.inf if ph["min_up"] is None else ph["min_up"]
+    ph["max_down"] = -math.inf if ph["max_down"] is None else ph["max_down"]
+    return state
+
+
+class AdaptedModel:
+    """A ``peft.PeftModel`` used like the model it adapts.
+
+    ``generate`` is the PeftModel's (plain generation with the adapter on). Calling the object runs the adapted
+    transformers model (``peft_model.get_base_model()``, into which PEFT injected the LoRA layers in place: for
+    LoRA the PeftModel's forward is that call), and every attribute this class does not define (``config``,
+    ``generation_config``, ``named_parameters``, ``training``, hooks, …) is looked up on it. ``eval``, ``train`` and
+    ``to`` act on the whole PeftModel and return this object, so chained calls keep it.
+    """
+
+    def __init__(self, peft_model):
+        from peft import PeftModel
+
+        if not isinstance(peft_model, PeftModel):
+            raise TypeError(f"peft_model: must be a peft.PeftModel, got {type(peft_model).__name__}")
+        self.peft_model = peft_model
+
+    def __getattr__(self, name):
+        if name == "peft_model":  # not set yet: no recursion while the object is being built
+            raise AttributeError(name)
+        return getattr(self.peft_model.get_base_model(), name)
+
+    def __call__(self, *args, **kwargs):
+        return self.peft_model.get_base_model()(*args, **kwargs)
+
+    def generate(self, *args, **kwargs):
+        return self.peft_model.generate(*args, **kwargs)
+
+    def eval(self):
+        self.peft_model.eval()
+        return self
+
+    def train(self, mode: bool = True):
+        self.peft_model.train(mode)
+        return self
+
+    def to(self, *args, **kwargs):
+        self.peft_model.to(*args, **kwargs)
+        return self
+
+
+def _check_plain(model) -> None:
+    if isinstance(model, SECLGenerationMixin):
+        raise ValueError("model: SECL is already applied to this model")
+    if hasattr(model, "peft_config"):
+        raise ValueError(f"model: already carries PEFT adapters ({', '.join(model.peft_config)}); SECL adds its own "
+                         "LoRA adapter to a model without any (a model SECL was applied to keeps its adapter: load "
+                         "a fresh copy)")
+
+
+def apply_secl(model, tokenizer, config: SECLConfig | None = None) -> "SECLModel":
+    """Add SECL to a transformers causal LM: ``peft.get_peft_model`` with SECL's LoRA config, wrapped in a
+    ``SECLModel``, which is returned.
+
+    LoRA adapters (initialised to the identity: B = 0) go on ``config.target_modules`` of
+    ``config.layers_for(num_layers)``; PEFT injects them into ``model``'s modules in place and freezes every
+    other parameter. Raises ValueError (before ``model`` is changed) when the model already carries PEFT
+    adapters, lacks the targeted projections in those layers, or the tokenizer lacks single-token digits or
+    Yes/No; TypeError when ``config`` is not a SECLConfig.
+    """
+    from peft import LoraConfig, get_peft_model
+
+    from hf_calibration.hub import peft_checkpointing_warning_silenced
 
     config = config or SECLConfig()
     if not isinstance(config, SECLConfig):
         raise TypeError(f"config: must be a SECLConfig, got {type(config).__name__}")
-    if isinstance(model, SECLGenerationMixin):
-        raise ValueError("model: SECL is already applied to this model")
+    _check_plain(model)
     layers = config.layers_for(_decoder_layers(model))
     _check_targets(model, config, layers)
     ConfidenceTokens.from_tokenizer(tokenizer)
     lora = LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=0.0,
                       target_modules=list(config.target_modules), layers_to_transform=layers, bias="none",
                       task_type="CAUSAL_LM")
-    for p in model.parameters():
-        p.requires_grad_(False)
-    inject_adapter_in_model(lora, model, adapter_name=ADAPTER_NAME)
-    base = type(model)
-    if base not in _CLASSES:
-        _CLASSES[base] = type(f"SECL{base.__name__}", (SECLGenerationMixin, base), {})
-    model.__class__ = _CLASSES[base]
-    if not hasattr(model, "peft_config"):
-        model.peft_config = {}
-    lora.base_model_name_or_path = getattr(model.config, "_name_or_path", None)
-    model.peft_config[ADAPTER_NAME] = lora
-    model._secl_setup(tokenizer, config)
-    model.eval()
-    return model
+    with peft_checkpointing_warning_silenced():
+        peft_model = get_peft_model(model, lora, adapter_name=ADAPTER_NAME)
+    return SECLModel(peft_model, tokenizer, config)
 
 
-class SECLModel:
-    """Constructors: ``SECLModel.wrap(model, tokenizer, config)`` and ``SECLModel.from_pretrained``."""
+class SECLModel(SECLGenerationMixin, AdaptedModel):
+    """A causal LM with SECL: ``peft_model`` (the ``peft.PeftModel`` holding SECL's LoRA adapter) and SECL's
+    state; ``generate`` runs SECL (module docstring). Build with ``apply_secl`` / ``SECLModel.wrap`` or
+    ``SECLModel.from_pretrained``; ``SECLModel(peft_model, tokenizer, config)`` wraps a PeftModel whose active
+    adapter (``ADAPTER_NAME``) is SECL's.
+    """
+
+    def __init__(self, peft_model, tokenizer, config: SECLConfig):
+        AdaptedModel.__init__(self, peft_model)
+        self._secl_setup(tokenizer, config)
+        self.eval()
 
     @staticmethod
-    def wrap(model, tokenizer, config: SECLConfig | None = None):
+    def wrap(model, tokenizer, config: SECLConfig | None = None) -> "SECLModel":
         return apply_secl(model, tokenizer, config)
 
-    @staticmethod
-    def from_pretrained(model, tokenizer, folder, *, revision=None, token=None):
-        """Apply SECL with the saved ``secl_config.json`` and load the saved adapter and gate state.
+    @classmethod
+    def from_pretrained(cls, model, tokenizer, folder, *, revision=None, token=None) -> "SECLModel":
+        """SECL on ``model`` with what ``save_pretrained`` (or ``push_to_hub``) wrote: the adapter, loaded with
+        ``peft.PeftModel.from_pretrained`` (into ``model``, in place), the SECL config and the gate state.
 
-        ``folder``: a local folder or a Hub repo id (``push_to_hub``). FileNotFoundError names a missing
-        file; ValueError for state written by a newer release (``format_version``).
+        ``folder``: a local folder or a Hub repo id. FileNotFoundError names a missing file; ValueError for state
+        written by a newer release (``format_version``) or a model that already carries PEFT adapters, before
+        ``model`` is changed.
         """
-        from hf_calibration.hub import download_folder
+        from hf_calibration.hub import ADAPTER_CONFIG_NAME, ADAPTER_WEIGHTS_NAME, load_artifact
         from hf_calibration.secl.config import CONFIG_NAME
 
-        folder = download_folder(folder, revision=revision, token=token,
-                                 required_files=[CONFIG_NAME, "adapter_model.safetensors", STATE_NAME])
-        model = apply_secl(model, tokenizer, SECLConfig.from_pretrained(folder))
-        model.load_calibration(folder)
-        return model
+        _check_plain(model)
+        ConfidenceTokens.from_tokenizer(tokenizer)
+        peft_model, (config, state) = load_artifact(
+            folder, lambda f: (SECLConfig.from_pretrained(f), read_secl_state(f)), base_model=model,
+            required_files=[CONFIG_NAME, ADAPTER_CONFIG_NAME, ADAPTER_WEIGHTS_NAME, STATE_NAME], is_trainable=True,
+            adapter_name=ADAPTER_NAME, revision=revision, token=token)
+        secl = cls(peft_model, tokenizer, config)
+        secl._secl_load_state(state)
+        return secl

@@ -132,6 +132,46 @@ def test_secl_push_then_load_from_the_hub(fake_hub, tiny_model, tiny_tokenizer):
         assert torch.equal(loaded(IDS).logits, model(IDS).logits)
 
 
+def test_secl_folder_of_the_earlier_layout_loads(tiny_model, tiny_tokenizer, tmp_path):
+    """A folder written by SECL before PEFT wrote it (hf-calibration up to commit c104bd1): the LoRA adapter was
+    injected with ``inject_adapter_in_model`` under the name "secl", its state dict prefixed by hand with PEFT's
+    "base_model.model.", and its ``LoraConfig`` saved on its own (inference_mode false). The same lines here."""
+    import math
+
+    from peft import LoraConfig, get_peft_model_state_dict, inject_adapter_in_model
+
+    from hf_calibration.secl.config import SECLConfig
+    from hf_calibration.secl.drift import EntropyShiftDetector
+
+    config = SECLConfig()
+    lora = LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=0.0,
+                      target_modules=list(config.target_modules), layers_to_transform=[1], bias="none",
+                      task_type="CAUSAL_LM")
+    inject_adapter_in_model(lora, tiny_model, adapter_name="secl")
+    _randomize(tiny_model)
+    state = {"base_model.model." + k: v.contiguous()
+             for k, v in get_peft_model_state_dict(tiny_model, adapter_name="secl", save_embedding_layers=False).items()}
+    save_file(state, str(tmp_path / "adapter_model.safetensors"))
+    lora.base_model_name_or_path = BASE
+    lora.save_pretrained(tmp_path)
+    config.save_pretrained(tmp_path)
+    gate = EntropyShiftDetector(ema_rate=config.ema_rate, delta=config.ph_delta, threshold=config.ph_threshold,
+                                min_instances=config.ph_min_instances, warmup=config.warmup)
+    for entropy in [0.1, 0.9, 0.2, 0.8] * 5:
+        gate.update(entropy)
+    saved_gate = gate.state_dict()
+    saved_gate["ph"] = {k: None if isinstance(v, float) and math.isinf(v) else v for k, v in saved_gate["ph"].items()}
+    counters = dict.fromkeys(mixin.COUNTERS, 0) | {"questions": 20}
+    (tmp_path / mixin.STATE_NAME).write_text(json.dumps(
+        {"format_version": 1, "gate": saved_gate, "burst_left": 3, "counters": counters}))
+
+    loaded = mixin.SECLModel.from_pretrained(make_tiny_model(tiny_tokenizer), tiny_tokenizer, tmp_path)
+    assert loaded.secl_counters == counters and loaded.secl_burst_left == 3
+    assert loaded.secl_gate.state_dict() == gate.state_dict()
+    with torch.no_grad():
+        assert torch.equal(loaded(IDS).logits, tiny_model(IDS).logits)  # same weights and kernels, one process
+
+
 def test_secl_bad_input(fake_hub, tiny_model, tiny_tokenizer, tmp_path):
     model = _secl_model(tiny_model, tiny_tokenizer)
     with pytest.raises(ValueError, match="token"):

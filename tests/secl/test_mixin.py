@@ -46,7 +46,7 @@ def test_mro_and_adapters(secl):
     assert mro[1] is SECLGenerationMixin and mro.index(SECLGenerationMixin) < mro.index(type(secl).__mro__[2])
     trainable = [n for n, p in secl.named_parameters() if p.requires_grad]
     # 2 layers → the upper half is layer 1; q and v projections, A and B matrices
-    assert sorted(trainable) == sorted(f"model.layers.1.self_attn.{m}.lora_{ab}.secl.weight"
+    assert sorted(trainable) == sorted(f"model.layers.1.self_attn.{m}.lora_{ab}.default.weight"
                                        for m in ("q_proj", "v_proj") for ab in "AB")
 
 
@@ -143,6 +143,42 @@ def test_save_and_load_round_trip(tmp_path, tiny_tokenizer, secl):
     ids = encode(tiny_tokenizer, PROMPTS[:1])["input_ids"]
     with torch.no_grad():
         assert torch.allclose(peft_model(ids).logits, loaded(ids).logits, atol=1e-5)
+
+
+def test_saved_adapter_loads_in_plain_peft_with_the_same_logits(tmp_path, tiny_tokenizer, secl):
+    from peft import PeftModel
+
+    secl.start_burst()
+    run(secl, tiny_tokenizer, secl_distractors=[["A", "B"]])
+    assert secl.secl_records[0]["updated"]  # the adapter is no longer the identity
+    secl.save_pretrained(tmp_path)
+    peft_model = PeftModel.from_pretrained(make_tiny_model(tiny_tokenizer), tmp_path)
+    ids = encode(tiny_tokenizer, PROMPTS)["input_ids"]
+    with torch.no_grad():
+        expected = secl(ids).logits
+        # same weights, same kernels, same shapes in one process: equal bit for bit (tests/conftest.py)
+        assert torch.equal(peft_model(ids).logits, expected)
+        with secl.peft_model.disable_adapter():
+            assert not torch.equal(secl(ids).logits, expected)  # the adapter does change the logits
+
+
+def test_adapter_folder_is_what_peft_writes(tmp_path, tiny_tokenizer, secl):
+    """SECL's adapter folder holds the keys, shapes and config PEFT itself writes for SECL's LoRA config."""
+    import json
+
+    from peft import LoraConfig, get_peft_model
+    from safetensors.torch import load_file
+
+    secl.save_pretrained(tmp_path / "secl")
+    # SECLConfig's defaults by hand: rank 8, alpha 16, q and v projections of the upper half of the 2 layers
+    lora = LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, target_modules=["q_proj", "v_proj"], layers_to_transform=[1],
+                      bias="none", task_type="CAUSAL_LM")
+    get_peft_model(make_tiny_model(tiny_tokenizer), lora).save_pretrained(tmp_path / "peft", save_embedding_layers=False)
+    ours, peft = (load_file(str(tmp_path / name / "adapter_model.safetensors")) for name in ("secl", "peft"))
+    assert sorted(ours) == sorted(peft)
+    assert all(ours[k].shape == peft[k].shape and ours[k].dtype == peft[k].dtype for k in peft)
+    configs = [json.loads((tmp_path / name / "adapter_config.json").read_text()) for name in ("secl", "peft")]
+    assert configs[0] == configs[1]
 
 
 @pytest.mark.parametrize("kwargs, name", [
