@@ -54,7 +54,7 @@ COMMANDS = {
              "adapter (secl_adapter/) and a reliability diagram per domain; prints a table per domain and overall."),
 }
 EXPERIMENTS = {
-    "diagnose": ((ExperimentConfig,), "the generation–discrimination gap of SmolLM2 and Qwen (MMLU, HaluEval, GSM8K)"),
+    "diagnose": ((ExperimentConfig,), "the generation–discrimination gap of SmolLM2 and Qwen on MMLU, HaluEval, GSM8K"),
     "secl": ((ExperimentConfig,), "a Qwen stream through SECL with the label-free and supervised baselines"),
     "calm": ((ExperimentConfig, CALMExperimentConfig), "CALM with LoRA against SFT, TS and the other baselines"),
 }
@@ -123,8 +123,8 @@ def build_parser() -> Parser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     parser.commands = {name: sub.add_parser(name, dataclass_types=types, help=help_, description=description)
                        for name, (types, _, help_, description) in COMMANDS.items()}
-    experiment = sub.add_parser("experiment", help="reproduce a headline table (diagnose, secl, calm) into results/NAME/",
-                                description="The project's headline tables, one command each; sub-runs resume.")
+    experiment = sub.add_parser("experiment", description="The project's headline tables, one command each; sub-runs resume.",
+                                help="reproduce a headline table (diagnose, secl, calm) into results/NAME/")
     names = experiment.add_subparsers(dest="name", required=True, parser_class=Parser, metavar="NAME")
     for name, (types, help_) in EXPERIMENTS.items():
         leaf = parser.commands[f"experiment {name}"] = names.add_parser(name, dataclass_types=types, help=help_,

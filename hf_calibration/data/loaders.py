@@ -302,7 +302,8 @@ def parse_domains(domains: str, known: Sequence[str]) -> list[tuple[str, str | N
                                  f"empty entry in {domains!r}; separate the domains by single commas")
         name, colon, subjects = entry.partition(":")
         if name not in known:
-            raise ParameterError("domains", domains, f"unknown domain {name!r} in {domains!r}; known: {', '.join(known)}")
+            raise ParameterError("domains", domains,
+                                 f"unknown domain {name!r} in {domains!r}; known: {', '.join(known)}")
         if colon and name != "mmlu":
             raise ParameterError("domains", domains, f"only mmlu takes subjects, got {entry!r}")
         for subject in subjects.split("+") if colon else ():

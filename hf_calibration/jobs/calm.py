@@ -13,7 +13,8 @@ from hf_calibration import modeling
 from hf_calibration.calm import CALMConfig, CALMTrainer, mcqa_to_prompt_completion
 from hf_calibration.data import MCQA_DATASETS, load_mcqa, resolve_subjects
 from hf_calibration.errors import ParameterError, renamed_parameters
-from hf_calibration.jobs.common import JobResult, check_choice, check_int, check_output_dir, model_field, prompt_format_field
+from hf_calibration.jobs.common import (JobResult, check_choice, check_int, check_output_dir, model_field,
+                                        prompt_format_field)
 from hf_calibration.modeling.prompts import PROMPT_FORMATS
 
 SPLITS = ("train", "calibration", "eval")

@@ -16,7 +16,6 @@ log-scores per split) and skips methods already scored; ``report`` builds the ta
 from __future__ import annotations
 
 import json
-import math
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -26,7 +25,7 @@ import numpy as np
 from hf_calibration import modeling
 from hf_calibration.data import MCQA_DATASETS, balance_gold, domain_key, load_mcqa, parse_domains
 from hf_calibration.errors import ParameterError, renamed_parameters
-from hf_calibration.jobs.common import check_choice, check_int, check_output_dir, progress_line
+from hf_calibration.jobs.common import check_choice, check_int, check_output_dir, check_positive_number, progress_line
 
 METHODS = ("uncalibrated", "ts", "sft", "label_smoothing", "cft", "bome", "iterate", "regularization", "scalar")
 MMLU_OOD = "mmlu:humanities,mmlu:social_sciences,mmlu:other,gpqa,halueval_qa"
@@ -69,15 +68,14 @@ class CALMExperimentConfig:
     def __post_init__(self):
         check_choice(self.phase, "phase", PHASES)
         if not self.methods or any(m not in METHODS for m in self.methods):
-            raise ParameterError("methods", self.methods, f"must be one or more of {', '.join(METHODS)}, got {self.methods!r}")
+            raise ParameterError("methods", self.methods,
+                                 f"must be one or more of {', '.join(METHODS)}, got {self.methods!r}")
         for name in ("n_train", "n_calibration", "n_validation", "n_test", "n_ood", "max_steps", "train_batch_size",
                      "lora_r"):
             check_int(getattr(self, name), name)
         check_int(self.inner_steps, "inner_steps", minimum=0)
         for name in ("learning_rate", "alpha_learning_rate", "inner_learning_rate"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value > 0):
-                raise ParameterError(name, value, f"must be a finite number > 0, got {value!r}")
+            check_positive_number(getattr(self, name), name)
         if self.ood_domains is not None:
             with renamed_parameters(domains="ood_domains"):
                 parse_domains(self.ood_domains, tuple(MCQA_DATASETS))
@@ -131,7 +129,8 @@ def _train_method(method: str, splits, config: CALMExperimentConfig, *, model_na
     from hf_calibration.calm import CALMConfig, CALMTrainer, mcqa_to_prompt_completion
 
     model, _ = modeling.load_model(model_name)
-    num_options = len(splits["train"][0]["choices"])  # the entropy and L_tr read these letters only (K = 2 for HaluEval)
+    # the entropy and L_tr read these letters only (K = 2 for HaluEval)
+    num_options = len(splits["train"][0]["choices"])
     training = CALMConfig(
         output_dir=str(out / "runs" / method), method="sft" if method == "label_smoothing" else method,
         max_steps=config.max_steps, per_device_train_batch_size=config.train_batch_size,
@@ -174,11 +173,12 @@ def _read_scored(out: Path) -> tuple[dict, dict]:
 
 
 def train_and_score(out: Path, splits, config: CALMExperimentConfig, *, model_name: str, seed: int, device: str,
-                    batch_size: int, progress: bool = True) -> tuple[dict, dict]:
-    """Train and score every method of ``config.methods`` not scored yet (``scores/<method>.npz`` and ``.json``);
-    → (scores, infos) of every scored method, those of earlier runs read back."""
+                    batch_size: int, overwrite: bool = False, progress: bool = True) -> tuple[dict, dict]:
+    """Train and score every method of ``config.methods`` not scored yet (every one with ``overwrite``) into
+    ``scores/<method>.npz`` and ``.json``; → (scores, infos) of every scored method, those of earlier runs read
+    back."""
     (out / "scores").mkdir(parents=True, exist_ok=True)
-    scores, infos = _read_scored(out)
+    scores, infos = ({}, {}) if overwrite else _read_scored(out)
     ood = [k for k in splits if k not in SPLITS]
     base = tokenizer = None  # loaded at the first method that needs work: a report-only rerun loads no model
     for method in config.methods:
@@ -232,7 +232,8 @@ def method_probabilities(scores: dict, splits) -> tuple[dict, dict]:
     return probs, labels
 
 
-def report(out: Path, scores: dict, infos: dict, ood: list, *, header: str, n_resamples: int, seed: int) -> tuple[dict, str]:
+def report(out: Path, scores: dict, infos: dict, ood: list, *, header: str, n_resamples: int,
+           seed: int) -> tuple[dict, str]:
     """The table of every scored method on the ID test and each OOD set (with the constant references fitted on
     the validation split), the OOD mean and the wall times → (results, Markdown text); writes ``report.md``,
     ``report.json``, ``items.jsonl`` and ``reliability_<split>.png`` into ``out``."""
@@ -266,7 +267,8 @@ def report(out: Path, scores: dict, infos: dict, ood: list, *, header: str, n_re
         lines.append(f"{m:<16} {v['accuracy']:.3f}  {v['conf_ece']:.3f}     {v['cw_ece']:.3f}   {v['smece']:.3f}  "
                      f"{v['brier']:.3f}  {v['auroc']:.3f}")
     lines += ["```", ""]
-    timing = {m: infos["uncalibrated" if m == "ts" else m] for m in table if ("uncalibrated" if m == "ts" else m) in infos}
+    scored_as = {m: "uncalibrated" if m == "ts" else m for m in table}  # TS reuses the uncalibrated scores
+    timing = {m: infos[scored_as[m]] for m in table if scored_as[m] in infos}
     results["timing"] = {m: {k: v for k, v in t.items() if k != "log"} for m, t in timing.items()}
     lines += ["### wall time", "", "```"] + [
         f"{m:<16} total {t['wall_seconds']:.0f} s" + (f", {t['seconds_per_step']:.2f} s/step, mean τ "
@@ -298,9 +300,11 @@ def check_output_folders(out: Path) -> None:
 
 
 def run_calm_experiment(out: Path, config: CALMExperimentConfig, *, model_name: str, train_domain: str, seed: int,
-                        device: str, batch_size: int, n_resamples: int, progress: bool = True) -> tuple[dict, str, dict]:
+                        device: str, batch_size: int, n_resamples: int, overwrite: bool = False,
+                        progress: bool = True) -> tuple[dict, str, dict]:
     """The calm experiment into ``out`` (module docstring) → (results, Markdown table, run info). Splits are built
-    before any model is resolved; the phase ``report`` alone reads back the scores of earlier runs."""
+    before any model is resolved; methods scored by an earlier run are read back (``overwrite``: trained and
+    scored again), and the phase ``report`` alone reads back every score."""
     check_output_folders(out)
     ood = [domain_key(s) for s in config.ood_specs(train_domain)]
     if config.phase == "report":
@@ -315,7 +319,7 @@ def run_calm_experiment(out: Path, config: CALMExperimentConfig, *, model_name: 
         (out / "run.json").write_text(json.dumps({"model": model_name, "train_domain": train_domain, "seed": seed,
                                                   "config": asdict(config), "sizes": sizes}, indent=2) + "\n")
         scores, infos = train_and_score(out, splits, config, model_name=model_name, seed=seed, device=device,
-                                        batch_size=batch_size, progress=progress)
+                                        batch_size=batch_size, overwrite=overwrite, progress=progress)
     run = {"model": model_name, "train_domain": train_domain, "seed": seed, "sizes": sizes, **asdict(config)}
     if config.phase == "train":
         return {}, "", run

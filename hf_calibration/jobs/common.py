@@ -7,6 +7,7 @@ docstrings say the same thing everywhere.
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import warnings
@@ -68,6 +69,12 @@ def check_int(value, name: str, *, minimum: int = 1) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         what = "a positive integer" if minimum == 1 else f"an integer ≥ {minimum}"
         raise ParameterError(name, value, f"must be {what}, got {value!r}")
+
+
+def check_positive_number(value, name: str) -> None:
+    """ParameterError naming ``name`` unless ``value`` is a finite real number > 0."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value > 0):
+        raise ParameterError(name, value, f"must be a finite number > 0, got {value!r}")
 
 
 def check_choice(value, name: str, choices) -> None:
@@ -153,9 +160,9 @@ def load_mcqa_for(dataset: str, *, subjects=None, limit: int, seed: int, balance
     with renamed_parameters(name="dataset"):
         rows = load_mcqa(dataset, subjects=subjects, limit=limit, seed=seed, balance_gold=balance_gold)
     if len(rows) < limit:
-        where, related = ("{subjects} " + subjects, ("subjects",)) if subjects else ("{dataset} " + dataset, ("dataset",))
-        warnings.warn(ParameterWarning("limit", limit, f"{{limit}} {limit}: only {len(rows)} questions in {where}; "
-                                                       f"using {len(rows)}", related=related), stacklevel=2)
+        field_, value = ("subjects", subjects) if subjects else ("dataset", dataset)
+        warnings.warn(ParameterWarning("limit", limit, f"{{limit}} {limit}: only {len(rows)} questions in {{{field_}}} "
+                                                       f"{value}; using {len(rows)}", related=(field_,)), stacklevel=2)
     return rows
 
 

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, field
 
@@ -12,8 +11,8 @@ import numpy as np
 from hf_calibration import modeling
 from hf_calibration.data import MCQA_DATASETS, OPEN_QA_DATASETS, check_dataset_name, check_mcqa_arguments
 from hf_calibration.errors import ParameterError, renamed_parameters
-from hf_calibration.jobs.common import (JobResult, batch_size_field, check_choice, check_device, check_int, check_output_dir,
-                                        device_field, load_mcqa_for, model_field, n_resamples_field, output_dir_field,
+from hf_calibration.jobs.common import (JobResult, batch_size_field, check_choice, check_device, check_int,
+                                        check_output_dir, check_positive_number, device_field, load_mcqa_for, model_field, n_resamples_field, output_dir_field,
                                         prompt_format_field, seed_field, subjects_field)
 from hf_calibration.modeling.prompts import PROMPT_FORMATS
 from hf_calibration.plotting import plot_reliability_diagrams
@@ -53,9 +52,7 @@ class DiagnoseConfig:
             check_int(getattr(self, name), name)
         check_choice(self.prompt_format, "prompt_format", PROMPT_FORMATS)
         check_int(self.seed, "seed", minimum=0)
-        if isinstance(self.tau_n, bool) or not isinstance(self.tau_n, (int, float)) or not (
-                math.isfinite(self.tau_n) and self.tau_n > 0):
-            raise ParameterError("tau_n", self.tau_n, f"must be a finite number > 0, got {self.tau_n!r}")
+        check_positive_number(self.tau_n, "tau_n")
         with renamed_parameters(name="dataset"):
             check_dataset_name(self.dataset, DATASETS)
             if self.dataset in MCQA_DATASETS:

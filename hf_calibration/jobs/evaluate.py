@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from hf_calibration import modeling, reports
 from hf_calibration.data import check_mcqa_arguments
 from hf_calibration.errors import ParameterError, renamed_parameters
-from hf_calibration.jobs.common import (JobResult, batch_size_field, check_choice, check_device, check_input_file, check_int,
-                                        check_output_dir, device_field, load_mcqa_for, model_field, n_resamples_field,
+from hf_calibration.jobs.common import (JobResult, batch_size_field, check_choice, check_device, check_input_file,
+                                        check_int, check_output_dir, device_field, load_mcqa_for, model_field, n_resamples_field,
                                         output_dir_field, prompt_format_field, seed_field, subjects_field)
 from hf_calibration.modeling.prompts import PROMPT_FORMATS
 from hf_calibration.modeling.scoring import MCQAScores

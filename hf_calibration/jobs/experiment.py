@@ -314,7 +314,7 @@ def run_experiment(config: ExperimentConfig, calm: CALMExperimentConfig | None =
             metrics, table, calm_run = run_calm_experiment(
                 out, calm, model_name=config.model_names()[0], train_domain=config.dataset_names()[0],
                 seed=config.seed, device=config.device, batch_size=config.batch_size,
-                n_resamples=config.n_resamples, progress=progress)
+                n_resamples=config.n_resamples, overwrite=config.overwrite, progress=progress)
         folders = {"scores": out / "scores", "runs": out / "runs"}
         sub_seconds = sum(t["wall_seconds"] for t in metrics.get("timing", {}).values())
         sizes = calm_run["sizes"]

@@ -31,7 +31,8 @@ def format_mcqa(question: str, choices: Sequence[str]) -> str:
 def resolve_prompt_format(tokenizer, prompt_format: str = "auto") -> str:
     """"chat" when the tokenizer has a chat template (for "auto"), else "plain"; validates the value."""
     if prompt_format not in PROMPT_FORMATS:
-        raise ParameterError("prompt_format", prompt_format, f"must be 'auto', 'chat' or 'plain', got {prompt_format!r}")
+        raise ParameterError("prompt_format", prompt_format,
+                             f"must be 'auto', 'chat' or 'plain', got {prompt_format!r}")
     if prompt_format == "auto":
         return "chat" if getattr(tokenizer, "chat_template", None) else "plain"
     if prompt_format == "chat" and not getattr(tokenizer, "chat_template", None):

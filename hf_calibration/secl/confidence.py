@@ -62,7 +62,8 @@ def check_template(template: str, name: str = "template") -> str:
     try:
         template.format(answer="x")
     except (KeyError, IndexError, ValueError) as err:
-        raise ParameterError(name, template, f"only the '{{answer}}' slot is allowed, got {template!r} ({err})") from None
+        raise ParameterError(name, template,
+                             f"only the '{{answer}}' slot is allowed, got {template!r} ({err})") from None
     return template
 
 

@@ -61,7 +61,8 @@ def build_stream(tokenizer, stream: str, *, limit_per_domain: int, seed: int = 0
     from hf_calibration.data import load_mcqa, load_open_qa
 
     if isinstance(limit_per_domain, bool) or not isinstance(limit_per_domain, int) or limit_per_domain < 1:
-        raise ParameterError("limit_per_domain", limit_per_domain, f"must be a positive integer, got {limit_per_domain!r}")
+        raise ParameterError("limit_per_domain", limit_per_domain,
+                             f"must be a positive integer, got {limit_per_domain!r}")
     items = []
     for name, subjects in parse_stream(stream):
         label = name if subjects is None else f"{name}:{subjects.replace(',', '+')}"
