@@ -249,8 +249,3 @@ class CALMConfig(SFTConfig):
             # ("'pin_memory' argument is set as true but no accelerator is found") and pinning does nothing.
             self.dataloader_pin_memory = False
         super().__post_init__()
-
-    @property
-    def trains_alpha(self) -> bool:
-        """Whether the method updates the logit adjustment (the baselines keep it at the identity)."""
-        return self.method in ("bome", "iterate", "regularization", "scalar")

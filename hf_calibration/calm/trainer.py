@@ -28,7 +28,6 @@ from hf_calibration.metrics.binning import uniform_bin_index
 ALPHA_PREFIX = "logit_adjustment."
 # CFT's bin accuracies in a checkpoint: training state (like the optimizer's), not part of the saved model.
 CFT_STATE_NAME = "cft_state.safetensors"
-_NEEDS_CALIBRATION = ("bome", "iterate", "regularization", "scalar")
 _ZERO3_PIN = -1  # DeepSpeed submodule ids are >= 0
 
 
@@ -94,6 +93,243 @@ class _LossAt(torch.autograd.Function):
         return (None,) * 5 + tuple(grad_out * next(grads) if want else None for want in ctx.wants)
 
 
+# ---- one strategy per CALMConfig.method ----------------------------------------------------------
+
+
+class CALMStrategy:
+    """How one ``CALMConfig.method`` turns the micro-batches of an optimizer step into its update direction.
+
+    ``CALMTrainer`` picks the class once from the config (``STRATEGIES``) and, per optimizer step, calls
+    ``start_window()``, then ``micro_batch(batch, index, alpha, theta)`` for each micro-batch of the
+    gradient-accumulation window on this process, then at its last ``direction(alpha, theta)``, which returns the
+    update direction (parameter name → tensor, identical on every process) and the values to log (name → 0-d
+    tensor of the global batch, ``lower_loss`` = L_tr among them). The trainer hands the direction to the engine
+    (``CALMTrainer._backward_direction``). ``save_state`` / ``load_state`` keep a method's own training state in
+    checkpoints.
+
+    The shared pieces are the trainer's: the scored logits, the adjusted log-probabilities, the cross-entropy
+    and entropy, and each micro-batch's share of L_tr and f = −H over the window's item counts
+    (``CALMTrainer._lower_value`` / ``_upper_value``; class docstring of ``CALMTrainer``, "Unit of averaging").
+
+    Class attributes: ``needs_calibration`` — S_V batches are paired with the micro-batches (the trainer then
+    requires ``calibration_dataset``); ``trains_alpha`` — α is trained (otherwise it stays the identity, frozen).
+    """
+
+    needs_calibration = False
+    trains_alpha = False
+
+    def __init__(self, trainer: "CALMTrainer"):
+        self.trainer = trainer
+
+    def start_window(self) -> None:
+        """A new optimizer step begins: forget the previous window's per-step state."""
+
+    def micro_batch(self, batch: dict, index: int, alpha: dict, theta: dict) -> None:
+        """Take micro-batch ``index`` of the window (its S_V batch, if any, is ``trainer._window["calibration"][index]``)."""
+        raise NotImplementedError
+
+    def direction(self, alpha: dict, theta: dict) -> tuple[dict, dict]:
+        """At the window's last micro-batch: (update direction, logged values), both of the global batch."""
+        raise NotImplementedError
+
+    def save_state(self, folder: Path) -> None:
+        """Write the method's own training state into checkpoint ``folder`` (main process only)."""
+
+    def load_state(self, folder: Path) -> None:
+        """Read what ``save_state`` wrote, when a run resumes from checkpoint ``folder``."""
+
+
+class SummedGradientStrategy(CALMStrategy):
+    """A method whose loss is a sum over items: each micro-batch's gradient is added to a buffer, and the buffer
+    (gradient and logged values) is summed over processes in one collective at the window's last micro-batch."""
+
+    def start_window(self) -> None:
+        self._buffers: dict[str, dict[str, torch.Tensor]] = {}
+
+    def loss(self, batch: dict, index: int, alpha: dict, theta: dict):
+        """(L_tr, the loss to differentiate, the parameters it is differentiated with respect to, extra logs) of
+        micro-batch ``index``: each value its share of the window (item sum over the window's item count)."""
+        raise NotImplementedError
+
+    def micro_batch(self, batch, index, alpha, theta) -> None:
+        lower, total, params, logs = self.loss(batch, index, alpha, theta)
+        grads = torch.autograd.grad(total, list(params.values()), allow_unused=True)
+        self._add("grad", {n: torch.zeros_like(p) if g is None else g for (n, p), g in zip(params.items(), grads)})
+        self._add("logs", {"lower_loss": lower, **logs})
+
+    def _add(self, key, tensors):
+        buf = self._buffers.setdefault(key, {})
+        for n, t in tensors.items():
+            t = t.detach()
+            buf[n] = t if n not in buf else buf[n] + t
+
+    def direction(self, alpha, theta) -> tuple[dict, dict]:
+        """The window's gradient and logged values, summed over processes (one collective)."""
+        buffers, self._buffers = self._buffers, {}
+        pieces = self.trainer._all_reduce_sum({**{("grad", n): g for n, g in buffers["grad"].items()},
+                                               **{("log", k): v for k, v in buffers["logs"].items()}})
+        return ({n: pieces[("grad", n)] for n in buffers["grad"]},
+                {k: pieces[("log", k)] for k in buffers["logs"]})
+
+
+class SFTStrategy(SummedGradientStrategy):
+    """method='sft': L_tr of the adjusted distribution w.r.t. θ, α fixed at the identity. With
+    ``label_smoothing_factor`` > 0 (smoothing the same distribution, ``CALMTrainer._cross_entropy``) it is the
+    label-smoothing baseline."""
+
+    def loss(self, batch, index, alpha, theta):
+        lower = self.trainer._lower_value(batch, self.trainer._window["train_items"])(alpha)
+        return lower, lower, {**theta, **alpha}, {}
+
+
+class CFTStrategy(SFTStrategy):
+    """method='cft', calibration-aware fine-tuning (Xiao et al. ICML 2025): (1 − a)·L_tr + a·c·term, with
+    term = Σ_items [(max-conf − bin acc)² + Σ_non-max (p − (1 − bin acc)/(K − 1))²] / items. The bin accuracies
+    come from a pass over the training data (``CALMTrainer._cft_bin_accuracies``) at the first step and every
+    ``cft_refresh_steps`` optimizer steps, and travel in checkpoints (``CFT_STATE_NAME``)."""
+
+    def __init__(self, trainer):
+        super().__init__(trainer)
+        self.bin_accuracy: torch.Tensor | None = None
+
+    def loss(self, batch, index, alpha, theta):
+        lower, _, params, logs = super().loss(batch, index, alpha, theta)
+        args = self.trainer.args
+        term = self._term(batch, index, self.trainer._window["train_items"])
+        return lower, (1 - args.cft_weight) * lower + args.cft_weight * args.cft_coefficient * term, params, logs
+
+    def _term(self, batch, index, items):
+        trainer, args = self.trainer, self.trainer.args
+        step = trainer.state.global_step
+        if self.bin_accuracy is None or (index == 0 and step > 0 and step % args.cft_refresh_steps == 0):
+            self.bin_accuracy = trainer._cft_bin_accuracies()
+        raw, _, _ = trainer._scored_logits(batch)
+        probs = trainer._log_probs(raw, {}).exp()
+        conf, pred = probs.max(dim=1)
+        acc = self.bin_accuracy.to(conf.device)[_confidence_bins(conf, args.cft_num_bins)]
+        k = probs.shape[1]
+        target = ((1 - acc) / (k - 1))[:, None]
+        non_max = torch.ones_like(probs, dtype=torch.bool).scatter_(1, pred[:, None], False)
+        term = (conf - acc) ** 2 + ((probs - target) ** 2 * non_max).sum(dim=1)
+        return term.sum() / items
+
+    def save_state(self, folder):
+        if self.bin_accuracy is not None:
+            from safetensors.torch import save_file
+
+            save_file({"bin_accuracy": self.bin_accuracy.contiguous()}, str(Path(folder) / CFT_STATE_NAME))
+
+    def load_state(self, folder):
+        from safetensors.torch import load_file
+
+        path = Path(folder) / CFT_STATE_NAME
+        if not path.is_file():
+            raise ValueError(f"resume_from_checkpoint: {str(folder)!r} has no {CFT_STATE_NAME}, the CFT bin "
+                             "accuracies every method='cft' checkpoint holds; without them the run would not continue "
+                             "as it began")
+        accuracy = load_file(str(path))["bin_accuracy"]
+        bins = self.trainer.args.cft_num_bins
+        if accuracy.shape != (bins,):
+            raise ValueError(f"cft_num_bins: the checkpoint's CFT state has {accuracy.numel()} bins, "
+                             f"got cft_num_bins={bins}")
+        self.bin_accuracy = accuracy
+
+
+class RegularizationStrategy(SFTStrategy):
+    """method='regularization' (SPEC §1 ablation): single level, L_tr − β·H over (α, θ), with H on the S_V batch
+    paired with each micro-batch."""
+
+    needs_calibration = trains_alpha = True
+
+    def loss(self, batch, index, alpha, theta):
+        lower, _, params, _ = super().loss(batch, index, alpha, theta)
+        window = self.trainer._window
+        upper = self.trainer._upper_value(window["calibration"][index], window["calibration_items"])(alpha)
+        total = lower + self.trainer.args.regularization_beta * upper
+        return lower, total, params, {"calibration_entropy": -upper}
+
+
+class IterateStrategy(SummedGradientStrategy):
+    """method='iterate' (SPEC §1 ablation): optimizer steps alternate, a θ step on L_tr then an α step on −H.
+
+    Even optimizer steps differentiate L_tr w.r.t. θ only; odd steps differentiate −H on a calibration
+    batch w.r.t. α only, at the θ the previous step produced. The resting group gets no direction, so its
+    ``.grad`` stays None and the optimizer skips it (no momentum, no weight decay): each step moves one group.
+    L_tr of the training batch is still evaluated on α steps (no gradient), so ``loss`` is L_tr at every step.
+    """
+
+    needs_calibration = trains_alpha = True
+
+    def loss(self, batch, index, alpha, theta):
+        trainer, window = self.trainer, self.trainer._window
+        lower_value = trainer._lower_value(batch, window["train_items"])
+        if trainer.state.global_step % 2 == 0:
+            lower = lower_value(alpha)
+            return lower, lower, theta, {}
+        with torch.no_grad():
+            lower = lower_value(alpha)
+        upper = trainer._upper_value(window["calibration"][index], window["calibration_items"])(alpha)
+        return lower, upper, alpha, {"calibration_entropy": -upper}
+
+
+class BOMEStrategy(CALMStrategy):
+    """method='bome' (CALM) and 'scalar' (the same with one shared temperature): the first-order bilevel update
+    ∇f + λ∇q of ``hf_calibration.calm.bome``.
+
+    BOME is not linear in the batch (θ̃ steps along ∇_θ L_tr of the whole batch, λ is a ratio), so the window's
+    micro-batches are kept and the BOME terms computed at its last one: L_tr and f are evaluated micro-batch by
+    micro-batch (``_LossAt``, one graph alive at a time) and their values and gradients summed over processes in
+    one collective per evaluation. θ̃, q, ∇f, ∇q and λ are then those of one process holding the whole global
+    batch, identical on every rank.
+    """
+
+    needs_calibration = trains_alpha = True
+
+    def start_window(self) -> None:
+        self.batches: list[dict] = []
+
+    def micro_batch(self, batch, index, alpha, theta) -> None:
+        self.batches.append(batch)
+
+    def direction(self, alpha, theta) -> tuple[dict, dict]:
+        trainer, args = self.trainer, self.trainer.args
+        window = trainer._window
+        reduce = trainer.accelerator.num_processes > 1
+        lower = self._at([trainer._lower_value(b, window["train_items"]) for b in self.batches], reduce)
+        upper = self._at([trainer._upper_value(b, window["calibration_items"]) for b in window["calibration"]], reduce)
+        terms = bome_terms(lower, upper, alpha, theta, inner_steps=args.inner_steps,
+                           inner_learning_rate=args.inner_learning_rate)
+        lam = bome_lambda(terms.grad_f, terms.grad_q, terms.q, eta=args.eta, phi_rule=args.phi_rule,
+                          epsilon=args.bome_epsilon)
+        logs = {"lower_loss": terms.lower, "residual_q": terms.q, "calibration_entropy": -terms.upper,
+                "bome_lambda": lam}
+        return bome_direction(terms.grad_f, terms.grad_q, lam), logs
+
+    def _at(self, values, reduce=False):
+        """The sum of ``value(alpha)`` over ``values`` (losses at the live parameters, one per micro-batch) as a
+        function ``(alpha, theta) -> loss`` of both groups.
+
+        For one value at the live θ without reduction this is a plain autograd graph; otherwise ``_LossAt``
+        evaluates the values at ``theta`` one by one and (``reduce``) sums the result over processes.
+        """
+        trainer = self.trainer
+
+        def loss(alpha, theta):
+            live = trainer._parameters()[1]
+            if len(values) == 1 and not reduce and all(t is live[n] for n, t in theta.items()):
+                return values[0](alpha)
+            return _LossAt.apply(trainer, tuple(values), tuple(alpha), tuple(theta), reduce, *alpha.values(),
+                                 *theta.values())
+
+        return loss
+
+
+STRATEGIES: dict[str, type[CALMStrategy]] = {
+    "bome": BOMEStrategy, "scalar": BOMEStrategy, "iterate": IterateStrategy, "regularization": RegularizationStrategy,
+    "sft": SFTStrategy, "cft": CFTStrategy,
+}
+
+
 class CALMTrainer(SFTTrainer):
     """Supervised fine-tuning with a learned logit adjustment trained by first-order bilevel optimisation.
 
@@ -103,7 +339,9 @@ class CALMTrainer(SFTTrainer):
     entropy H of the adjusted distribution on ``calibration_dataset`` (S_V, no labels used). Each
     optimizer step is the BOME update of ``hf_calibration.calm.bome`` over u = (α, θ); the ablations
     and baselines of ``CALMConfig.method`` share the same data path, so one config runs the paper's
-    whole comparison.
+    whole comparison. Each method is a ``CALMStrategy`` chosen once from the config (``STRATEGIES``:
+    ``BOMEStrategy`` for 'bome' and 'scalar', ``IterateStrategy``, ``RegularizationStrategy``, ``SFTStrategy``,
+    ``CFTStrategy``); the training loop only calls its hooks.
 
     Used like ``SFTTrainer``: same ``model`` (id, ``PreTrainedModel`` or ``PeftModel``), ``peft_config``,
     datasets in prompt/completion (or text / conversational) form. After construction ``trainer.model``
@@ -144,12 +382,13 @@ class CALMTrainer(SFTTrainer):
     DeepSpeed's backward hooks:
 
     - BOME is not linear in the batch (θ̃ steps along ∇_θ L_tr of the whole batch, λ is a ratio), so
-      methods 'bome' and 'scalar' keep the window's micro-batches and compute the BOME terms at its last one:
-      L_tr and f are evaluated micro-batch by micro-batch (``_LossAt``, one graph alive at a time) and their
-      values and gradients summed over processes in one collective per evaluation. θ̃, q, ∇f, ∇q and λ are
-      then those of one process holding the whole global batch, identical on every rank;
-    - the other methods are linear in the items: each micro-batch's gradient is added to a buffer and the
-      buffer is summed over processes (``_all_reduce_sum``, one collective) at the window's last micro-batch;
+      methods 'bome' and 'scalar' (``BOMEStrategy``) keep the window's micro-batches and compute the BOME terms
+      at its last one: L_tr and f are evaluated micro-batch by micro-batch (``_LossAt``, one graph alive at a
+      time) and their values and gradients summed over processes in one collective per evaluation. θ̃, q, ∇f,
+      ∇q and λ are then those of one process holding the whole global batch, identical on every rank;
+    - the other methods are linear in the items (``SummedGradientStrategy``): each micro-batch's gradient is
+      added to a buffer and the buffer is summed over processes (``_all_reduce_sum``, one collective) at the
+      window's last micro-batch;
     - the direction is then handed to the engine as the gradient of the linear surrogate
       ``Σ_p ⟨stopgrad(direction_p), p⟩`` through ``accelerator.backward``, once per optimizer step.
       Its gradient is exactly the direction, and the DDP optimizer / the DeepSpeed engine (which owns
@@ -184,7 +423,8 @@ class CALMTrainer(SFTTrainer):
             args = CALMConfig(f"{str(name).split('/')[-1]}-CALM")
         if not isinstance(args, CALMConfig):
             raise TypeError(f"args: must be a CALMConfig, got {type(args).__name__}")
-        if calibration_dataset is None and args.method in _NEEDS_CALIBRATION:
+        strategy = STRATEGIES[args.method]
+        if calibration_dataset is None and strategy.needs_calibration:
             raise ValueError(f"calibration_dataset: required for method={args.method!r} (S_V of SPEC §1), got None")
         if calibration_dataset is not None and "prompt" not in calibration_dataset.column_names:
             raise ValueError(
@@ -200,6 +440,7 @@ class CALMTrainer(SFTTrainer):
                              eval_dataset=eval_dataset, processing_class=processing_class,
                              compute_metrics=compute_metrics, callbacks=callbacks, optimizers=optimizers,
                              peft_config=peft_config, **kwargs)
+        self._strategy = strategy(self)
         self._setup_calm(calibration_dataset, compute_metrics)
 
     # ---- construction ------------------------------------------------------------------------
@@ -236,7 +477,7 @@ class CALMTrainer(SFTTrainer):
                 token_ids = None
         adjustment = LogitAdjustment(vocab, token_ids, mode=args.adjustment_mode,
                                      parameterization=args.temperature_parameterization).to(head.device)
-        adjustment.requires_grad_(args.trains_alpha)
+        adjustment.requires_grad_(self._strategy.trains_alpha)
         self.model = self.model_wrapped = CALMModel(inner, adjustment)
         # α index of every token id (−1: not covered), for applying α to gathered columns.
         index = torch.full((vocab,), -1, dtype=torch.long)
@@ -253,10 +494,8 @@ class CALMTrainer(SFTTrainer):
             self.calibration_dataset = self._prepare_calibration(calibration_dataset)
         if compute_metrics is None and self._options:
             self.compute_metrics = self._calibration_metrics
-        self._buffers: dict[str, dict[str, torch.Tensor]] = {}
         self._micro_step = 0
-        self._window: dict | None = None  # the optimizer step's item counts and batches (``_open_window``)
-        self._cft_bin_accuracy = None
+        self._window: dict | None = None  # the optimizer step's item counts and S_V batches (``_open_window``)
 
     def _check_option_targets(self, dataset, name):
         from hf_calibration.modeling import LETTERS
@@ -404,22 +643,6 @@ class CALMTrainer(SFTTrainer):
     def _entropy(log_probs):
         return -(log_probs.exp() * log_probs).sum(dim=1)
 
-    def _at(self, values, reduce=False):
-        """The sum of ``value(alpha)`` over ``values`` (losses at the live parameters, one per micro-batch) as a
-        function ``(alpha, theta) -> loss`` of both groups.
-
-        For one value at the live θ without reduction this is a plain autograd graph; otherwise ``_LossAt``
-        evaluates the values at ``theta`` one by one and (``reduce``) sums the result over processes.
-        """
-        def loss(alpha, theta):
-            live = self._parameters()[1]
-            if len(values) == 1 and not reduce and all(t is live[n] for n, t in theta.items()):
-                return values[0](alpha)
-            return _LossAt.apply(self, tuple(values), tuple(alpha), tuple(theta), reduce, *alpha.values(),
-                                 *theta.values())
-
-        return loss
-
     def _lower_value(self, batch, items):
         """``alpha -> Σ_items L_tr / items``: this batch's share of the window's L_tr (a 0-d float32 tensor)."""
         def value(alpha):
@@ -465,7 +688,7 @@ class CALMTrainer(SFTTrainer):
     def _open_window(self, batches):
         """Start an optimizer step over ``batches`` (its micro-batches on this process): pair them with their
         calibration batches and count the items of both over all processes (one collective)."""
-        needs_calibration = self.calibration_dataset is not None and self.args.method in _NEEDS_CALIBRATION
+        needs_calibration = self.calibration_dataset is not None and self._strategy.needs_calibration
         calibration = [self._calibration_batch(i) for i in range(len(batches))] if needs_calibration else []
         counts = torch.tensor([sum(map(self._num_items, batches)), sum(map(self._num_items, calibration))],
                               dtype=torch.long, device=self.accelerator.device)
@@ -476,9 +699,9 @@ class CALMTrainer(SFTTrainer):
             counts = self.accelerator.reduce(counts, reduction="sum") if self.args.average_tokens_across_devices \
                 else counts * world
         train_items, calibration_items = (max(int(c), 1) for c in counts.cpu())
-        self._window = {"train_items": train_items, "calibration_items": calibration_items,
-                        "calibration": calibration, "batches": []}
-        self._micro_step, self._buffers = 0, {}
+        self._window = {"train_items": train_items, "calibration_items": calibration_items, "calibration": calibration}
+        self._micro_step = 0
+        self._strategy.start_window()
 
     def get_batch_samples(self, epoch_iterator, num_batches, device):
         # Trainer's hook before each optimizer step (public): CALM counts its own items, per entropy domain and
@@ -512,92 +735,17 @@ class CALMTrainer(SFTTrainer):
         if self._window is None:
             self._open_window([inputs])
         alpha, theta = self._parameters()
-        bome = self.args.method in ("bome", "scalar")
         with self.maybe_activation_offload_context:
-            if bome:
-                self._window["batches"].append(inputs)
-            else:
-                self._accumulate_gradient(inputs, alpha, theta)
+            self._strategy.micro_batch(inputs, self._micro_step, alpha, theta)
             if not self.accelerator.sync_gradients:
                 self._micro_step += 1
                 return torch.zeros((), device=self.args.device)
-            direction, logs = self._bome_step(alpha, theta) if bome else self._reduced_gradient()
+            direction, logs = self._strategy.direction(alpha, theta)
             self._window, self._micro_step = None, 0
             for key, value in logs.items():
                 self._metrics["train"][key].append(float(value))
             self._backward_direction(direction, alpha, theta)
         return logs["lower_loss"].detach().float().to(self.args.device)
-
-    def _bome_step(self, alpha, theta):
-        """BOME's direction ∇f + λ∇q from the window's micro-batches (all processes), and its logs."""
-        args, window = self.args, self._window
-        reduce = self.accelerator.num_processes > 1
-        lower = self._at([self._lower_value(b, window["train_items"]) for b in window["batches"]], reduce)
-        upper = self._at([self._upper_value(b, window["calibration_items"]) for b in window["calibration"]], reduce)
-        terms = bome_terms(lower, upper, alpha, theta, inner_steps=args.inner_steps,
-                           inner_learning_rate=args.inner_learning_rate)
-        lam = bome_lambda(terms.grad_f, terms.grad_q, terms.q, eta=args.eta, phi_rule=args.phi_rule,
-                          epsilon=args.bome_epsilon)
-        logs = {"lower_loss": terms.lower, "residual_q": terms.q, "calibration_entropy": -terms.upper,
-                "bome_lambda": lam}
-        return bome_direction(terms.grad_f, terms.grad_q, lam), logs
-
-    def _accumulate_gradient(self, inputs, alpha, theta):
-        """Methods other than BOME: add this micro-batch's gradient and its share of the logged values to the buffers."""
-        args = self.args
-        items = self._window["train_items"]
-        logs = {}
-        if args.method == "iterate":
-            lower, total, params = self._iterate_loss(inputs, alpha, theta, logs)
-        else:
-            lower = self._lower_value(inputs, items)(alpha)
-            total, params = lower, {**theta, **alpha}
-        if args.method == "regularization":
-            upper = self._upper_value(self._window["calibration"][self._micro_step],
-                                      self._window["calibration_items"])(alpha)
-            logs["calibration_entropy"] = -upper
-            total = lower + args.regularization_beta * upper
-        elif args.method == "cft":
-            cft = self._cft_term(inputs, items)
-            total = (1 - args.cft_weight) * lower + args.cft_weight * args.cft_coefficient * cft
-        grads = torch.autograd.grad(total, list(params.values()), allow_unused=True)
-        self._accumulate("grad", {n: torch.zeros_like(p) if g is None else g
-                                  for (n, p), g in zip(params.items(), grads)})
-        self._accumulate("logs", {"lower_loss": lower, **logs})
-
-    def _iterate_loss(self, inputs, alpha, theta, logs):
-        """method='iterate': optimizer steps alternate, a θ step on L_tr then an α step on −H (SPEC §1 ablation).
-
-        Even optimizer steps differentiate L_tr w.r.t. θ only; odd steps differentiate −H on a calibration
-        batch w.r.t. α only, at the θ the previous step produced. The resting group's ``.grad`` stays None,
-        so the optimizer skips it (no momentum, no weight decay): each step moves one group. L_tr of the
-        training batch is still evaluated on α steps (no gradient), so ``loss`` is L_tr at every step.
-        Returns (L_tr, the loss to differentiate, the parameters it is differentiated with respect to).
-        """
-        window = self._window
-        lower_value = self._lower_value(inputs, window["train_items"])
-        if self.state.global_step % 2 == 0:
-            lower = lower_value(alpha)
-            return lower, lower, theta
-        with torch.no_grad():
-            lower = lower_value(alpha)
-        upper = self._upper_value(window["calibration"][self._micro_step], window["calibration_items"])(alpha)
-        logs["calibration_entropy"] = -upper
-        return lower, upper, alpha
-
-    def _accumulate(self, key, tensors):
-        buf = self._buffers.setdefault(key, {})
-        for n, t in tensors.items():
-            t = t.detach()
-            buf[n] = t if n not in buf else buf[n] + t
-
-    def _reduced_gradient(self):
-        """The window's gradient and logged values, summed over processes (one collective)."""
-        buffers, self._buffers = self._buffers, {}
-        pieces = self._all_reduce_sum({**{("grad", n): g for n, g in buffers["grad"].items()},
-                                       **{("log", k): v for k, v in buffers["logs"].items()}})
-        return ({n: pieces[("grad", n)] for n in buffers["grad"]},
-                {k: pieces[("log", k)] for k in buffers["logs"]})
 
     def _all_reduce_sum(self, tensors: dict) -> dict:
         """Sum over processes of every tensor, in place, with one float32 collective (a no-op on one process).
@@ -626,22 +774,7 @@ class CALMTrainer(SFTTrainer):
         kwargs = {"scale_wrt_gas": False} if self.accelerator.distributed_type == DistributedType.DEEPSPEED else {}
         self.accelerator.backward(surrogate, **kwargs)
 
-    # ---- CFT (Xiao et al. ICML 2025) ----------------------------------------------------------
-
-    def _cft_term(self, batch, items):
-        """Σ_items [(max-conf − bin acc)² + Σ_non-max (p − (1 − bin acc)/(K − 1))²] / ``items`` for one batch."""
-        if self._cft_bin_accuracy is None or (self._micro_step == 0 and self.state.global_step > 0
-                                              and self.state.global_step % self.args.cft_refresh_steps == 0):
-            self._cft_bin_accuracy = self._cft_bin_accuracies()
-        raw, target_ids, _ = self._scored_logits(batch)
-        probs = self._log_probs(raw, {}).exp()
-        conf, pred = probs.max(dim=1)
-        acc = self._cft_bin_accuracy.to(conf.device)[_confidence_bins(conf, self.args.cft_num_bins)]
-        k = probs.shape[1]
-        target = ((1 - acc) / (k - 1))[:, None]
-        non_max = torch.ones_like(probs, dtype=torch.bool).scatter_(1, pred[:, None], False)
-        term = (conf - acc) ** 2 + ((probs - target) ** 2 * non_max).sum(dim=1)
-        return term.sum() / items
+    # ---- CFT's bin accuracies (Xiao et al. ICML 2025; ``CFTStrategy``) -------------------------
 
     @torch.no_grad()
     def _cft_bin_accuracies(self):
@@ -698,6 +831,8 @@ class CALMTrainer(SFTTrainer):
 
     # ---- saving, loading, resuming -------------------------------------------------------------
 
+    # private Trainer override: saves the CALMModel (adapter or model, and α) and the CALM model card, not the
+    # Trainer's model alone
     def _save(self, output_dir=None, state_dict=None):
         output_dir = output_dir if output_dir is not None else self.args.output_dir
         if not self.args.should_save:
@@ -715,33 +850,21 @@ class CALMTrainer(SFTTrainer):
             raise ValueError(f"resume_from_checkpoint: {resume_from_checkpoint!r} has no {ADJUSTMENT_WEIGHTS_NAME}")
         self._calm.load_calibration(resume_from_checkpoint)
 
-    # private Trainer override: the only hook that knows the checkpoint folder, for CFT's bin accuracies
+    # private Trainer override: the only hook that knows the checkpoint folder, for the method's own state (CFT's
+    # bin accuracies)
     def _save_checkpoint(self, model, trial):
         super()._save_checkpoint(model, trial)
-        if self._cft_bin_accuracy is not None and self.args.should_save:
-            from safetensors.torch import save_file
+        if self.args.should_save:
             from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
             folder = Path(self._get_output_dir(trial=trial)) / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
-            save_file({"bin_accuracy": self._cft_bin_accuracy.contiguous()}, str(folder / CFT_STATE_NAME))
+            self._strategy.save_state(folder)
 
-    # private Trainer override: runs on every resume and backend (DDP, DeepSpeed), so CFT's bin accuracies load here
+    # private Trainer override: runs on every resume and backend (DDP, DeepSpeed), so the method's own state loads here
     def _load_optimizer_and_scheduler(self, checkpoint):
         super()._load_optimizer_and_scheduler(checkpoint)
-        if checkpoint is None or self.args.method != "cft":
-            return
-        from safetensors.torch import load_file
-
-        path = Path(checkpoint) / CFT_STATE_NAME
-        if not path.is_file():
-            raise ValueError(f"resume_from_checkpoint: {str(checkpoint)!r} has no {CFT_STATE_NAME}, the CFT bin "
-                             "accuracies every method='cft' checkpoint holds; without them the run would not continue "
-                             "as it began")
-        accuracy = load_file(str(path))["bin_accuracy"]
-        if accuracy.shape != (self.args.cft_num_bins,):
-            raise ValueError(f"cft_num_bins: the checkpoint's CFT state has {accuracy.numel()} bins, "
-                             f"got cft_num_bins={self.args.cft_num_bins}")
-        self._cft_bin_accuracy = accuracy
+        if checkpoint is not None:
+            self._strategy.load_state(Path(checkpoint))
 
     # private Trainer override: Trainer's version reloads the wrapped model's weights only, not α
     def _load_best_model(self):
