@@ -3,7 +3,7 @@
     python examples/secl_stream.py --model HuggingFaceTB/SmolLM2-135M-Instruct \
         --stream mmlu:stem,mmlu:humanities,halueval_qa --limit-per-domain 10 --output-dir secl_adapter
 
-``apply_secl`` turns the model into a SECL model in place; every ``generate`` call is one step of the
+``apply_secl`` wraps the model (a LoRA adapter through PEFT) and returns the SECL model; every ``generate`` call is one step of the
 stream (each prompt of a batch is one question). Outside calibration bursts the only extra cost is
 reading the verbalized confidence; inside a burst (opened by the entropy gate, or here also at the
 start of the stream) the LoRA adapter takes a step toward P(True)Norm. For the full comparison with
