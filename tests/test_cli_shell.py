@@ -95,7 +95,8 @@ def test_calm_config_fields_become_options(tmp_path):
 
 
 @pytest.mark.parametrize("argv, fragment", [
-    (["--eta", "2"], "eta"),
+    (["--eta", "2"], "--eta: must lie in (0, 1], got 2.0"),  # a CALMConfig check: named through the field too
+    (["--cft-num-bins", "0"], "--cft-num-bins: must be a positive integer, got 0"),
     (["--train-subjects", "astrology"], "--train-subjects"),
     (["--n-train", "0"], "--n-train"),
 ])

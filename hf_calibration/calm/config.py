@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 
 from trl import SFTConfig
 
+from hf_calibration.errors import ParameterError
+
 METHODS = ("bome", "iterate", "regularization", "scalar", "sft", "cft")
 PHI_RULES = ("eta_grad_norm", "eta_value")
 ENTROPY_DOMAINS = ("options", "vocab")
@@ -178,66 +180,60 @@ class CALMConfig(SFTConfig):
 
     def __post_init__(self):
         if self.method not in METHODS:
-            raise ValueError(f"method: must be one of {METHODS}, got {self.method!r}")
+            raise ParameterError("method", self.method, f"must be one of {METHODS}, got {self.method!r}")
         if not _is_int(self.inner_steps) or self.inner_steps < 0:
-            raise ValueError(f"inner_steps: must be an integer T ≥ 0, got {self.inner_steps!r}")
+            raise ParameterError("inner_steps", self.inner_steps, f"must be an integer T ≥ 0, got {self.inner_steps!r}")
         if not self.inner_learning_rate > 0:
-            raise ValueError(f"inner_learning_rate: must be > 0, got {self.inner_learning_rate!r}")
+            raise ParameterError("inner_learning_rate", self.inner_learning_rate, f"must be > 0, got {self.inner_learning_rate!r}")
         if not 0 < self.eta <= 1:
-            raise ValueError(f"eta: must lie in (0, 1], got {self.eta!r}")
+            raise ParameterError("eta", self.eta, f"must lie in (0, 1], got {self.eta!r}")
         if self.phi_rule not in PHI_RULES:
-            raise ValueError(f"phi_rule: must be one of {PHI_RULES}, got {self.phi_rule!r}")
+            raise ParameterError("phi_rule", self.phi_rule, f"must be one of {PHI_RULES}, got {self.phi_rule!r}")
         if not self.bome_epsilon > 0:
-            raise ValueError(f"bome_epsilon: must be > 0, got {self.bome_epsilon!r}")
+            raise ParameterError("bome_epsilon", self.bome_epsilon, f"must be > 0, got {self.bome_epsilon!r}")
         if not self.alpha_learning_rate > 0:
-            raise ValueError(f"alpha_learning_rate: must be > 0, got {self.alpha_learning_rate!r}")
+            raise ParameterError("alpha_learning_rate", self.alpha_learning_rate, f"must be > 0, got {self.alpha_learning_rate!r}")
         if not self.alpha_weight_decay >= 0:
-            raise ValueError(f"alpha_weight_decay: must be ≥ 0, got {self.alpha_weight_decay!r}")
+            raise ParameterError("alpha_weight_decay", self.alpha_weight_decay, f"must be ≥ 0, got {self.alpha_weight_decay!r}")
         if self.adjustment_mode not in ("vector", "scalar"):
-            raise ValueError(f"adjustment_mode: must be 'vector' or 'scalar', got {self.adjustment_mode!r}")
+            raise ParameterError("adjustment_mode", self.adjustment_mode, f"must be 'vector' or 'scalar', got {self.adjustment_mode!r}")
         if self.method == "scalar":
             self.adjustment_mode = "scalar"
         if self.temperature_parameterization not in ("exp", "softplus"):
-            raise ValueError(
-                f"temperature_parameterization: must be 'exp' or 'softplus', got {self.temperature_parameterization!r}"
-            )
+            raise ParameterError("temperature_parameterization", self.temperature_parameterization, f"must be 'exp' or 'softplus', got {self.temperature_parameterization!r}")
         if self.adjustment_tokens not in ADJUSTMENT_TOKENS:
-            raise ValueError(f"adjustment_tokens: must be one of {ADJUSTMENT_TOKENS}, got {self.adjustment_tokens!r}")
+            raise ParameterError("adjustment_tokens", self.adjustment_tokens, f"must be one of {ADJUSTMENT_TOKENS}, got {self.adjustment_tokens!r}")
         if self.adjustment_token_ids is not None:
             if not self.adjustment_token_ids or not all(_is_int(t) and t >= 0 for t in self.adjustment_token_ids):
-                raise ValueError(
-                    f"adjustment_token_ids: must be a non-empty list of non-negative ints, got {self.adjustment_token_ids!r}"
-                )
+                raise ParameterError("adjustment_token_ids", self.adjustment_token_ids, f"must be a non-empty list of non-negative ints, got {self.adjustment_token_ids!r}")
         if self.entropy_domain not in ENTROPY_DOMAINS:
-            raise ValueError(f"entropy_domain: must be one of {ENTROPY_DOMAINS}, got {self.entropy_domain!r}")
+            raise ParameterError("entropy_domain", self.entropy_domain, f"must be one of {ENTROPY_DOMAINS}, got {self.entropy_domain!r}")
         if not _is_int(self.num_options) or not 2 <= self.num_options <= 10:
-            raise ValueError(f"num_options: must be an integer in [2, 10], got {self.num_options!r}")
+            raise ParameterError("num_options", self.num_options, f"must be an integer in [2, 10], got {self.num_options!r}")
         if not self.regularization_beta >= 0:
-            raise ValueError(f"regularization_beta: must be ≥ 0, got {self.regularization_beta!r}")
+            raise ParameterError("regularization_beta", self.regularization_beta, f"must be ≥ 0, got {self.regularization_beta!r}")
         if self.calibration_batch_size is not None and (
             not _is_int(self.calibration_batch_size) or self.calibration_batch_size <= 0
         ):
-            raise ValueError(f"calibration_batch_size: must be a positive integer, got {self.calibration_batch_size!r}")
+            raise ParameterError("calibration_batch_size", self.calibration_batch_size, f"must be a positive integer, got {self.calibration_batch_size!r}")
         if not 0 <= self.cft_weight <= 1:
-            raise ValueError(f"cft_weight: must lie in [0, 1], got {self.cft_weight!r}")
+            raise ParameterError("cft_weight", self.cft_weight, f"must lie in [0, 1], got {self.cft_weight!r}")
         if not self.cft_coefficient > 0:
-            raise ValueError(f"cft_coefficient: must be > 0, got {self.cft_coefficient!r}")
+            raise ParameterError("cft_coefficient", self.cft_coefficient, f"must be > 0, got {self.cft_coefficient!r}")
         for name in ("cft_num_bins", "cft_refresh_steps", "eval_num_bins"):
             value = getattr(self, name)
             if not _is_int(value) or value <= 0:
-                raise ValueError(f"{name}: must be a positive integer, got {value!r}")
+                raise ParameterError(name, value, f"must be a positive integer, got {value!r}")
         if self.select_best_by is not None:
             if self.select_best_by not in SELECTION_METRICS:
-                raise ValueError(f"select_best_by: must be one of {SELECTION_METRICS} or None, got {self.select_best_by!r}")
+                raise ParameterError("select_best_by", self.select_best_by, f"must be one of {SELECTION_METRICS} or None, got {self.select_best_by!r}")
             self.load_best_model_at_end = True
             self.metric_for_best_model = f"eval_{self.select_best_by}"
             self.greater_is_better = False
         if not _is_int(self.per_device_train_batch_size) or self.per_device_train_batch_size < 1:
-            raise ValueError(
-                f"per_device_train_batch_size: must be a positive integer, got {self.per_device_train_batch_size!r}"
-            )
+            raise ParameterError("per_device_train_batch_size", self.per_device_train_batch_size, f"must be a positive integer, got {self.per_device_train_batch_size!r}")
         if not self.learning_rate >= 0:
-            raise ValueError(f"learning_rate: must be ≥ 0, got {self.learning_rate!r}")
+            raise ParameterError("learning_rate", self.learning_rate, f"must be ≥ 0, got {self.learning_rate!r}")
         if self.activation_checkpointing is None and self.gradient_checkpointing is None:
             self.activation_checkpointing = True
         if self.bf16 is None and not self.fp16 and not _bf16_available():
