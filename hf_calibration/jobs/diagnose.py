@@ -34,8 +34,8 @@ class DiagnoseConfig:
     output_dir: str = output_dir_field()
     model: str = model_field()
     dataset: str = field(default="mmlu", metadata={
-        "help": "mmlu, gpqa, halueval_qa, halueval_qa_lm (length-matched HaluEval), or gsm8k (open-ended: the "
-                "baseline pass of a SECL stream)."})
+        "help": "mmlu, gpqa, halueval_qa, halueval_dialogue, halueval_summarization (each also _lm: "
+                "length-matched), or gsm8k (open-ended: the baseline pass of a SECL stream)."})
     subjects: str | None = subjects_field()
     limit: int = field(default=200, metadata={"help": "Number of questions."})
     seed: int = seed_field()

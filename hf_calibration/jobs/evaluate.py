@@ -23,7 +23,8 @@ class EvaluateConfig:
     output_dir: str = output_dir_field()
     model: str = model_field()
     dataset: str = field(default="mmlu", metadata={
-        "help": "mmlu, gpqa, halueval_qa or halueval_qa_lm (length-matched HaluEval)."})
+        "help": "mmlu, gpqa, halueval_qa, halueval_dialogue, halueval_summarization, or any of the three HaluEval "
+                "sets with _lm (length-matched: the right answer is the shorter one in half the items)."})
     subjects: str | None = subjects_field()
     limit: int = field(default=500, metadata={"help": "Number of questions, stratified by subject."})
     seed: int = seed_field()

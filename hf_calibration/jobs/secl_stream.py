@@ -38,7 +38,7 @@ class SECLStreamConfig:
     model: str = model_field()
     stream: str = field(default="mmlu:stem,mmlu:humanities,halueval_qa", metadata={
         "help": "Comma-separated domains in stream order: mmlu:<category or subject, '+'-joined>, gpqa, halueval_qa, "
-                "halueval_qa_lm, gsm8k."})
+                "halueval_dialogue, halueval_summarization (each also _lm: length-matched), gsm8k."})
     limit_per_domain: int = field(default=50, metadata={"help": "Questions per domain."})
     max_new_tokens: int = field(default=8, metadata={"help": "Answer length (8: a letter or a number)."})
     balance_gold: bool = field(default=False, metadata={

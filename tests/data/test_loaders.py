@@ -121,7 +121,7 @@ def test_length_matched_halueval_is_a_real_control():
     """Filter by the documented ratio, then as many right-shorter as right-longer items (hand-counted rule)."""
     import json
 
-    from hf_calibration.data.loaders import LENGTH_MATCH_RATIO, _halueval_packaged_records
+    from hf_calibration.data.loaders import LENGTH_MATCH_RATIO, halueval_packaged_records
 
     lm = load_mcqa("halueval_qa_lm")
     assert len(lm) >= 300
@@ -133,7 +133,7 @@ def test_length_matched_halueval_is_a_real_control():
     # counted directly from the packaged file: every item passing the filter with a tie is kept
     ties = sum(
         len(r["right_answer"].strip()) == len(r["hallucinated_answer"].strip())
-        for r in _halueval_packaged_records()
+        for r in halueval_packaged_records()
         if min(len(r["right_answer"].strip()), len(r["hallucinated_answer"].strip()))
         >= LENGTH_MATCH_RATIO * max(len(r["right_answer"].strip()), len(r["hallucinated_answer"].strip()))
     )
@@ -158,3 +158,36 @@ def test_balance_gold_moves_only_the_position():
     assert balanced["answer"] != plain["answer"]
     again = load_mcqa("mmlu", limit=120, seed=3, balance_gold=True)
     assert again["choices"] == balanced["choices"]
+
+
+@pytest.mark.parametrize("task, fields, right_shorter", [
+    ("dialogue", ("right_response", "hallucinated_response"), (0.77, 0.78)),       # SPEC §4: 77 %
+    ("summarization", ("right_summary", "hallucinated_summary"), (0.78, 0.79)),    # SPEC §4: 79 %
+])
+def test_halueval_dialogue_and_summarization_and_their_length_matched_controls(task, fields, right_shorter):
+    """Counted directly from the packaged file with the documented rule, independently of the loader."""
+    from hf_calibration.data.loaders import LENGTH_MATCH_RATIO, halueval_packaged_records
+
+    raw = halueval_packaged_records(task)
+    assert len(raw) == 10_000
+    pairs = [(len(r[fields[0]].strip()), len(r[fields[1]].strip())) for r in raw]
+    share = sum(a < b for a, b in pairs) / len(pairs)
+    assert right_shorter[0] <= share <= right_shorter[1]  # the length confound the control removes
+    kept = [(a, b) for a, b in pairs if min(a, b) >= LENGTH_MATCH_RATIO * max(a, b)]
+    shorter, longer, ties = (sum(a < b for a, b in kept), sum(a > b for a, b in kept), sum(a == b for a, b in kept))
+
+    lm = load_mcqa(f"halueval_{task}_lm", seed=0)
+    assert len(lm) == 2 * min(shorter, longer) + ties
+    lengths = [_lengths(r) for r in lm]
+    assert sum(a < b for a, b in lengths) == sum(a > b for a, b in lengths) == min(shorter, longer)
+    assert abs(lm["answer"].count(0) - lm["answer"].count(1)) <= 1
+    assert set(lm["subject"]) == {f"halueval_{task}"}
+
+    full = load_mcqa(f"halueval_{task}", limit=40, seed=0)
+    row = full[0]
+    source = next(r for r in raw if r[fields[0]].strip() in row["choices"] and r[fields[1]].strip() in row["choices"])
+    assert row["choices"][row["answer"]] == source[fields[0]].strip()
+    if task == "dialogue":
+        assert source["knowledge"].strip() in row["question"] and source["dialogue_history"].strip() in row["question"]
+    else:
+        assert source["document"].strip() in row["question"]
