@@ -28,7 +28,7 @@ $(VENV)/.setup-done: setup.cfg constraints.txt requirements-data.txt
 	touch $@
 
 $(VENV)/.test-done: $(VENV)/.setup-done
-	$(EDITABLE) ".[test,plot,deepspeed]" $(LATER)
+	$(EDITABLE) ".[test,plot,deepspeed,spaces]" $(LATER)
 	touch $@
 
 setup: $(VENV)/.setup-done

@@ -45,12 +45,12 @@ LIBRARY_NAME = "hf-calibration"
 FORMAT_VERSION_KEY = "format_version"
 REPO_TYPES = ("model", "dataset", "space")
 METRICS_DIR = Path(__file__).resolve().parent.parent / "metrics"  # the source tree's evaluate modules
-# What evaluate's `evaluate-cli create` puts in a metric Space: a Gradio widget around the module.
+# A metric Space's app when its folder has none: our Gradio page (evaluate's widget needs gradio < 4).
 _SPACE_APP = """import evaluate
-from evaluate.utils import launch_gradio_widget
 
-module = evaluate.load("{name}")
-launch_gradio_widget(module)
+from hf_calibration.spaces import launch_metric_space
+
+launch_metric_space(evaluate.load("{name}"))
 """
 
 

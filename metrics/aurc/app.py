@@ -1,5 +1,10 @@
-import evaluate
-from evaluate.utils import launch_gradio_widget
+"""The Space's page: a table of JSON cells in, the metric's result out (hf_calibration.spaces)."""
 
-module = evaluate.load("aurc.py")
-launch_gradio_widget(module)
+import evaluate
+
+from hf_calibration.spaces import launch_metric_space
+
+EXAMPLES = [["0.9", "1"], ["0.8", "0"], ["0.3", "1"], ["1.0", "1"], ["0.6", "0"]]
+
+if __name__ == "__main__":
+    launch_metric_space(evaluate.load("aurc.py"), examples=EXAMPLES)

@@ -1,5 +1,10 @@
-import evaluate
-from evaluate.utils import launch_gradio_widget
+"""The Space's page: a table of JSON cells in, the metric's result out (hf_calibration.spaces)."""
 
-module = evaluate.load("semantic_ece.py")
-launch_gradio_widget(module)
+import evaluate
+
+from hf_calibration.spaces import launch_metric_space
+
+EXAMPLES = [['["Paris", "paris", "Lyon", "Paris"]', '["Paris"]'], ['["4", "4.0", "5", "6"]', '["5"]']]
+
+if __name__ == "__main__":
+    launch_metric_space(evaluate.load("semantic_ece.py"), examples=EXAMPLES)
