@@ -21,8 +21,8 @@ from trl import TrlParser
 from hf_calibration.calm import CALMConfig
 from hf_calibration.errors import ParameterError, ParameterWarning
 from hf_calibration.jobs import (CALMExperimentConfig, CALMJobConfig, DiagnoseConfig, EvaluateConfig, ExperimentConfig,
-                                 FitPosthocConfig, SECLStreamConfig, run_calm, run_diagnose, run_evaluate,
-                                 run_experiment, run_fit_posthoc, run_secl_stream)
+                                 FitPosthocConfig, ReportConfig, SECLStreamConfig, run_calm, run_diagnose,
+                                 run_evaluate, run_experiment, run_fit_posthoc, run_report, run_secl_stream)
 from hf_calibration.secl import SECLConfig
 
 PROG = "hf-calibration"
@@ -52,7 +52,14 @@ COMMANDS = {
              "Two passes over the same stream: the baselines (verbalized, P(True), P(True)Norm, DINCO-style; "
              "Platt/TS with labels, 2-fold) and SECL online. Writes records.jsonl, metrics.json, the calibrated "
              "adapter (secl_adapter/) and a reliability diagram per domain; prints a table per domain and overall."),
+    "report": ((ReportConfig,), run_report,
+               "one self-contained HTML page from result folders: tables with intervals, reliability diagrams",
+               "hf-calibration report DIR [DIR ...] --output report.html: every metric table (value [95 % interval], "
+               "constant references marked) and reliability diagram of each folder, folders side by side; no network "
+               "needed to open it."),
 }
+# Commands whose leading arguments are positional: they fill this config field (report DIR [DIR …]).
+POSITIONAL = {"report": "inputs"}
 EXPERIMENTS = {
     "diagnose": ((ExperimentConfig,), "the generation–discrimination gap of SmolLM2 and Qwen on MMLU, HaluEval, GSM8K"),
     "secl": ((ExperimentConfig,), "a Qwen stream through SECL with the label-free and supervised baselines"),
@@ -141,7 +148,11 @@ def _route(parser: Parser, argv: list[str]) -> tuple[str, Parser, list[str]]:
     for n in (2, 1):
         command = " ".join(argv[:n])
         if len(argv) >= n and command in parser.commands:
-            return command, parser.commands[command], argv[n:]
+            rest = argv[n:]
+            if command in POSITIONAL:  # DIR [DIR …] before the options → --<field> DIR [DIR …]
+                k = next((i for i, a in enumerate(rest) if a.startswith("-")), len(rest))
+                rest = ([option(POSITIONAL[command]), *rest[:k]] if k else []) + rest[k:]
+            return command, parser.commands[command], rest
     parser.parse_args(argv)
     raise SystemExit(2)  # parse_args exits for every argv that reaches it
 

@@ -11,6 +11,7 @@ before a model loads, raising ``hf_calibration.errors.ParameterError`` naming th
 - ``run_secl_stream(SECLStreamConfig, SECLConfig)``: a multi-domain stream through SECL with the baselines.
 - ``run_calm(CALMJobConfig, CALMConfig)``: fine-tune with CALM.
 - ``run_experiment(ExperimentConfig, CALMExperimentConfig)``: the headline tables (diagnose, secl, calm).
+- ``run_report(ReportConfig)``: one self-contained HTML page from result folders.
 """
 
 from hf_calibration.jobs.calm import CALMJobConfig, CALMJobResult, run_calm
@@ -20,6 +21,7 @@ from hf_calibration.jobs.diagnose import DiagnoseConfig, DiagnoseResult, run_dia
 from hf_calibration.jobs.evaluate import EvaluateConfig, EvaluateResult, run_evaluate
 from hf_calibration.jobs.experiment import ExperimentConfig, ExperimentResult, run_experiment
 from hf_calibration.jobs.fit_posthoc import FitPosthocConfig, FitPosthocResult, run_fit_posthoc
+from hf_calibration.jobs.report import ReportConfig, run_report
 from hf_calibration.jobs.secl_stream import SECLStreamConfig, SECLStreamResult, run_secl_stream
 
 __all__ = [
@@ -35,6 +37,7 @@ __all__ = [
     "FitPosthocConfig",
     "FitPosthocResult",
     "JobResult",
+    "ReportConfig",
     "SECLStreamConfig",
     "SECLStreamResult",
     "run_calm",
@@ -42,5 +45,6 @@ __all__ = [
     "run_evaluate",
     "run_experiment",
     "run_fit_posthoc",
+    "run_report",
     "run_secl_stream",
 ]

@@ -1,0 +1,134 @@
+"""One self-contained HTML page from result folders: tables with intervals and reliability diagrams side by side.
+
+Any folder our jobs write works (evaluate, diagnose, secl, calm, experiments): the page reads every
+``*.json`` in it (recursively, at most ``max_files``) and renders each metric table it finds — a mapping of
+row names (signals, methods, references) to mappings of metric names to entries ``{"value", "low",
+"high"}`` or numbers — as an HTML table whose cells read "value [low, high]", with the constant references
+(rows named ``constant…``/``ref…``) marked; and embeds every PNG (the reliability diagrams) as base64.
+Folders are shown side by side, so methods and domains can be compared on one screen. No network, no
+script, no external stylesheet: the file opens anywhere.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import math
+from pathlib import Path
+
+__all__ = ["find_metric_tables", "render_report"]
+
+_STYLE = """
+body{font-family:system-ui,sans-serif;margin:1.5rem;color:#222}
+h1{font-size:1.4rem} h2{font-size:1.15rem;margin-top:0} h3{font-size:1rem;margin:1rem 0 .3rem}
+.folders{display:grid;grid-template-columns:repeat(auto-fit,minmax(36rem,1fr));gap:1.5rem}
+.folder{border:1px solid #ccc;border-radius:6px;padding:1rem;overflow-x:auto}
+table{border-collapse:collapse;font-size:.82rem;margin-bottom:.8rem}
+th,td{border:1px solid #ddd;padding:.2rem .45rem;text-align:right;white-space:nowrap}
+th:first-child,td:first-child{text-align:left}
+tr.reference td{background:#f3f3f3;color:#555;font-style:italic}
+img{max-width:100%;border:1px solid #eee;margin:.3rem 0}
+.run{font-size:.8rem;color:#555;white-space:pre-wrap}
+"""
+
+
+def _is_entry(value) -> bool:
+    return (isinstance(value, dict) and "value" in value) or (isinstance(value, (int, float))
+                                                            and not isinstance(value, bool))
+
+
+def _is_table(node) -> bool:
+    """A mapping of rows → mappings whose values are mostly metric entries."""
+    if not isinstance(node, dict) or not node or not all(isinstance(v, dict) for v in node.values()):
+        return False
+    return all(v and sum(_is_entry(x) for x in v.values()) >= max(1, len(v) // 2) for v in node.values())
+
+
+def find_metric_tables(data, path: str = "") -> list[tuple[str, dict]]:
+    """(where, table) for every metric table in a parsed JSON document, depth first."""
+    if _is_table(data):
+        return [(path or "metrics", data)]
+    found = []
+    if isinstance(data, dict):
+        for key, value in data.items():
+            found += find_metric_tables(value, f"{path}.{key}" if path else str(key))
+    return found
+
+
+def _cell(entry) -> str:
+    if isinstance(entry, dict):
+        value, low, high = entry.get("value"), entry.get("low"), entry.get("high")
+    else:
+        value, low, high = entry, None, None
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+        return "—"
+    if isinstance(low, (int, float)) and isinstance(high, (int, float)):
+        return f"{value:.3f} [{low:.3f}, {high:.3f}]"
+    return str(value) if isinstance(value, int) or float(value).is_integer() and abs(value) >= 2 else f"{value:.3f}"
+
+
+def _is_reference(row: str) -> bool:
+    return row.lower().startswith(("constant", "ref", "const_"))
+
+
+def _table_html(where: str, table: dict) -> str:
+    columns = list(dict.fromkeys(k for row in table.values() for k, v in row.items() if _is_entry(v)))
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+    body = []
+    for name, row in table.items():
+        cls = ' class="reference"' if _is_reference(name) else ""
+        cells = "".join(f"<td>{_cell(row.get(c))}</td>" for c in columns)
+        body.append(f"<tr{cls}><td>{html.escape(name)}</td>{cells}</tr>")
+    return (f"<h3>{html.escape(where)}</h3><table><thead><tr><th>row</th>{head}</tr></thead>"
+            f"<tbody>{''.join(body)}</tbody></table>")
+
+
+def _folder_html(folder: Path, max_files: int) -> str:
+    parts = [f"<section class=\"folder\"><h2>{html.escape(folder.name or str(folder))}</h2>"]
+    files = sorted(folder.rglob("*.json"))[:max_files]
+    n_tables = 0
+    for path in files:
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            continue
+        run = data.get("run") if isinstance(data, dict) else None
+        tables = find_metric_tables(data)
+        if not tables:
+            continue
+        rel = path.relative_to(folder)
+        if isinstance(run, dict):
+            summary = ", ".join(f"{k}={v}" for k, v in run.items() if isinstance(v, (str, int, float)))
+            parts.append(f"<p class=\"run\">{html.escape(str(rel))}: {html.escape(summary)}</p>")
+        for where, table in tables:
+            parts.append(_table_html(f"{rel} · {where}", table))
+            n_tables += 1
+    for png in sorted(folder.rglob("*.png"))[:max_files]:
+        data = base64.b64encode(png.read_bytes()).decode("ascii")
+        alt = html.escape(str(png.relative_to(folder)))
+        parts.append(f"<h3>{alt}</h3><img alt=\"{alt}\" src=\"data:image/png;base64,{data}\">")
+    if n_tables == 0:
+        parts.append("<p>No metric tables found in this folder.</p>")
+    parts.append("</section>")
+    return "".join(parts)
+
+
+def render_report(folders, *, title: str = "hf-calibration report", max_files: int = 200) -> str:
+    """The HTML page (a string) for result ``folders`` (paths), one column each.
+
+    Raises FileNotFoundError naming a folder that does not exist, ValueError when ``folders`` is empty.
+    """
+    folders = [Path(f) for f in folders]
+    if not folders:
+        raise ValueError("folders: need at least one result folder, got none")
+    for f in folders:
+        if not f.is_dir():
+            raise FileNotFoundError(f"folders: {str(f)!r} is not a folder")
+    note = ("Cells: value [95 % bootstrap interval]. Grey italic rows are the constant references "
+            "(confidence = accuracy, 1/K): an ECE that does not beat them, or comes with AUROC ≈ 0.5, is a "
+            "shift of level, not information.")
+    body = "".join(_folder_html(f, max_files) for f in folders)
+    return (f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>"
+            f"<style>{_STYLE}</style></head><body><h1>{html.escape(title)}</h1><p>{note}</p>"
+            f"<div class=\"folders\">{body}</div></body></html>\n")

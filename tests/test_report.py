@@ -1,0 +1,98 @@
+"""``hf-calibration report``: one self-contained HTML page from result folders, checked in a real browser.
+
+The browser test drives the system Chromium (Debian's ``chromium`` package; Playwright's own browser
+downloads are not used) with Playwright. Without a browser or Playwright it is skipped with that reason;
+``.ci/run`` installs both and runs it. The screenshot is kept under ``outputs/test-artifacts/``.
+"""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from hf_calibration.cli import main
+from hf_calibration.html_report import find_metric_tables, render_report
+from hf_calibration.jobs import EvaluateConfig, ReportConfig, run_evaluate, run_report
+
+REPO = Path(__file__).resolve().parents[1]
+ARTIFACTS = REPO / "outputs" / "test-artifacts"
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.fixture(scope="module")
+def folders(tiny_model_dir, tmp_path_factory):
+    """A real evaluate run on the tiny model, and a second folder shaped like a diagnose result."""
+    root = tmp_path_factory.mktemp("results")
+    run_evaluate(EvaluateConfig(model=str(tiny_model_dir), limit=12, n_resamples=20, output_dir=str(root / "evaluate")),
+                 progress=False)
+    diag = root / "diagnose"
+    diag.mkdir()
+    entry = lambda v: {"value": v, "low": v - 0.05, "high": v + 0.05}  # noqa: E731
+    (diag / "diagnosis.json").write_text(json.dumps({
+        "run": {"model": "tiny", "n": 12},
+        "signals": {"verbalized": {"conf_ece": entry(0.31), "auroc": entry(0.55)},
+                    "norm_p_true": {"conf_ece": entry(0.12), "auroc": entry(0.81)}},
+        "references": {"constant_accuracy": {"conf_ece": entry(0.0), "auroc": 0.5}},
+    }))
+    shutil.copy(root / "evaluate" / "reliability_diagram.png", diag / "reliability_diagrams.png")
+    return root / "evaluate", diag
+
+
+def test_tables_are_found_with_their_rows_and_references():
+    data = {"run": {"n": 3}, "signals": {"a": {"ece": {"value": 0.1, "low": 0.0, "high": 0.2}, "auroc": 0.6},
+                                         "constant_accuracy": {"ece": 0.0, "auroc": 0.5}}, "other": [1, 2]}
+    [(where, table)] = find_metric_tables(data)
+    assert where == "signals" and list(table) == ["a", "constant_accuracy"]
+    with pytest.raises(ValueError, match="folders: need at least one"):
+        render_report([])
+
+
+def test_run_report_writes_one_self_contained_page(folders, tmp_path):
+    result = run_report(ReportConfig(inputs=[str(f) for f in folders], output=str(tmp_path / "r.html")))
+    page = (tmp_path / "r.html").read_text()
+    assert result.paths["report"] == tmp_path / "r.html"
+    assert page.count('<section class="folder">') == 2 and page.count("<img ") == 2
+    assert "http://" not in page and "https://" not in page and "<script" not in page  # nothing to fetch
+    assert 'class="reference"' in page and "0.120 [0.070, 0.170]" in page  # an interval cell, by hand
+    metrics = json.loads((folders[0] / "metrics.json").read_text())
+    ece = metrics["signals"]["option_probability"]["conf_ece"]
+    assert f"{ece['value']:.3f} [{ece['low']:.3f}, {ece['high']:.3f}]" in page  # the evaluate run's own number
+
+
+def test_cli_report_takes_folders_as_positionals(folders, tmp_path, capsys):
+    out = tmp_path / "page.html"
+    assert main(["report", *map(str, folders), "--output", str(out)]) == 0
+    assert out.is_file()
+    assert main(["report", str(tmp_path / "missing"), "--output", str(tmp_path / "x.html")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "missing" in err and not (tmp_path / "x.html").exists()
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="no Chromium on this machine (apt-get install chromium; .ci/run does)")
+def test_page_in_a_real_browser(folders, tmp_path):
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install -e '.[test]'; make test does)")
+    out = tmp_path / "page.html"
+    run_report(ReportConfig(inputs=[str(f) for f in folders], output=str(out)))
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync"])
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            errors = []
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            requests = []
+            page.on("request", lambda r: requests.append(r.url) if not r.url.startswith(("file:", "data:")) else None)
+            page.goto(out.as_uri(), wait_until="load")
+            assert errors == [] and requests == []
+            assert page.locator("table").count() >= 2
+            assert page.locator("tr.reference").count() >= 2
+            widths = page.eval_on_selector_all("img", "imgs => imgs.map(i => i.complete ? i.naturalWidth : 0)")
+            assert len(widths) == 2 and all(w > 0 for w in widths)  # both diagrams decoded
+            page.screenshot(path=str(ARTIFACTS / "report.png"), full_page=True)
+        finally:
+            browser.close()
+    assert (ARTIFACTS / "report.png").stat().st_size > 10_000
