@@ -7,7 +7,9 @@ Problem: min_α f(α, θ) s.t. θ ∈ argmin L(α, ·). With u = (α, θ), one o
    ∇_α q = ∇_α L(α, θ) − ∇_α L(α, θ̃).
 3. ∇f at u.
 4. λ = max((φ − ⟨∇f, ∇q⟩) / (‖∇q‖² + ε), 0), φ = η‖∇q‖² ("eta_grad_norm") or η·q ("eta_value").
-5. direction ∇f + λ∇q (the optimizer takes the step).
+5. direction d = ∇f + λ∇q; the optimizer takes the step. BOME's step is u ← u − ξ·d, which lowers q at first
+   order by ξ·⟨d, ∇q⟩ ≥ ξ·φ; ``CALMConfig.bome_optimizer`` 'sgd' / 'sgd_momentum' take it (plain or heavy-ball,
+   as BOME's code), while Adam rescales each coordinate and can turn that decrease into an increase.
 
 Only first-order gradients are taken (``torch.autograd.grad`` without ``create_graph``). The first
 inner step reuses ∇_θ L(α, θ) from step 2, and L(α, θ̃) is differentiated w.r.t. α only, so with α at

@@ -18,6 +18,7 @@ PHI_RULES = ("eta_grad_norm", "eta_value")
 ENTROPY_DOMAINS = ("options", "vocab")
 ADJUSTMENT_TOKENS = ("auto", "options", "vocab")
 SELECTION_METRICS = ("conf_ece", "cw_ece", "loss")
+BOME_OPTIMIZERS = ("trainer", "sgd", "sgd_momentum")
 
 
 def _is_int(value) -> bool:
@@ -99,6 +100,30 @@ class CALMConfig(SFTConfig):
     bome_epsilon: float = field(
         default=1e-8,
         metadata={"help": "ε > 0 in λ = max((φ − ⟨∇f, ∇q⟩) / (‖∇q‖² + ε), 0) (ours; guards ∇q = 0)."},
+    )
+    bome_optimizer: str = field(
+        default="trainer",
+        metadata={"help": "Optimizer that applies BOME's direction d = ∇f + λ∇q (methods 'bome' and 'scalar'). "
+                  "'trainer': the Trainer's (`optim`, AdamW by default), with its clipping (max_grad_norm); "
+                  "Adam rescales each coordinate, so its step need not keep BOME's control-barrier property "
+                  "⟨step, ∇q⟩ ≥ lr·φ (e.g. d = (10, −0.1), ∇q = (1, 20): ⟨d, ∇q⟩ = 8, Adam's first step ∝ sign(d) "
+                  "gives −19). 'sgd': BOME's own step u ← u − lr·d (plain SGD, as in BOME's toy code), which keeps "
+                  "it. 'sgd_momentum': heavy-ball torch.optim.SGD(momentum=bome_momentum, no dampening, no "
+                  "Nesterov), as in BOME's hyper-parameter-optimisation code (Cranial-XIX/BOME, hpo/). Both SGD "
+                  "variants update θ with learning_rate and α with alpha_learning_rate, with gradient clipping off "
+                  "by default (max_grad_norm unset → 0): clipping rescales d to norm max_grad_norm whenever it is "
+                  "longer, so the step would shrink by that factor and with it the guaranteed decrease of q (BOME's "
+                  "code does not clip). weight_decay / alpha_weight_decay still add wd·u to d (keep them 0 for "
+                  "BOME's exact step).", "choices": list(BOME_OPTIMIZERS)},
+    )
+    bome_momentum: float = field(
+        default=0.9,
+        metadata={"help": "β in [0, 1) of bome_optimizer='sgd_momentum' (BOME's hpo code: 0.9)."},
+    )
+    max_grad_norm: float | None = field(
+        default=None,
+        metadata={"help": "Gradient clipping norm (transformers' field; 0 = off). Default None: 1.0, transformers' "
+                  "default, or 0 with bome_optimizer 'sgd' / 'sgd_momentum' (see bome_optimizer)."},
     )
     alpha_learning_rate: float = field(
         default=1e-2,
@@ -191,6 +216,16 @@ class CALMConfig(SFTConfig):
             raise ParameterError("phi_rule", self.phi_rule, f"must be one of {PHI_RULES}, got {self.phi_rule!r}")
         if not self.bome_epsilon > 0:
             raise ParameterError("bome_epsilon", self.bome_epsilon, f"must be > 0, got {self.bome_epsilon!r}")
+        if self.bome_optimizer not in BOME_OPTIMIZERS:
+            raise ParameterError("bome_optimizer", self.bome_optimizer, f"must be one of {BOME_OPTIMIZERS}, got {self.bome_optimizer!r}")
+        if self.bome_optimizer != "trainer" and self.method not in ("bome", "scalar"):
+            raise ParameterError("bome_optimizer", self.bome_optimizer, f"applies to {{method}} 'bome' or 'scalar', got "
+                                 f"{{method}} {self.method!r} (the other methods step with {{optim}})",
+                                 related=("method", "optim"))
+        if not 0 <= self.bome_momentum < 1:
+            raise ParameterError("bome_momentum", self.bome_momentum, f"must lie in [0, 1), got {self.bome_momentum!r}")
+        if self.max_grad_norm is None:
+            self.max_grad_norm = 1.0 if self.bome_optimizer == "trainer" else 0.0
         if not self.alpha_learning_rate > 0:
             raise ParameterError("alpha_learning_rate", self.alpha_learning_rate, f"must be > 0, got {self.alpha_learning_rate!r}")
         if not self.alpha_weight_decay >= 0:

@@ -547,7 +547,11 @@ class CALMTrainer(SFTTrainer):
              "weight_decay": self.args.alpha_weight_decay, "lr": self.args.alpha_learning_rate},
         ]
         groups = [g for g in groups if g["params"]]
-        optimizer_cls, optimizer_kwargs = self.get_optimizer_cls_and_kwargs(self.args, calm)
+        if self.args.bome_optimizer == "trainer":
+            optimizer_cls, optimizer_kwargs = self.get_optimizer_cls_and_kwargs(self.args, calm)
+        else:  # BOME's own step u ← u − lr·d (Cranial-XIX/BOME: plain SGD in toy/, heavy-ball momentum 0.9 in hpo/)
+            momentum = self.args.bome_momentum if self.args.bome_optimizer == "sgd_momentum" else 0.0
+            optimizer_cls, optimizer_kwargs = torch.optim.SGD, {"lr": self.args.learning_rate, "momentum": momentum}
         self.optimizer = optimizer_cls(groups, **optimizer_kwargs)
         return self.optimizer
 
@@ -877,7 +881,8 @@ class CALMTrainer(SFTTrainer):
         if not card_path.is_file():
             return
         text = card_path.read_text(encoding="utf-8")
-        keys = ("method", "inner_steps", "inner_learning_rate", "eta", "phi_rule", "bome_epsilon", "alpha_learning_rate",
+        keys = ("method", "inner_steps", "inner_learning_rate", "eta", "phi_rule", "bome_epsilon", "bome_optimizer",
+                "bome_momentum", "max_grad_norm", "alpha_learning_rate",
                 "alpha_weight_decay", "adjustment_mode", "temperature_parameterization", "adjustment_tokens",
                 "entropy_domain", "num_options", "regularization_beta", "label_smoothing_factor", "learning_rate",
                 "max_steps", "num_train_epochs", "per_device_train_batch_size", "seed")
