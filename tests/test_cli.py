@@ -127,7 +127,9 @@ def test_entry_point_prints_one_line_and_exits_2(tmp_path):
     )
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == ["hf-calibration: error: --dataset: unknown dataset 'nope'; choose one of "
-                                                "['gpqa', 'halueval_qa', 'halueval_qa_lm', 'mmlu']"]
+                                                "['gpqa', 'halueval_dialogue', 'halueval_dialogue_lm', 'halueval_qa', "
+                                                "'halueval_qa_lm', 'halueval_summarization', 'halueval_summarization_lm', "
+                                                "'mmlu'], a local .json/.jsonl/.csv/.parquet file or a Hub id (owner/name)"]
 
 
 @pytest.mark.parametrize(

@@ -7,33 +7,20 @@ import json
 import re
 from collections import defaultdict
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 import numpy as np
-from datasets import Dataset, Features, Sequence as HFSequence, Value
+from datasets import Dataset
 
 from hf_calibration._offline import hub_available, package_dir
-from hf_calibration.errors import ParameterError
+from hf_calibration.data.custom import (MCQA_FILE_FORMATS, check_columns, file_builder, read_mcqa_file, read_mcqa_hub,
+                                        to_mcqa)
 from hf_calibration.data.mmlu_categories import CATEGORIES, SUBCATEGORIES
+from hf_calibration.data.schema import MCQA_FEATURES, OPEN_QA_FEATURES, OPTION_LETTERS
+from hf_calibration.errors import MissingPathError, ParameterError, renamed_parameters
 
-MCQA_FEATURES = Features(
-    {
-        "question": Value("string"),
-        "choices": HFSequence(Value("string")),
-        "answer": Value("int64"),
-        "subject": Value("string"),
-        "source": Value("string"),
-    }
-)
-OPEN_QA_FEATURES = Features(
-    {
-        "question": Value("string"),
-        "answer": Value("string"),
-        "final_answer": Value("string"),
-        "subject": Value("string"),
-        "source": Value("string"),
-    }
-)
+_FILE_EXTENSIONS = "/".join(MCQA_FILE_FORMATS)
 
 
 @dataclass(frozen=True)
@@ -47,7 +34,7 @@ class _DatasetSpec:
 
 
 def _letter_index(letter: str) -> int:
-    return "ABCDEFGHIJ".index(letter)
+    return OPTION_LETTERS.index(letter)
 
 
 def _balanced_positions(n: int, k: int, seed: int) -> np.ndarray:
@@ -387,29 +374,99 @@ def check_dataset_name(name: str, specs: dict = MCQA_DATASETS) -> None:
         raise ParameterError("name", name, f"unknown dataset {name!r}; choose one of {sorted(specs)}")
 
 
-def check_mcqa_arguments(name: str, *, subjects=None, limit=None, seed=0) -> set[str] | None:
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")  # owner/name, as the Hub spells repository ids
+
+
+def dataset_kind(name: str, named: dict = MCQA_DATASETS) -> str:
+    """How ``load_mcqa`` reads ``name``: "named" (a key of ``named``, e.g. ``MCQA_DATASETS``), "file" (an existing
+    local .json, .jsonl, .csv or .parquet file) or "hub" (a Hub id ``owner/name`` that is neither).
+
+    Raises ParameterError naming ``name``: MissingPathError (also a FileNotFoundError) for a file name with one
+    of those extensions that does not exist; an existing file with another extension, or a folder; anything
+    else that is not one of ``named``.
+    """
+    if not isinstance(name, str) or not name.strip():
+        raise ParameterError("name", name, f"must name a dataset, a local file or a Hub id, got {name!r}")
+    if name in named:
+        return "named"
+    path = Path(name)
+    if path.is_dir():
+        raise ParameterError("name", name, f"{name!r} is a folder; give one {_FILE_EXTENSIONS} file")
+    if path.exists():
+        file_builder(name)
+        return "file"
+    if path.suffix.lower() in MCQA_FILE_FORMATS:
+        raise MissingPathError("name", name, f"{name!r} is not a file")
+    if _HUB_ID.match(name):
+        return "hub"
+    raise ParameterError("name", name, f"unknown dataset {name!r}; choose one of {sorted(named)}, a local "
+                         f"{_FILE_EXTENSIONS} file or a Hub id (owner/name)")
+
+
+def check_mcqa_arguments(name: str, *, subjects=None, limit=None, seed=0, split=None, dataset_config=None,
+                         question_column=None, choices_column=None, answer_column=None,
+                         subject_column=None) -> set[str] | None:
     """The checks ``load_mcqa`` makes before it reads any file, for callers that check up front; returns
-    ``resolve_subjects(subjects)``. Raises ParameterError naming ``name``, ``subjects``, ``limit`` or ``seed``."""
+    ``resolve_subjects(subjects)``. Raises ParameterError naming ``name``, ``subjects``, ``limit``, ``seed``,
+    ``split``, ``dataset_config`` or a ``*_column`` argument (see ``dataset_kind`` and ``custom.check_columns``;
+    the last six apply to a local file or a Hub dataset only, ``split`` and ``dataset_config`` to a Hub
+    dataset only)."""
     _check_limit(limit)
     _check_seed(seed)
-    check_dataset_name(name)
+    kind = dataset_kind(name)
     wanted = resolve_subjects(subjects)
     if wanted is not None and name != "mmlu":
         raise ParameterError("subjects", subjects, f"only 'mmlu' has subjects, got subjects={subjects!r} for "
                              f"name={name!r}", related=("name",))
+    given = {"split": split, "dataset_config": dataset_config, "question_column": question_column,
+             "choices_column": choices_column, "answer_column": answer_column, "subject_column": subject_column}
+    hub_only = ("split", "dataset_config")
+    for parameter, value in given.items():
+        if value is None:
+            continue
+        if kind == "named" or (kind == "file" and parameter in hub_only):
+            where = "a Hub dataset" if parameter in hub_only else "a local file or a Hub dataset"
+            raise ParameterError(parameter, value, f"applies to {where}, not to {{name}} {name!r}", related=("name",))
+        if parameter in hub_only and not (isinstance(value, str) and value.strip()):
+            raise ParameterError(parameter, value, f"must be a name, got {value!r}")
+    check_columns(question_column=question_column, choices_column=choices_column, answer_column=answer_column,
+                  subject_column=subject_column)
     return wanted
+
+
+def _check_source(source: str) -> None:
+    if source not in {"auto", "hub", "packaged"}:
+        raise ParameterError("source", source, f"must be 'auto', 'hub' or 'packaged', got {source!r}")
 
 
 def _load(specs: dict, name: str, source: str, seed: int) -> list[dict]:
     check_dataset_name(name, specs)
-    if source not in {"auto", "hub", "packaged"}:
-        raise ParameterError("source", source, f"must be 'auto', 'hub' or 'packaged', got {source!r}")
+    _check_source(source)
     spec = specs[name]
     if source == "hub" or (source == "auto" and hub_available()):
         from datasets import load_dataset
 
         return spec.read_hub(load_dataset(spec.hub_id, spec.hub_config, split=spec.hub_split), seed)
     return spec.read_packaged(seed)
+
+
+def _load_custom(kind: str, name: str, source: str, split, dataset_config, columns: dict) -> list[dict]:
+    """MCQA rows of a local file or a Hub dataset (``kind`` of ``dataset_kind``), columns mapped by ``to_mcqa``."""
+    _check_source(source)
+    if kind == "file":
+        table, origin, subject = read_mcqa_file(name), name, Path(name).stem
+    elif source == "packaged":
+        raise ParameterError("source", source, f"{{name}} {name!r} is a Hub dataset, which has no packaged copy",
+                             related=("name",))
+    elif not hub_available():  # fail now, not after huggingface_hub's ~47 s of retries
+        raise ParameterError("name", name, f"{name!r} is neither a named set ({', '.join(sorted(MCQA_DATASETS))}) "
+                             f"nor a local file, and the Hub is offline (HF_HUB_OFFLINE is set or the Hub does not "
+                             f"answer); give a local {_FILE_EXTENSIONS} file")
+    else:
+        table, split = read_mcqa_hub(name, dataset_config=dataset_config, split=split)
+        origin, subject = ":".join(filter(None, (name, dataset_config, split))), name
+    with renamed_parameters(dataset="name"):
+        return to_mcqa(table, **columns, default_subject=subject, source=origin).to_list()
 
 
 def load_mcqa(
@@ -420,18 +477,29 @@ def load_mcqa(
     seed: int = 0,
     source: str = "auto",
     balance_gold: bool = False,
+    split: str | None = None,
+    dataset_config: str | None = None,
+    question_column: str | None = None,
+    choices_column: str | Sequence[str] | None = None,
+    answer_column: str | None = None,
+    subject_column: str | None = None,
 ) -> Dataset:
-    """Load a multiple-choice QA set in the project schema.
+    """Load a multiple-choice QA set in the project schema: a named set, a local file or a Hub dataset.
 
     Parameters
     ----------
-    name : {"mmlu", "gpqa", "halueval_qa", "halueval_qa_lm"}
-        MMLU test (14,042 questions, 4 options), GPQA-Diamond (198, 4 options; the correct answer's
-        position is drawn with ``seed`` so every letter is gold equally often), HaluEval QA (10,000,
-        2 options: right vs hallucinated answer, the knowledge passage inside the question; gold
-        position balanced the same way). Caveat (SPEC §5): in HaluEval the right answer is the
-        shorter one in 97 % of items; ``halueval_qa_lm`` is the length-matched control (332 items,
-        see ``length_matched``), where the shorter answer is right as often as the longer one.
+    name : str
+        A named set: "mmlu", "gpqa", "halueval_qa", "halueval_dialogue", "halueval_summarization", each
+        HaluEval set also with "_lm". MMLU test (14,042 questions, 4 options), GPQA-Diamond (198, 4 options;
+        the correct answer's position is drawn with ``seed`` so every letter is gold equally often), HaluEval
+        QA (10,000, 2 options: right vs hallucinated answer, the knowledge passage inside the question; gold
+        position balanced the same way). Caveat (SPEC §5): in HaluEval the right answer is the shorter one in
+        97 % of items; ``halueval_qa_lm`` is the length-matched control (332 items, see ``length_matched``),
+        where the shorter answer is right as often as the longer one.
+        Or your own data: a local .json, .jsonl, .csv or .parquet file, or a Hub dataset id (owner/name, read
+        online only), read by ``datasets.load_dataset`` and mapped by the ``*_column`` arguments (``to_mcqa``).
+        Its rows keep their options in order; ``subject`` is the ``subject_column``, else the file's stem or the
+        Hub id; ``source`` is the path, or "owner/name[:config]:split".
     subjects : str or list of str, optional
         MMLU only: subjects and/or categories (see ``resolve_subjects``).
     limit : int, optional
@@ -439,25 +507,50 @@ def load_mcqa(
     seed : int
         Seed for sampling and answer-position shuffling; the same seed gives the same rows.
     source : {"auto", "hub", "packaged"}
-        "auto" uses the Hub id when the Hub is reachable and HF_HUB_OFFLINE is unset, else the
-        packaged copy.
+        Named sets: "auto" uses the Hub id when the Hub is reachable and HF_HUB_OFFLINE is unset, else the
+        packaged copy. A Hub dataset has no packaged copy.
     balance_gold : bool
         After sampling, move each question's correct option so every letter is gold equally often
-        (±1) in the returned rows, distractor order drawn with ``seed`` (MMLU keeps its original
-        order otherwise; GPQA and HaluEval are balanced over the whole set either way).
+        (±1) in the returned rows, distractor order drawn with ``seed`` (MMLU and your own data keep their
+        original order otherwise; GPQA and HaluEval are balanced over the whole set either way).
+    split, dataset_config : str, optional
+        Hub datasets only: the split (default "test" when there is one, else the only split) and the
+        configuration (``load_dataset``'s second argument). A local file is one split.
+    question_column, choices_column, answer_column, subject_column : optional
+        Local files and Hub datasets only: the columns to read (default "question", "choices", "answer", no
+        subject column), as ``to_mcqa`` takes them: ``choices_column`` one list column or several option
+        columns ("A,B,C,D"); answers as option indices counting from 0 or letters "A"–"J".
 
     Returns
     -------
-    datasets.Dataset with columns question, choices, answer, subject, source.
+    datasets.Dataset with columns question, choices, answer, subject, source (``MCQA_FEATURES``).
 
     Raises
     ------
-    ParameterError (a ValueError) naming ``name``, ``subjects``, ``source``, ``limit`` or ``seed`` for an
-    unknown name, subject or source, a non-positive limit or a negative seed (before any file is read);
-    FileNotFoundError naming the pip package when an offline copy is not installed.
+    ParameterError (a ValueError) naming the argument and the value, before any file is read for an unknown
+    name or source, a file name with another extension, a subject, split, configuration or column argument
+    where it does not apply, a non-positive limit or a negative seed; while reading, naming ``name`` for an
+    empty or unreadable file or a Hub id while offline (at once, without network retries), a ``*_column``
+    argument for a column the data lacks or a malformed row (see ``to_mcqa``). MissingPathError (a
+    FileNotFoundError) naming ``name`` for a .json/.jsonl/.csv/.parquet path that does not exist;
+    FileNotFoundError naming the pip package when a named set's offline copy is not installed.
+
+    Examples
+    --------
+    Your own CSV with columns Question, A, B, C, D and Answer (a letter)::
+
+        quiz = load_mcqa("quiz.csv", question_column="Question", choices_column="A,B,C,D",
+                         answer_column="Answer")
     """
-    wanted = check_mcqa_arguments(name, subjects=subjects, limit=limit, seed=seed)
-    rows = _load(MCQA_DATASETS, name, source, seed)
+    columns = dict(question_column=question_column, choices_column=choices_column, answer_column=answer_column,
+                   subject_column=subject_column)
+    wanted = check_mcqa_arguments(name, subjects=subjects, limit=limit, seed=seed, split=split,
+                                  dataset_config=dataset_config, **columns)
+    kind = dataset_kind(name)
+    if kind == "named":
+        rows = _load(MCQA_DATASETS, name, source, seed)
+    else:
+        rows = _load_custom(kind, name, source, split, dataset_config, columns)
     if wanted is not None:
         rows = [r for r in rows if r["subject"] in wanted]
     if limit is not None and limit < len(rows):
