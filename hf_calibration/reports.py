@@ -36,28 +36,69 @@ TABLE_COLUMNS = (
 )
 
 
+def binned_entries(y_true, y_prob, *, n_bins: int = 15, binning: str = "uniform", norm: str = "l1",
+                   n_resamples: int = 1000, seed: int = 0) -> dict:
+    """The binned metrics of a ``calibration_report`` under the chosen ECE options, each ``{"value", "low",
+    "high"}`` (95 % percentile interval on the same resamples ``calibration_report(..., seed=seed)`` draws).
+
+    ``conf_ece``: ``expected_calibration_error(n_bins=, binning=, norm=)``; ``mce``: the same bins, max norm;
+    ``ace``: ``n_bins`` equal-mass bins (its definition); ``cw_ece`` for (n, K) probabilities: ``n_bins``
+    equal-width bins per class. ``y_true``, ``y_prob`` as ``calibration_report`` takes them. With the
+    defaults the entries equal ``calibration_report``'s. Raises ValueError / TypeError as the metrics do.
+    """
+    from hf_calibration.metrics import adaptive_calibration_error, bootstrap, classwise_ece, expected_calibration_error
+
+    def entry(metric, **options):
+        value, low, high = bootstrap(metric, y_true, y_prob, n_resamples=n_resamples, seed=seed, metric_kwargs=options)
+        return {"value": value, "low": low, "high": high}
+
+    entries = {
+        "conf_ece": entry(expected_calibration_error, n_bins=n_bins, binning=binning, norm=norm),
+        "mce": entry(expected_calibration_error, n_bins=n_bins, binning=binning, norm="max"),
+        "ace": entry(adaptive_calibration_error, n_bins=n_bins),
+    }
+    if np.ndim(y_prob) == 2:
+        entries["cw_ece"] = entry(classwise_ece, n_bins=n_bins)
+    return entries
+
+
+def report_with_ece_options(y_true, y_prob, *, n_bins: int = 15, binning: str = "uniform", norm: str = "l1",
+                            n_resamples: int = 1000, seed: int = 0) -> dict:
+    """``metrics.calibration_report`` with conf-ECE's ``binning`` and ``norm`` chosen too (its own conf-ECE and
+    MCE use equal-width bins and, for conf-ECE, the l1 norm): the same keys, the binned ones from
+    ``binned_entries``. With the defaults it is ``calibration_report``."""
+    report = calibration_report(y_true, y_prob, n_bins=n_bins, n_resamples=n_resamples, seed=seed)
+    if (binning, norm) != ("uniform", "l1"):
+        report.update(binned_entries(y_true, y_prob, n_bins=n_bins, binning=binning, norm=norm,
+                                     n_resamples=n_resamples, seed=seed))
+    return report
+
+
 def references(correct: np.ndarray, n_options: int, *, accuracy: float | None = None, **kwargs) -> dict:
     """Reports of the two constant confidences of SPEC §5: ``accuracy`` (default: measured on ``correct``;
-    pass the validation split's) and 1/K, as binary confidences against ``correct``."""
+    pass the validation split's) and 1/K, as binary confidences against ``correct``. ``kwargs``: those of
+    ``report_with_ece_options`` (bootstrap and ECE options)."""
     acc = float(np.mean(correct)) if accuracy is None else accuracy
     correct = np.asarray(correct).astype(int)
     return {
-        "constant_accuracy": calibration_report(correct, np.full(len(correct), acc), **kwargs),
-        "constant_1/K": calibration_report(correct, np.full(len(correct), 1.0 / n_options), **kwargs),
+        "constant_accuracy": report_with_ece_options(correct, np.full(len(correct), acc), **kwargs),
+        "constant_1/K": report_with_ece_options(correct, np.full(len(correct), 1.0 / n_options), **kwargs),
     }
 
 
-def mcqa_report(labels, probs, **kwargs) -> dict:
+def mcqa_report(labels, probs, *, binning: str = "uniform", norm: str = "l1", **kwargs) -> dict:
     """Report of MCQA probability vectors in the top-label view, plus the multiclass-only metrics.
 
     The top-label confidence against correctness gives every metric a constant reference also has
     (conf-ECE, smECE, Brier and NLL of the confidence, AUROC …), so the rows of one table compare;
     ``cw_ece``, ``brier_multiclass`` and ``nll_multiclass`` come from the full (n, K) vectors.
+    ``binning`` and ``norm`` are conf-ECE's (``report_with_ece_options``); ``kwargs`` are
+    ``calibration_report``'s.
     """
     probs = np.asarray(probs, dtype=np.float64)
     labels = np.asarray(labels)
     correct = (probs.argmax(axis=1) == labels).astype(int)
-    report = calibration_report(correct, probs.max(axis=1), **kwargs)
+    report = report_with_ece_options(correct, probs.max(axis=1), binning=binning, norm=norm, **kwargs)
     multiclass = calibration_report(labels, probs, **kwargs)
     report.update(cw_ece=multiclass["cw_ece"], brier_multiclass=multiclass["brier"], nll_multiclass=multiclass["nll"])
     return report
@@ -87,8 +128,8 @@ def posthoc_report(calibrator, scores, **kwargs) -> dict:
     """
     if calibrator.input_kind == "logits":
         return mcqa_report(scores.labels, calibrator.transform(scores.option_logits), **kwargs)
-    return calibration_report(scores.correct.astype(int),
-                              calibrator.transform(_top_confidence_as(scores, calibrator.input_format)), **kwargs)
+    return report_with_ece_options(scores.correct.astype(int),
+                       calibrator.transform(_top_confidence_as(scores, calibrator.input_format)), **kwargs)
 
 
 def _top_confidence_as(scores, input_format: str) -> np.ndarray:
@@ -107,10 +148,12 @@ def _top_confidence_as(scores, input_format: str) -> np.ndarray:
     return top if input_format == "log_probability" else log_odds(top, input_format="log_probability")
 
 
-def mcqa_metrics(scores, *, n_resamples: int = 1000, seed: int = 0, calibrator=None) -> dict:
+def mcqa_metrics(scores, *, n_resamples: int = 1000, seed: int = 0, calibrator=None, n_bins: int = 15,
+                 binning: str = "uniform", norm: str = "l1") -> dict:
     """metrics.json content for MCQA scores: the model's top-label report, optionally the report after a
-    post-hoc ``calibrator``, the constant references, and the position bias."""
-    kwargs = dict(n_resamples=n_resamples, seed=seed)
+    post-hoc ``calibrator``, the constant references, and the position bias; every binned metric with the
+    ECE options ``n_bins``, ``binning`` and ``norm`` (``report_with_ece_options``)."""
+    kwargs = dict(n_resamples=n_resamples, seed=seed, n_bins=n_bins, binning=binning, norm=norm)
     k = scores.probs.shape[1]
     signals = {"option_probability": mcqa_report(scores.labels, scores.probs, **kwargs)}
     if calibrator is not None:
@@ -153,9 +196,14 @@ def format_mcqa_table(metrics: dict, run: dict) -> str:
         f"{run['model']} on {run['dataset']}"
         + (f" ({run['subjects']})" if run.get("subjects") else "")
         + f": n={run['n']}, seed={run['seed']}, prompt={run['prompt_format']}, "
-        f"scoring {run['scoring_seconds']:.0f} s; 95% bootstrap intervals"
+        f"scoring {run['scoring_seconds']:.0f} s; {ece_caption(run)}; 95% bootstrap intervals"
     )
     return title + "\n" + format_table(metrics["signals"])
+
+
+def ece_caption(run: dict) -> str:
+    """How a run's conf-ECE was binned, for a table's title: "conf-ECE: 15 uniform bins, l1"."""
+    return f"conf-ECE: {run['n_bins']} {run['binning']} bins, {run['norm']}"
 
 
 def _json_default(value):
@@ -314,15 +362,17 @@ def write_jsonl(path: Path, records) -> None:
             f.write(json.dumps(strict_json(r), default=_json_default, allow_nan=False) + "\n")
 
 
-def write_evaluation(out: Path, dataset, scores, metrics: dict, run: dict) -> None:
-    """Write predictions.jsonl, metrics.json and reliability_diagram.png into ``out`` atomically."""
+def write_evaluation(out: Path, dataset, scores, metrics: dict, run: dict, *, n_bins: int = 15,
+                     binning: str = "uniform") -> None:
+    """Write predictions.jsonl, metrics.json and reliability_diagram.png (``n_bins`` bins, ``binning``) into
+    ``out`` atomically."""
     from hf_calibration.plotting import plot_reliability_diagram
 
     with AtomicOutputDir(out) as tmp:
         write_jsonl(tmp / "predictions.jsonl", prediction_records(dataset, scores))
         write_json(tmp / "metrics.json", {"run": run, **metrics})
         fig = plot_reliability_diagram(
-            scores.labels, scores.probs, n_bins=15,
+            scores.labels, scores.probs, n_bins=n_bins, binning=binning,
             title=f"{run['model'].split('/')[-1]} · {run['dataset']} (n={run['n']})",
         )
         fig.savefig(tmp / "reliability_diagram.png", dpi=120, bbox_inches="tight")

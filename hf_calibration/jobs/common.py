@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hf_calibration.errors import MissingPathError, ParameterError, ParameterWarning, renamed_parameters
+from hf_calibration.metrics.binning import BINNINGS
+from hf_calibration.metrics.ece import NORMS
 from hf_calibration.modeling.prompts import PROMPT_FORMATS
 
 DEFAULT_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
@@ -59,6 +61,88 @@ def prompt_format_field():
 
 def n_resamples_field():
     return field(default=1000, metadata={"help": "Bootstrap resamples for the 95 percent intervals."})
+
+
+def dataset_field(default: str, named: str):
+    """The ``dataset`` of a job that scores multiple-choice questions: ``named`` lists its named sets."""
+    return field(default=default, metadata={
+        "help": f"{named}; or your own multiple-choice data: a local .json, .jsonl, .csv or .parquet file, or a Hub "
+                "dataset id owner/name (online), its columns given by --question-column, --choices-column and "
+                "--answer-column."})
+
+
+# Your own data (a local file or a Hub dataset): how its rows map onto the MCQA schema (``data.to_mcqa``).
+CUSTOM_DATA_FIELDS = ("split", "dataset_config", "question_column", "choices_column", "answer_column",
+                      "subject_column")
+
+
+def split_field():
+    return field(default=None, metadata={
+        "help": "Split of a Hub dataset (when not given: test if it has one, else its only split)."})
+
+
+def dataset_config_field():
+    return field(default=None, metadata={"help": "Configuration (subset) of a Hub dataset, as load_dataset's name."})
+
+
+def question_column_field():
+    return field(default=None, metadata={"help": "Column of the question in your own data (when not given: question)."})
+
+
+def choices_column_field():
+    return field(default=None, metadata={
+        "help": "Column holding a list of options per row, or one column per option comma-separated (A,B,C,D), "
+                "in your own data (when not given: choices). A row may leave trailing option cells empty."})
+
+
+def answer_column_field():
+    return field(default=None, metadata={
+        "help": "Column of the correct option in your own data (when not given: answer): an index counting from 0 "
+                "or a letter A-J."})
+
+
+def subject_column_field():
+    return field(default=None, metadata={
+        "help": "Column to use as the subject (--limit samples stratified by it) in your own data (when not given: "
+                "the file name or Hub id)."})
+
+
+def custom_data_options(config) -> dict:
+    """The ``CUSTOM_DATA_FIELDS`` of a job config, as keyword arguments of ``load_mcqa``."""
+    return {name: getattr(config, name) for name in CUSTOM_DATA_FIELDS}
+
+
+# The binned metrics' options (``metrics.expected_calibration_error``'s own): conf-ECE, its interval, the diagrams.
+ECE_DEFAULTS = {"n_bins": 15, "binning": "uniform", "norm": "l1"}
+
+
+def n_bins_field():
+    return field(default=ECE_DEFAULTS["n_bins"], metadata={
+        "help": "Bins of the binned metrics: conf-ECE and its bootstrap interval, MCE, ACE, cw-ECE, and the "
+                "reliability diagram."})
+
+
+def binning_field():
+    return field(default=ECE_DEFAULTS["binning"], metadata={
+        "help": "Bins of conf-ECE, MCE and the reliability diagram: uniform (equal width) or quantile (equal mass).",
+        "choices": list(BINNINGS)})
+
+
+def norm_field():
+    return field(default=ECE_DEFAULTS["norm"], metadata={
+        "help": "Norm of conf-ECE over the bins: l1 (ECE), l2 (RMSCE) or max (MCE).", "choices": list(NORMS)})
+
+
+def check_ece_options(config) -> None:
+    """ParameterError naming ``n_bins``, ``binning`` or ``norm`` of a config with the three ECE fields."""
+    check_int(config.n_bins, "n_bins")
+    check_choice(config.binning, "binning", BINNINGS)
+    check_choice(config.norm, "norm", NORMS)
+
+
+def ece_options(config) -> dict:
+    """``n_bins``, ``binning`` and ``norm`` of a job config, as keyword arguments of ``reports`` functions."""
+    return {name: getattr(config, name) for name in ECE_DEFAULTS}
 
 
 # ------------------------------------------------------------------------------------------- checks
@@ -152,13 +236,14 @@ def check_input_file(path, name: str) -> Path:
 # --------------------------------------------------------------------------------------------- data
 
 
-def load_mcqa_for(dataset: str, *, subjects=None, limit: int, seed: int, balance_gold: bool = False):
-    """``load_mcqa`` for a job whose config has the fields ``dataset``, ``subjects``, ``limit``; its errors name
-    those fields. A ``limit`` above the questions there are is not an error: one ParameterWarning, then all."""
+def load_mcqa_for(dataset: str, *, subjects=None, limit: int, seed: int, balance_gold: bool = False, **custom):
+    """``load_mcqa`` for a job whose config has the fields ``dataset``, ``subjects``, ``limit`` (and, in
+    ``custom``, those of ``CUSTOM_DATA_FIELDS``: ``custom_data_options(config)``); its errors name those fields.
+    A ``limit`` above the questions there are is not an error: one ParameterWarning, then all."""
     from hf_calibration.data import load_mcqa
 
     with renamed_parameters(name="dataset"):
-        rows = load_mcqa(dataset, subjects=subjects, limit=limit, seed=seed, balance_gold=balance_gold)
+        rows = load_mcqa(dataset, subjects=subjects, limit=limit, seed=seed, balance_gold=balance_gold, **custom)
     if len(rows) < limit:
         field_, value = ("subjects", subjects) if subjects else ("dataset", dataset)
         warnings.warn(ParameterWarning("limit", limit, f"{{limit}} {limit}: only {len(rows)} questions in {{{field_}}} "

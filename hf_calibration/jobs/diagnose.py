@@ -8,12 +8,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hf_calibration import modeling
-from hf_calibration.data import MCQA_DATASETS, OPEN_QA_DATASETS, check_dataset_name, check_mcqa_arguments
+from hf_calibration import modeling, reports
+from hf_calibration.data import MCQA_DATASETS, OPEN_QA_DATASETS, check_mcqa_arguments, dataset_kind
 from hf_calibration.errors import ParameterError, renamed_parameters
-from hf_calibration.jobs.common import (JobResult, batch_size_field, check_choice, check_device, check_int,
-                                        check_output_dir, check_positive_number, device_field, load_mcqa_for, model_field, n_resamples_field, output_dir_field,
-                                        prompt_format_field, seed_field, subjects_field)
+from hf_calibration.jobs.common import (CUSTOM_DATA_FIELDS, ECE_DEFAULTS, JobResult, answer_column_field,
+                                        batch_size_field, binning_field, check_choice, check_device, check_ece_options,
+                                        check_int, check_output_dir, check_positive_number, choices_column_field,
+                                        custom_data_options, dataset_config_field, dataset_field, device_field,
+                                        ece_options, load_mcqa_for, model_field, n_bins_field, n_resamples_field,
+                                        norm_field, output_dir_field, prompt_format_field, question_column_field,
+                                        seed_field, split_field, subject_column_field, subjects_field)
 from hf_calibration.modeling.prompts import PROMPT_FORMATS
 from hf_calibration.plotting import plot_reliability_diagrams
 from hf_calibration.reports import AtomicOutputDir, write_json, write_jsonl
@@ -33,9 +37,15 @@ class DiagnoseConfig:
 
     output_dir: str = output_dir_field()
     model: str = model_field()
-    dataset: str = field(default="mmlu", metadata={
-        "help": "mmlu, gpqa, halueval_qa, halueval_dialogue, halueval_summarization (each also _lm: "
-                "length-matched), or gsm8k (open-ended: the baseline pass of a SECL stream)."})
+    dataset: str = dataset_field("mmlu", "mmlu, gpqa, halueval_qa, halueval_dialogue, halueval_summarization (each "
+                                 "also _lm: length-matched), or gsm8k (open-ended: the baseline pass of a SECL "
+                                 "stream)")
+    question_column: str | None = question_column_field()
+    choices_column: str | None = choices_column_field()
+    answer_column: str | None = answer_column_field()
+    subject_column: str | None = subject_column_field()
+    split: str | None = split_field()
+    dataset_config: str | None = dataset_config_field()
     subjects: str | None = subjects_field()
     limit: int = field(default=200, metadata={"help": "Number of questions."})
     seed: int = seed_field()
@@ -43,6 +53,9 @@ class DiagnoseConfig:
     batch_size: int = batch_size_field("Follow-up prompts per forward pass (multiple choice).")
     device: str = device_field()
     n_resamples: int = n_resamples_field()
+    n_bins: int = n_bins_field()
+    binning: str = binning_field()
+    norm: str = norm_field()
     tau_n: float = field(default=DEFAULT_TAU_N, metadata={"help": "Temperature τ_n of P(True)Norm."})
     balance_gold: bool = field(default=False, metadata={
         "help": "Move each question's correct option so every letter is gold equally often (multiple choice)."})
@@ -53,12 +66,14 @@ class DiagnoseConfig:
         check_choice(self.prompt_format, "prompt_format", PROMPT_FORMATS)
         check_int(self.seed, "seed", minimum=0)
         check_positive_number(self.tau_n, "tau_n")
+        check_ece_options(self)
         with renamed_parameters(name="dataset"):
-            check_dataset_name(self.dataset, DATASETS)
-            if self.dataset in MCQA_DATASETS:
-                check_mcqa_arguments(self.dataset, subjects=self.subjects, limit=self.limit, seed=self.seed)
+            dataset_kind(self.dataset, DATASETS)  # an unknown name: the message lists gsm8k too
+            if self.dataset not in OPEN_QA_DATASETS:
+                check_mcqa_arguments(self.dataset, subjects=self.subjects, limit=self.limit, seed=self.seed,
+                                     **custom_data_options(self))
         if self.dataset in OPEN_QA_DATASETS:
-            for name in ("subjects", "balance_gold"):
+            for name in ("subjects", "balance_gold", *CUSTOM_DATA_FIELDS):
                 if getattr(self, name):
                     raise ParameterError(name, getattr(self, name), f"applies to multiple-choice datasets only, "
                                          f"got {{dataset}} {self.dataset}", related=("dataset",))
@@ -93,19 +108,22 @@ def _signal_records(dataset, signals) -> list[dict]:
 
 def _diagnose_mcqa(config: DiagnoseConfig, model, tokenizer, out, run: dict, progress: bool):
     dataset = load_mcqa_for(config.dataset, subjects=config.subjects, limit=config.limit, seed=config.seed,
-                            balance_gold=config.balance_gold)
+                            balance_gold=config.balance_gold, **custom_data_options(config))
     if model is None:
         model, tokenizer = _load(config, run)
     start = time.perf_counter()
     result, signals = diagnose(model, tokenizer, dataset, tau_n=config.tau_n, prompt_format=config.prompt_format,
                                batch_size=config.batch_size, n_resamples=config.n_resamples, seed=config.seed,
                                progress=progress)
+    _apply_ece_options(result, signals.correct, {name: signals.confidence[name] for name in result["signals"]},
+                       signals.option_probs.shape[1], config)
     run.update(n=len(dataset), prompt_format=signals.prompt_format, wall_seconds=round(time.perf_counter() - start, 1),
                length_only_accuracy=length_only_accuracy(dataset))
     with AtomicOutputDir(out) as tmp:
         write_json(tmp / "diagnosis.json", {"run": run, **result})
         write_jsonl(tmp / "signals.jsonl", _signal_records(dataset, signals))
-        fig = plot_diagnosis(signals, title=f"{config.model.split('/')[-1]} · {config.dataset} (n={len(dataset)})")
+        fig = plot_diagnosis(signals, title=f"{config.model.split('/')[-1]} · {config.dataset} (n={len(dataset)})",
+                             n_bins=config.n_bins)
         fig.savefig(tmp / "reliability_diagrams.png", dpi=110, bbox_inches="tight")
     return result, signals, ("diagnosis.json", "signals.jsonl", "reliability_diagrams.png")
 
@@ -130,13 +148,30 @@ def _diagnose_open(config: DiagnoseConfig, model, tokenizer, out, run: dict, pro
         "gap": generation_discrimination_gap(y, [r["verbalized"] for r in records], [r["norm_p_true"] for r in records],
                                              n_resamples=config.n_resamples, seed=config.seed),
     }
+    _apply_ece_options(result, y, {s: [r[s] for r in records] for s in rows}, 1, config)
     with AtomicOutputDir(out) as tmp:
         write_jsonl(tmp / "records.jsonl", records)
         write_json(tmp / "diagnosis.json", {"run": run, **result})
         fig = plot_reliability_diagrams({SIGNAL_NAMES[s]: (y, [r[s] for r in records]) for s in rows},
+                                        n_bins=config.n_bins,
                                         title=f"{config.model.split('/')[-1]} · {config.dataset} (n={len(items)})")
         fig.savefig(tmp / "reliability_diagrams.png", dpi=100, bbox_inches="tight")
     return result, records, ("diagnosis.json", "records.jsonl", "reliability_diagrams.png")
+
+
+def _apply_ece_options(result: dict, correct, confidences: dict, n_options: int, config: DiagnoseConfig) -> None:
+    """The binned entries of ``result``'s signal and reference reports under the config's ECE options, in place
+    (``secl.diagnose`` and ``secl.stream`` report with ``calibration_report``'s defaults, which the verdict's
+    ΔECE keeps). ``confidences``: (n,) confidences by signal name; ``n_options``: K of the 1/K reference."""
+    ece = ece_options(config)
+    if ece == ECE_DEFAULTS:
+        return
+    y = np.asarray(correct).astype(int)
+    for name, conf in confidences.items():
+        result["signals"][name].update(reports.binned_entries(y, conf, **ece, n_resamples=config.n_resamples,
+                                                              seed=config.seed))
+    refs = reports.references(y, n_options, **ece, n_resamples=config.n_resamples, seed=config.seed)
+    result["references"] = {name: refs[name] for name in result["references"]}
 
 
 def _load(config: DiagnoseConfig, run: dict):
@@ -157,17 +192,23 @@ def run_diagnose(config: DiagnoseConfig, *, model=None, tokenizer=None, progress
         ``config.model`` is loaded after every input is checked. For gsm8k SECL is added to it in place
         (``apply_secl``), so diagnose the multiple-choice datasets first.
 
+    ``dataset`` may be your own multiple-choice file or Hub dataset (the ``*_column`` fields map it, as in
+    ``run_evaluate``). ``n_bins``, ``binning`` and ``norm`` set the binned metrics of every signal and reference
+    (conf-ECE and its interval, MCE, ACE) and are recorded in ``run``; the diagrams take ``n_bins`` equal-width
+    bins, and the verdict's ΔECE keeps 15 equal-width bins (``generation_discrimination_gap``).
+
     Raises ParameterError naming the config field before any model loads.
     """
     out = check_output_dir(config.output_dir)
     if model is None:
         modeling.resolve_model_path(config.model)
-    run = {"model": config.model, "dataset": config.dataset, "subjects": config.subjects, "seed": config.seed,
-           "balance_gold": config.balance_gold, "tau_n": config.tau_n}
+    run = {"model": config.model, "dataset": config.dataset, "subjects": config.subjects,
+           **{name: value for name, value in custom_data_options(config).items() if value is not None},
+           "seed": config.seed, "balance_gold": config.balance_gold, "tau_n": config.tau_n, **ece_options(config)}
     job = _diagnose_open if config.dataset in OPEN_QA_DATASETS else _diagnose_mcqa
     result, signals, names = job(config, model, tokenizer, out, run, progress)
     title = (f"{config.model} on {config.dataset}" + (f" ({config.subjects})" if config.subjects else "")
              + f": n={run['n']}, seed={config.seed}, prompt={run['prompt_format']}, τ_n={config.tau_n}, "
-             f"{run['wall_seconds']:.0f} s; 95% bootstrap intervals")
+             f"{run['wall_seconds']:.0f} s; {reports.ece_caption(run)}; 95% bootstrap intervals")
     return DiagnoseResult(metrics=result, run=run, paths={name: out / name for name in names}, output_dir=out,
                           table=format_diagnosis(result, title), signals=signals)

@@ -8,9 +8,13 @@ from dataclasses import dataclass, field
 from hf_calibration import modeling, reports
 from hf_calibration.data import check_mcqa_arguments
 from hf_calibration.errors import ParameterError, renamed_parameters
-from hf_calibration.jobs.common import (JobResult, batch_size_field, check_choice, check_device, check_input_file,
-                                        check_int, check_output_dir, device_field, load_mcqa_for, model_field, n_resamples_field,
-                                        output_dir_field, prompt_format_field, seed_field, subjects_field)
+from hf_calibration.jobs.common import (JobResult, answer_column_field, batch_size_field, binning_field, check_choice,
+                                        check_device, check_ece_options, check_input_file, check_int, check_output_dir,
+                                        choices_column_field, custom_data_options, dataset_config_field, dataset_field,
+                                        device_field, ece_options, load_mcqa_for, model_field, n_bins_field,
+                                        n_resamples_field, norm_field, output_dir_field, prompt_format_field,
+                                        question_column_field, seed_field, split_field, subject_column_field,
+                                        subjects_field)
 from hf_calibration.modeling.prompts import PROMPT_FORMATS
 from hf_calibration.modeling.scoring import MCQAScores
 
@@ -22,9 +26,15 @@ class EvaluateConfig:
 
     output_dir: str = output_dir_field()
     model: str = model_field()
-    dataset: str = field(default="mmlu", metadata={
-        "help": "mmlu, gpqa, halueval_qa, halueval_dialogue, halueval_summarization, or any of the three HaluEval "
-                "sets with _lm (length-matched: the right answer is the shorter one in half the items)."})
+    dataset: str = dataset_field("mmlu", "mmlu, gpqa, halueval_qa, halueval_dialogue, halueval_summarization, or any "
+                                 "of the three HaluEval sets with _lm (length-matched: the right answer is the "
+                                 "shorter one in half the items)")
+    question_column: str | None = question_column_field()
+    choices_column: str | None = choices_column_field()
+    answer_column: str | None = answer_column_field()
+    subject_column: str | None = subject_column_field()
+    split: str | None = split_field()
+    dataset_config: str | None = dataset_config_field()
     subjects: str | None = subjects_field()
     limit: int = field(default=500, metadata={"help": "Number of questions, stratified by subject."})
     seed: int = seed_field()
@@ -32,6 +42,9 @@ class EvaluateConfig:
     device: str = device_field()
     prompt_format: str = prompt_format_field()
     n_resamples: int = n_resamples_field()
+    n_bins: int = n_bins_field()
+    binning: str = binning_field()
+    norm: str = norm_field()
     posthoc: str | None = field(default=None, metadata={
         "help": "A calibrator saved by fit-posthoc; its metrics are reported next to the uncalibrated ones."})
 
@@ -39,8 +52,10 @@ class EvaluateConfig:
         for name in ("limit", "batch_size", "n_resamples"):
             check_int(getattr(self, name), name)
         check_choice(self.prompt_format, "prompt_format", PROMPT_FORMATS)
+        check_ece_options(self)
         with renamed_parameters(name="dataset"):
-            check_mcqa_arguments(self.dataset, subjects=self.subjects, limit=self.limit, seed=self.seed)
+            check_mcqa_arguments(self.dataset, subjects=self.subjects, limit=self.limit, seed=self.seed,
+                                 **custom_data_options(self))
         self.device = check_device(self.device)
 
 
@@ -68,15 +83,21 @@ def run_evaluate(config: EvaluateConfig, *, progress: bool = True) -> EvaluateRe
     ``metrics.json`` (every metric with 95 % bootstrap intervals, the constant references, the position bias;
     with ``posthoc``, the calibrated report too) and ``reliability_diagram.png`` into ``output_dir``, atomically.
 
+    ``dataset`` may be your own file or Hub dataset, its columns mapped by the ``*_column`` fields
+    (``data.load_mcqa``); ``n_bins``, ``binning`` and ``norm`` set every binned metric (conf-ECE and its
+    interval, MCE, ACE, cw-ECE) and the diagram's bins, and are recorded in ``metrics.json``'s ``run``.
+
     Every input is checked before the model loads: the output folder, the calibrator file (and, for vector
-    scaling, its option count against the dataset's), the data and the model path. Raises ParameterError
-    naming the config field; a ``limit`` above the questions there are is a ParameterWarning, not an error.
+    scaling, its option count against the dataset's), the data (a file's columns and every row) and the model
+    path. Raises ParameterError naming the config field; a ``limit`` above the questions there are is a
+    ParameterWarning, not an error.
     """
     from hf_calibration.posthoc import VectorScaler
 
     out = check_output_dir(config.output_dir)
     calibrator = None if config.posthoc is None else _load_posthoc(config.posthoc)
-    dataset = load_mcqa_for(config.dataset, subjects=config.subjects, limit=config.limit, seed=config.seed)
+    dataset = load_mcqa_for(config.dataset, subjects=config.subjects, limit=config.limit, seed=config.seed,
+                            **custom_data_options(config))
     if isinstance(calibrator, VectorScaler):  # one weight per option: the option count must match
         k = max(len(c) for c in dataset["choices"])
         if len(calibrator.coef_) != k:
@@ -90,14 +111,16 @@ def run_evaluate(config: EvaluateConfig, *, progress: bool = True) -> EvaluateRe
     scores = modeling.score_mcqa(model, tokenizer, dataset, batch_size=config.batch_size,
                                  prompt_format=config.prompt_format, progress=progress)
     run = {
-        "model": config.model, "dataset": config.dataset, "subjects": config.subjects, "n": len(dataset),
-        "seed": config.seed, "prompt_format": scores.prompt_format, "load_seconds": round(load_s, 2),
-        "scoring_seconds": round(time.perf_counter() - start, 2),
+        "model": config.model, "dataset": config.dataset, "subjects": config.subjects,
+        **{name: value for name, value in custom_data_options(config).items() if value is not None},
+        "n": len(dataset), "seed": config.seed, "prompt_format": scores.prompt_format, **ece_options(config),
+        "load_seconds": round(load_s, 2), "scoring_seconds": round(time.perf_counter() - start, 2),
     }
-    metrics = reports.mcqa_metrics(scores, n_resamples=config.n_resamples, seed=config.seed, calibrator=calibrator)
+    metrics = reports.mcqa_metrics(scores, n_resamples=config.n_resamples, seed=config.seed, calibrator=calibrator,
+                                   **ece_options(config))
     if calibrator is not None:
         run["posthoc"] = str(config.posthoc)
-    reports.write_evaluation(out, dataset, scores, metrics, run)
+    reports.write_evaluation(out, dataset, scores, metrics, run, n_bins=config.n_bins, binning=config.binning)
     paths = {name: out / name for name in ("predictions.jsonl", "metrics.json", "reliability_diagram.png")}
     return EvaluateResult(metrics=metrics, run=run, paths=paths, output_dir=out,
                           table=reports.format_mcqa_table(metrics, run), scores=scores, calibrator=calibrator)
