@@ -10,11 +10,11 @@
 - Any other block (another language, another command, no marker) fails: the README has no code that is
   neither run nor explained.
 
-Each block runs in its own temporary folder (what it writes lands there, not in the clone) holding a link
-``metrics`` to the repository's ``metrics/``, because the README runs from the repository root and loads
-the ``evaluate`` modules by that relative path. The environment: ``HF_HUB_OFFLINE=1`` (packaged model and
-data), the repository on ``PYTHONPATH``, progress bars off, and ``OMP_NUM_THREADS=1`` (two processes' torch
-thread pools on 2 shared cores made one CALM step ten times slower).
+Each block runs in its own temporary folder (what it writes lands there, not in the clone) holding links
+``metrics`` and ``examples`` to the repository's folders, because the README runs from the repository root
+and reads the ``evaluate`` modules and the example data by those relative paths. The environment:
+``HF_HUB_OFFLINE=1`` (packaged model and data), the repository on ``PYTHONPATH``, progress bars off, and
+``OMP_NUM_THREADS=1`` (two processes' torch thread pools on 2 shared cores made one CALM step ten times slower).
 
 Sizes: ``SIZES`` rewrites the README's sizes to a few questions and one step, so the whole file runs in a
 few minutes on 2 cores with the real packaged SmolLM2 and real questions. The README does not mention
@@ -127,7 +127,8 @@ def test_readme_block_runs(block, tmp_path):
         spec = importlib.util.find_spec(value)
         if spec is None or spec.origin is None:  # origin None: a folder without __init__.py, still being written
             pytest.skip(f"README line {block.line}: needs {value}, which does not exist yet; runs once it does")
-    (tmp_path / "metrics").symlink_to(REPO / "metrics", target_is_directory=True)
+    for folder in ("metrics", "examples"):
+        (tmp_path / folder).symlink_to(REPO / folder, target_is_directory=True)
     code = shorten(block.code) if SMOKE else block.code
     if block.lang == "python":
         script = tmp_path / "readme_block.py"
