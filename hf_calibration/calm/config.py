@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from trl import SFTConfig
 
+from hf_calibration.calm.cft import CFT_NORMALIZATIONS, CFT_TARGETS
 from hf_calibration.errors import ParameterError
 
 METHODS = ("bome", "iterate", "regularization", "scalar", "sft", "cft")
@@ -177,20 +178,38 @@ class CALMConfig(SFTConfig):
     )
     cft_weight: float = field(
         default=0.5,
-        metadata={"help": "a in [0, 1] of CFT: loss (1 − a)·L_tr + a·c·calibration term (CFT)."},
+        metadata={"help": "a in [0, 1] of CFT: loss (1 − a)·L_tr + a·c·calibration term (CFT code: alpha 0.5)."},
     )
     cft_coefficient: float = field(
-        default=1.0,
-        metadata={"help": "c > 0 of CFT, the scale of the calibration term (CFT)."},
+        default=1e-3,
+        metadata={"help": "c > 0 of CFT, the scale of the calibration term (CFT code: 1e-3; this project used 1 "
+                  "before issue 17.4)."},
+    )
+    cft_target: str = field(
+        default="tanh",
+        metadata={"help": "Target of the non-maximum option probabilities s_1 ≥ … ≥ s_{K−1} of an item whose bin has "
+                  "accuracy a; each rule's targets sum to 1 − a. 'tanh': the CFT code's rank-preserving target "
+                  "t_j = A·(tanh(γ·s_j) + 1), γ = ln 3 / (s_1·(1 − a)), A = (1 − a) / (Σ_j tanh(γ·s_j) + K − 1) (0 "
+                  "when a = 1; the code hard-codes K = 4, K − 1 = 3 here). 'proportional': t_j = (1 − a)·s_j / Σ s, "
+                  "a reconstruction from SPEC §1's formula alone. 'uniform': (1 − a)/(K − 1), this project's rule "
+                  "before issue 17.4. See hf_calibration.calm.cft.", "choices": list(CFT_TARGETS)},
+    )
+    cft_normalization: str = field(
+        default="bin_count",
+        metadata={"help": "'bin_count': each item's squared error is divided by the number of training items in its "
+                  "confidence bin (from the pass over the training data) and summed over the optimizer step's batch, "
+                  "as the CFT code does per batch. 'batch_mean': the mean over the step's items, this project's rule "
+                  "before issue 17.4.", "choices": list(CFT_NORMALIZATIONS)},
     )
     cft_num_bins: int = field(
         default=10,
-        metadata={"help": "Equal-width confidence bins of the CFT term (CFT)."},
+        metadata={"help": "Equal-width confidence bins of the CFT term (CFT code: 10)."},
     )
     cft_refresh_steps: int = field(
-        default=50,
-        metadata={"help": "CFT bin accuracies are recomputed by a pass over the training data at the start and every "
-                  "this many optimizer steps (ours; CFT refreshes per epoch)."},
+        default=0,
+        metadata={"help": "CFT bin accuracies and counts come from a pass over the training data before the first "
+                  "step; with a value k > 0 they are recomputed every k optimizer steps. 0 (default): never, as the "
+                  "CFT code computes them once before training (this project refreshed every 50 before issue 17.4)."},
     )
     select_best_by: str | None = field(
         default=None,
@@ -255,10 +274,16 @@ class CALMConfig(SFTConfig):
             raise ParameterError("cft_weight", self.cft_weight, f"must lie in [0, 1], got {self.cft_weight!r}")
         if not self.cft_coefficient > 0:
             raise ParameterError("cft_coefficient", self.cft_coefficient, f"must be > 0, got {self.cft_coefficient!r}")
-        for name in ("cft_num_bins", "cft_refresh_steps", "eval_num_bins"):
+        if self.cft_target not in CFT_TARGETS:
+            raise ParameterError("cft_target", self.cft_target, f"must be one of {CFT_TARGETS}, got {self.cft_target!r}")
+        if self.cft_normalization not in CFT_NORMALIZATIONS:
+            raise ParameterError("cft_normalization", self.cft_normalization, f"must be one of {CFT_NORMALIZATIONS}, got {self.cft_normalization!r}")
+        for name in ("cft_num_bins", "eval_num_bins"):
             value = getattr(self, name)
             if not _is_int(value) or value <= 0:
                 raise ParameterError(name, value, f"must be a positive integer, got {value!r}")
+        if not _is_int(self.cft_refresh_steps) or self.cft_refresh_steps < 0:
+            raise ParameterError("cft_refresh_steps", self.cft_refresh_steps, f"must be an integer ≥ 0, got {self.cft_refresh_steps!r}")
         if self.select_best_by is not None:
             if self.select_best_by not in SELECTION_METRICS:
                 raise ParameterError("select_best_by", self.select_best_by, f"must be one of {SELECTION_METRICS} or None, got {self.select_best_by!r}")

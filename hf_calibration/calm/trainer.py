@@ -14,6 +14,7 @@ from trl import SFTTrainer
 
 from hf_calibration._versions import check_tested_versions
 from hf_calibration.calm.bome import bome_direction, bome_lambda, bome_terms
+from hf_calibration.calm.cft import cft_term
 from hf_calibration.calm.config import CALMConfig
 from hf_calibration.calm.logit_adjustment import (
     ADJUSTMENT_WEIGHTS_NAME,
@@ -26,7 +27,7 @@ from hf_calibration.hub import peft_checkpointing_warning_silenced
 from hf_calibration.metrics.binning import uniform_bin_index
 
 ALPHA_PREFIX = "logit_adjustment."
-# CFT's bin accuracies in a checkpoint: training state (like the optimizer's), not part of the saved model.
+# CFT's bin accuracies and counts in a checkpoint: training state (like the optimizer's), not part of the saved model.
 CFT_STATE_NAME = "cft_state.safetensors"
 _ZERO3_PIN = -1  # DeepSpeed submodule ids are >= 0
 
@@ -183,41 +184,41 @@ class SFTStrategy(SummedGradientStrategy):
 
 
 class CFTStrategy(SFTStrategy):
-    """method='cft', calibration-aware fine-tuning (Xiao et al. ICML 2025): (1 − a)·L_tr + a·c·term, with
-    term = Σ_items [(max-conf − bin acc)² + Σ_non-max (p − (1 − bin acc)/(K − 1))²] / items. The bin accuracies
-    come from a pass over the training data (``CALMTrainer._cft_bin_accuracies``) at the first step and every
-    ``cft_refresh_steps`` optimizer steps, and travel in checkpoints (``CFT_STATE_NAME``)."""
+    """method='cft', calibration-aware fine-tuning (Xiao et al. ICML 2025): (1 − a)·L_tr + a·c·term, the term of
+    ``hf_calibration.calm.cft`` (``cft_target``, ``cft_normalization``). The bin accuracies and counts come from a
+    pass over the training data (``CALMTrainer._cft_bin_statistics``) before the first step and, with
+    ``cft_refresh_steps`` > 0, every that many optimizer steps, and travel in checkpoints (``CFT_STATE_NAME``).
+    Logs ``cft_term``, the term of the step's whole batch."""
 
     def __init__(self, trainer):
         super().__init__(trainer)
         self.bin_accuracy: torch.Tensor | None = None
+        self.bin_count: torch.Tensor | None = None
 
     def loss(self, batch, index, alpha, theta):
         lower, _, params, logs = super().loss(batch, index, alpha, theta)
         args = self.trainer.args
         term = self._term(batch, index, self.trainer._window["train_items"])
-        return lower, (1 - args.cft_weight) * lower + args.cft_weight * args.cft_coefficient * term, params, logs
+        total = (1 - args.cft_weight) * lower + args.cft_weight * args.cft_coefficient * term
+        return lower, total, params, {**logs, "cft_term": term}
 
     def _term(self, batch, index, items):
         trainer, args = self.trainer, self.trainer.args
-        step = trainer.state.global_step
-        if self.bin_accuracy is None or (index == 0 and step > 0 and step % args.cft_refresh_steps == 0):
-            self.bin_accuracy = trainer._cft_bin_accuracies()
+        step, every = trainer.state.global_step, args.cft_refresh_steps
+        if self.bin_accuracy is None or (every and index == 0 and step > 0 and step % every == 0):
+            self.bin_accuracy, self.bin_count = trainer._cft_bin_statistics()
         raw, _, _ = trainer._scored_logits(batch)
         probs = trainer._log_probs(raw, {}).exp()
-        conf, pred = probs.max(dim=1)
-        acc = self.bin_accuracy.to(conf.device)[_confidence_bins(conf, args.cft_num_bins)]
-        k = probs.shape[1]
-        target = ((1 - acc) / (k - 1))[:, None]
-        non_max = torch.ones_like(probs, dtype=torch.bool).scatter_(1, pred[:, None], False)
-        term = (conf - acc) ** 2 + ((probs - target) ** 2 * non_max).sum(dim=1)
-        return term.sum() / items
+        bins = _confidence_bins(probs.max(dim=1).values, args.cft_num_bins)
+        return cft_term(probs, bins, self.bin_accuracy, self.bin_count, rule=args.cft_target,
+                        normalization=args.cft_normalization, items=items)
 
     def save_state(self, folder):
         if self.bin_accuracy is not None:
             from safetensors.torch import save_file
 
-            save_file({"bin_accuracy": self.bin_accuracy.contiguous()}, str(Path(folder) / CFT_STATE_NAME))
+            save_file({"bin_accuracy": self.bin_accuracy.contiguous(), "bin_count": self.bin_count.contiguous()},
+                      str(Path(folder) / CFT_STATE_NAME))
 
     def load_state(self, folder):
         from safetensors.torch import load_file
@@ -227,12 +228,16 @@ class CFTStrategy(SFTStrategy):
             raise ValueError(f"resume_from_checkpoint: {str(folder)!r} has no {CFT_STATE_NAME}, the CFT bin "
                              "accuracies every method='cft' checkpoint holds; without them the run would not continue "
                              "as it began")
-        accuracy = load_file(str(path))["bin_accuracy"]
+        state = load_file(str(path))
+        if "bin_count" not in state:
+            raise ValueError(f"resume_from_checkpoint: the CFT state in {str(folder)!r} has no bin counts (written "
+                             "before issue 17.4); start the run again")
+        accuracy = state["bin_accuracy"]
         bins = self.trainer.args.cft_num_bins
         if accuracy.shape != (bins,):
             raise ValueError(f"cft_num_bins: the checkpoint's CFT state has {accuracy.numel()} bins, "
                              f"got cft_num_bins={bins}")
-        self.bin_accuracy = accuracy
+        self.bin_accuracy, self.bin_count = accuracy, state["bin_count"]
 
 
 class RegularizationStrategy(SFTStrategy):
@@ -361,15 +366,16 @@ class CALMTrainer(SFTTrainer):
     outside the tested range of ``hf_calibration._versions`` (opt out: ``HF_CALIBRATION_SKIP_VERSION_CHECK=1``).
 
     Logged once per optimizer step (train), as values of the whole global batch: ``lower_loss`` (L_tr),
-    ``residual_q``, ``bome_lambda``, ``calibration_entropy`` (H on S_V), ``mean_temperature``; at evaluation:
-    ``eval_accuracy``, ``eval_conf_ece``, ``eval_cw_ece``, ``eval_mean_confidence``.
+    ``residual_q``, ``bome_lambda``, ``calibration_entropy`` (H on S_V), ``cft_term``, ``mean_temperature``; at
+    evaluation: ``eval_accuracy``, ``eval_conf_ece``, ``eval_cw_ece``, ``eval_mean_confidence``.
 
-    Unit of averaging. Every token-level term (L_tr and q, label smoothing, the entropy H, CFT's term, and so
-    their gradients ∇f, ∇q) is a mean over *items*, the scored positions: with ``entropy_domain="options"`` one
-    per example (the answer letter: SPEC §1's mean over x of H(f(·|x)) and the cross-entropy per question);
-    with ``"vocab"`` every completion token, as transformers and TRL average a language-model loss. The mean
-    runs over the whole optimizer step: every micro-batch of the gradient-accumulation window on every
-    process. ``get_batch_samples`` counts the window's items (S_T, and S_V for the calibration batches paired
+    Unit of averaging. Every token-level term (L_tr and q, label smoothing, the entropy H, and so their gradients
+    ∇f, ∇q; CFT's term with ``cft_normalization="bin_count"`` is instead a sum over the step's items, each divided
+    by its bin's count in the training data) is a mean over *items*, the scored positions: with
+    ``entropy_domain="options"`` one per example (the answer letter: SPEC §1's mean over x of H(f(·|x)) and the
+    cross-entropy per question); with ``"vocab"`` every completion token, as transformers and TRL average a
+    language-model loss. The mean runs over the whole optimizer step: every micro-batch of the
+    gradient-accumulation window on every process. ``get_batch_samples`` counts the window's items (S_T, and S_V for the calibration batches paired
     with it) and sums the counts over processes in one collective, as transformers does with
     ``num_items_in_batch`` and ``average_tokens_across_devices``; each micro-batch then contributes the sum of
     its items' losses divided by that count. So micro-batch 1 × accumulation 2 and 2 processes × 1 take the step
@@ -778,11 +784,12 @@ class CALMTrainer(SFTTrainer):
         kwargs = {"scale_wrt_gas": False} if self.accelerator.distributed_type == DistributedType.DEEPSPEED else {}
         self.accelerator.backward(surrogate, **kwargs)
 
-    # ---- CFT's bin accuracies (Xiao et al. ICML 2025; ``CFTStrategy``) -------------------------
+    # ---- CFT's bin accuracies and counts (Xiao et al. ICML 2025; ``CFTStrategy``) -------------
 
     @torch.no_grad()
-    def _cft_bin_accuracies(self):
-        """Accuracy per equal-width confidence bin from a pass over the training data (bin centre if empty).
+    def _cft_bin_statistics(self):
+        """(accuracy, count), each (cft_num_bins,) float32: the accuracy (bin centre if empty) and the number of
+        items of each equal-width confidence bin in a pass over the training data.
 
         Under several processes each one scores its shard of the data, and the hits and counts are summed
         across processes before dividing, so every rank gets the accuracies of the whole training set
@@ -805,7 +812,7 @@ class CALMTrainer(SFTTrainer):
             hits, counts = self.accelerator.reduce(both, reduction="sum").cpu()
         self.model.train(was_training)
         centres = (torch.arange(bins) + 0.5) / bins
-        return torch.where(counts > 0, hits / counts.clamp(min=1), centres)
+        return torch.where(counts > 0, hits / counts.clamp(min=1), centres), counts
 
     # ---- evaluation ---------------------------------------------------------------------------
 
@@ -882,7 +889,8 @@ class CALMTrainer(SFTTrainer):
             return
         text = card_path.read_text(encoding="utf-8")
         keys = ("method", "inner_steps", "inner_learning_rate", "eta", "phi_rule", "bome_epsilon", "bome_optimizer",
-                "bome_momentum", "max_grad_norm", "alpha_learning_rate",
+                "bome_momentum", "max_grad_norm", "cft_weight", "cft_coefficient", "cft_target", "cft_normalization",
+                "cft_num_bins", "cft_refresh_steps", "alpha_learning_rate",
                 "alpha_weight_decay", "adjustment_mode", "temperature_parameterization", "adjustment_tokens",
                 "entropy_domain", "num_options", "regularization_beta", "label_smoothing_factor", "learning_rate",
                 "max_steps", "num_train_epochs", "per_device_train_batch_size", "seed")

@@ -17,6 +17,11 @@ CASES = [
     ("sft", "sft", {}, 1),
     ("label_smoothing", "sft", {"label_smoothing_factor": 0.1}, 1),
     ("cft", "cft", {}, 1),
+    # the CFT term alone at full scale (the default c = 1e-3 leaves it a 1e-3 share of the step above): per-bin
+    # training-set counts with the code's tanh target, and this project's earlier rule (uniform, batch mean)
+    ("cft_term", "cft", {"cft_weight": 1.0, "cft_coefficient": 1.0}, 1),
+    ("cft_term_batch_mean", "cft", {"cft_weight": 1.0, "cft_coefficient": 1.0, "cft_target": "uniform",
+                                    "cft_normalization": "batch_mean"}, 1),
     ("regularization", "regularization", {}, 1),
     ("bome", "bome", {}, 1),
     ("bome_T2_eta_value", "bome", {"inner_steps": 2, "phi_rule": "eta_value"}, 1),

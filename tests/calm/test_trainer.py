@@ -141,10 +141,11 @@ def test_save_load_round_trip(tmp_path, tiny_tokenizer, mcqa_data):
     ("bome", {}), ("scalar", {}), ("iterate", {}), ("regularization", {}), ("sft", {}),
     # CFT's bin accuracies come from step 0 and are not refreshed before step 4: the resumed run must read
     # them from the checkpoint, not recompute them from the step-2 model. The tiny model's confidences sit
-    # near 1/4, so fine bins and a larger lr are needed for the step-2 accuracies to differ from step 0's.
-    ("cft", {"cft_num_bins": 100, "learning_rate": 5e-2}),
+    # near 1/4, so fine bins and a larger lr are needed for the step-2 accuracies to differ from step 0's;
+    # c = 1 (the default is 1e-3) so that the term, and with it the bin state, moves the parameters.
+    ("cft", {"cft_num_bins": 100, "learning_rate": 5e-2, "cft_coefficient": 1.0}),
     # and a refresh after the resume (step 3) happens at the same step as in the uninterrupted run
-    ("cft", {"cft_num_bins": 100, "learning_rate": 5e-2, "cft_refresh_steps": 3}),
+    ("cft", {"cft_num_bins": 100, "learning_rate": 5e-2, "cft_coefficient": 1.0, "cft_refresh_steps": 3}),
 ])
 def test_resume_equals_uninterrupted(tmp_path, tiny_tokenizer, mcqa_data, method, extra):
     kw = dict(max_steps=4, save_strategy="steps", save_steps=2, per_device_train_batch_size=2,

@@ -31,6 +31,7 @@ def main():
     parser.add_argument("--per-device-batch-size", type=int, default=4)
     parser.add_argument("--save", action="store_true")
     parser.add_argument("--method", default="bome", help="CALMConfig.method")
+    parser.add_argument("--cft-coefficient", type=float, default=None, help="CALMConfig.cft_coefficient")
     parser.add_argument("--zero3-persistence-threshold", type=int, default=None,
                         help="stage3_param_persistence_threshold: small, so the tiny base model is really sharded")
     parser.add_argument("--gradient-accumulation-steps", type=int, default=1)
@@ -56,7 +57,8 @@ def main():
     config = CALMConfig(
         output_dir=str(out / "run"), max_steps=args.max_steps, per_device_train_batch_size=args.per_device_batch_size,
         learning_rate=1e-2, alpha_learning_rate=5e-2, bf16=False, gradient_checkpointing=False, report_to="none",
-        logging_steps=1, save_strategy="no", disable_tqdm=True, seed=0, method=args.method, **extra,
+        logging_steps=1, save_strategy="no", disable_tqdm=True, seed=0, method=args.method,
+        **({} if args.cft_coefficient is None else {"cft_coefficient": args.cft_coefficient}), **extra,
     )
     trainer = CALMTrainer(make_tiny_model(tok), args=config, train_dataset=train,
                           calibration_dataset=train.remove_columns("completion"), processing_class=tok,

@@ -81,11 +81,13 @@ def test_deepspeed_runs_save_and_reload(tmp_path, single_process_run, config, ex
 
 
 def test_ddp_cft_bin_accuracies_cover_every_process(tmp_path):
-    # CFT's targets are per-bin accuracies from a pass over the training data. Each DDP rank scores only its
-    # shard; unless the hits and counts are summed across ranks, the two ranks train toward the accuracies
-    # of different halves and the update differs from the one-process run on the whole data.
-    single = run_worker(tmp_path / "single", None, "--per-device-batch-size", "4", "--method", "cft")
-    run = run_worker(tmp_path / "ddp", "multi_gpu_cpu.yaml", "--per-device-batch-size", "2", "--method", "cft")
+    # CFT's targets are per-bin accuracies from a pass over the training data, and each item is divided by its
+    # bin's count there. Each DDP rank scores only its shard; unless the hits and counts are summed across ranks,
+    # the two ranks train toward the accuracies (and weights) of different halves and the update differs from
+    # the one-process run on the whole data. c = 1 so that the term is not a 1e-3 share of the step.
+    cft = ("--method", "cft", "--cft-coefficient", "1")
+    single = run_worker(tmp_path / "single", None, "--per-device-batch-size", "4", *cft)
+    run = run_worker(tmp_path / "ddp", "multi_gpu_cpu.yaml", "--per-device-batch-size", "2", *cft)
     rank0, rank1, reference = _params(run, 0), _params(run, 1), _params(single, 0)
     assert set(rank0) == set(reference) and any("lora_B" in n for n in reference)
     for name in reference:
