@@ -215,6 +215,25 @@ def cache_row(cache, index: int, keep: int):
     return new
 
 
+def extend_cache(model, cache, n_prefix: int, tokens: Sequence[int], *, prefix_mask: torch.Tensor | None = None,
+                 start_position: int | None = None):
+    """A copy of ``cache`` (batch 1, ``n_prefix`` positions) with ``tokens`` run on it: one forward pass, no
+    gradients, no logits kept beyond one. ``cache`` is not modified. ``prefix_mask`` and ``start_position`` as in
+    ``continuation_logprobs``. Returns the longer cache."""
+    device = next(model.parameters()).device
+    if prefix_mask is None:
+        prefix_mask = torch.ones(n_prefix, dtype=torch.long)
+    if start_position is None:
+        start_position = int(prefix_mask.sum())
+    with torch.no_grad():
+        ids = torch.as_tensor([list(tokens)], dtype=torch.long, device=device)
+        mask = torch.cat([prefix_mask.to(device), torch.ones(len(tokens), dtype=torch.long, device=device)])[None]
+        positions = (start_position + torch.arange(len(tokens), device=device))[None]
+        out = model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=_repeat_cache(cache, 1),
+                    use_cache=True, logits_to_keep=1)
+    return out.cache
+
+
 def continuation_logprobs(
     model,
     cache,
@@ -363,10 +382,16 @@ def _group_by_question(questions, answers):
     return groups
 
 
+def assistant_answer_ids(tokenizer, answer: str, prompt_format: str) -> list[int]:
+    """Ids of ``answer`` (str) as the assistant says it: as is after a chat template's generation prompt, after a
+    space following a plain prompt's "Answer:". ``prompt_format``: "chat" or "plain" (resolved)."""
+    return tokenizer.encode(answer if prompt_format == "chat" else " " + answer, add_special_tokens=False)
+
+
 def _answer_then_followup(tokenizer, answer: str, text: str, fmt: str, plain_prefix: str) -> list[int]:
     """Ids of the assistant's ``answer`` then the follow-up user turn ``text`` (template already filled)."""
-    answer_ids = tokenizer.encode(answer if fmt == "chat" else " " + answer, add_special_tokens=False)
-    return answer_ids + followup_ids(tokenizer, text, prompt_format=fmt, plain_prefix=plain_prefix)
+    return assistant_answer_ids(tokenizer, answer, fmt) + followup_ids(tokenizer, text, prompt_format=fmt,
+                                                                       plain_prefix=plain_prefix)
 
 
 def _prompt_ids(tokenizer, question: str, fmt: str) -> list[int]:
@@ -503,6 +528,8 @@ SIGNAL_NAMES = {
     "option_probability": "option probability", "p_true": "P(True)", "norm_p_true": "P(True)Norm",
     "verbalized": "verbalized", "dinco": "DINCO-style", "secl": "SECL", "platt": "Platt (labels, 2-fold)",
     "temperature": "TS (labels, 2-fold)",
+    # a SECL stream's comparison pass with the other adapter scope (SECLConfig.adapter_scope)
+    "secl_all": "SECL (scope all)", "secl_confidence": "SECL (scope confidence)",
 }
 
 

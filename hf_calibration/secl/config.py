@@ -16,6 +16,7 @@ from hf_calibration.modeling.prompts import PROMPT_FORMATS
 from hf_calibration.secl.confidence import CONFIDENCE_TEMPLATE, DEFAULT_TAU_N, P_TRUE_TEMPLATE, check_template
 
 CONFIG_NAME = "secl_config.json"
+ADAPTER_SCOPES = ("confidence", "all")
 
 
 @dataclass
@@ -48,6 +49,13 @@ class SECLConfig:
     target_layers: list[int] | None = field(default=None, metadata={
         "help": "Layer indices with adapters; None = the upper half, 'intermediate-to-late' (paper; exact layers "
                 "reconstruction)."})
+    adapter_scope: str = field(default="confidence", metadata={
+        "help": "Where the LoRA adapter acts. 'confidence' (product default, SPEC §2): only on the follow-up turn "
+                "that reads the verbalized confidence; answers, their beam-search alternatives and the P(True)Norm "
+                "teacher are computed with it off, so accuracy is the base model's by construction and the teacher "
+                "does not drift with the student. 'all' (the paper, Hedna et al. 2026): the adapter also shapes the "
+                "answers and the teacher.",
+        "choices": list(ADAPTER_SCOPES)})
     learning_rate: float = field(default=1e-3, metadata={"help": "AdamW learning rate of the adapters (reconstruction)."})
     steps_per_update: int = field(default=1, metadata={"help": "Gradient steps per accepted question (reconstruction)."})
     confidence_template: str = field(default=CONFIDENCE_TEMPLATE, metadata={
@@ -90,7 +98,10 @@ class SECLConfig:
 
     @classmethod
     def from_pretrained(cls, folder) -> "SECLConfig":
-        return cls(**json.loads((Path(folder) / CONFIG_NAME).read_text(encoding="utf-8")))
+        fields = json.loads((Path(folder) / CONFIG_NAME).read_text(encoding="utf-8"))
+        # written before adapter_scope existed, when the adapter acted on everything: keep what it was trained as
+        fields.setdefault("adapter_scope", "all")
+        return cls(**fields)
 
 
 def _integer(minimum: int):
@@ -116,6 +127,11 @@ def _number(*, lower_open: float | None = 0.0, lower_closed: float | None = None
 
 def _template(v, label):
     check_template(v, label)
+
+
+def _adapter_scope(v, label):
+    if v not in ADAPTER_SCOPES:
+        raise ParameterError(label, v, f"must be 'confidence' or 'all', got {v!r}")
 
 
 def _prompt_format(v, label):
@@ -149,6 +165,7 @@ _CHECKS = {
     "confidence_template": _template,
     "p_true_template": _template,
     "prompt_format": _prompt_format,
+    "adapter_scope": _adapter_scope,
     "target_modules": _target_modules,
     "target_layers": _target_layers,
 }

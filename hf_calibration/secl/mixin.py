@@ -11,10 +11,19 @@ original. Each prompt of a (batched) ``generate`` call is one item of the stream
 1. the answer is generated as usual; its mean token entropy updates the entropy gate (``drift.py``);
    its verbalized confidence c is read in a follow-up turn (``confidence.py``);
 2. an alarm opens a burst of ``burst_size`` questions; outside bursts nothing else happens;
-3. inside a burst: P(True) of the answer and of K distractors (``secl_distractors=`` per prompt, e.g.
-   the other MCQA options; otherwise K deduplicated beam-search alternatives) gives the pseudo-label
-   c* = P(True)Norm; when bin(c) and bin(c*) differ by more than ``bin_gate_width`` the adapters take
-   ``steps_per_update`` AdamW steps on MSE(c, ĉ), ĉ = c + α_step·clip(c* − c, −δ, δ) (detached).
+3. inside a burst: P(True) of the answer and of K distractors (``secl_choices=`` per prompt: the MCQA
+   options, each shown as "B. <option text>"; ``secl_distractors=``: alternative answers as text; otherwise
+   K deduplicated beam-search alternatives) gives the pseudo-label c* = P(True)Norm; when bin(c) and
+   bin(c*) differ by more than ``bin_gate_width`` the adapters take ``steps_per_update`` AdamW steps on
+   MSE(c, ĉ), ĉ = c + α_step·clip(c* − c, −δ, δ) (detached).
+
+Where the adapter acts (``SECLConfig.adapter_scope``). "confidence" (the default; SPEC §2, product default):
+the answer, its beam-search alternatives and the teacher's P(True) reads run with the adapter off (PEFT's
+``disable_adapter()``); only the follow-up turn that reads c runs with it on, over the key/value cache of
+the prompt and the answer computed with it off, and the update steps train exactly that read. So the
+answers are the base model's token for token, and c* is the base model's P(True)Norm however far the
+adapter has moved. "all" (the paper): the adapter is on for everything, and an update step backpropagates
+through the whole conversation.
 
 Adapters accumulate over the stream; ``reset_calibration()`` restores the identity adapter (B = 0, A as
 when the SECL model was built). Counters (``secl_counters``) and per-item records of the last call
@@ -24,14 +33,19 @@ readable by ``peft.PeftModel.from_pretrained``) with ``secl_config.json`` and ``
 
 Forward passes are counted as in ``confidence.py``: one per generation and one per next-token read
 (verbalized: 1, or 2 when "10" is two tokens; P(True): one per candidate; the beam search for
-alternatives: one per beam; an update step: one forward with its backward). Outside bursts the real
-extra work is one forward pass over the follow-up turn on ``generate``'s own cache (both reads of a
-two-token "10" come from it): no prompt or answer token is run again, and for a batch of one the
-cache is cropped, not copied.
+alternatives: one per beam; an update step: one forward with its backward), whatever the scope. Outside
+bursts the real extra work is one forward pass over the follow-up turn on ``generate``'s own cache (both
+reads of a two-token "10" come from it): no prompt or answer token is run again, and for a batch of one the
+cache is cropped, not copied. ``generate`` never runs the last token it produced; when the answer was cut
+by ``max_new_tokens`` (not ended by an end-of-turn token) that token is run first, in the "confidence"
+scope on its own with the adapter off (a one-token call, part of the same read, not counted again). In a
+burst, the P(True) candidates are scored in one batched call; in the "confidence" scope on ``generate``'s
+cache of the prompt (no prompt pass), and the update steps run the follow-up turn alone on the answer's cache.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from dataclasses import dataclass
@@ -48,10 +62,13 @@ from hf_calibration.secl.confidence import (
     PLAIN_CONFIDENCE_PREFIX,
     PLAIN_P_TRUE_PREFIX,
     ConfidenceTokens,
+    assistant_answer_ids,
     cache_row,
     continuation_logprobs,
     continuation_then_token,
+    extend_cache,
     followup_ids,
+    mcqa_answer_text,
     norm_p_true,
     p_true_from_logprobs,
     prefix_pass,
@@ -153,7 +170,15 @@ class SECLGenerationMixin:
         self._secl_optimizer = None
 
     def _secl_adapter_params(self):
-        return [p for p in self.peft_model.parameters() if p.requires_grad]
+        # by name, not requires_grad: PEFT's disable_adapter() switches requires_grad off while it is active
+        return [p for n, p in self.peft_model.named_parameters() if "lora_" in n and f".{ADAPTER_NAME}." in n]
+
+    def _secl_base(self):
+        """The context in which answers, their alternatives and the teacher are computed: PEFT's
+        ``disable_adapter()`` in the "confidence" scope, a no-op in the "all" scope (module docstring)."""
+        if self.secl_config.adapter_scope == "confidence":
+            return self.peft_model.disable_adapter()
+        return contextlib.nullcontext()
 
     def _secl_adapter_state(self) -> dict:
         """The adapter's weights, keyed as PEFT saves them (name → tensor, live, not copied)."""
@@ -169,10 +194,10 @@ class SECLGenerationMixin:
                                                      weight_decay=0.0)
         return self._secl_optimizer
 
-    def reset_calibration(self) -> None:
+    def reset_calibration(self, *, counters: bool = False) -> None:
         """Restore the identity adapter exactly (B = 0, A as when the SECL model was built: PEFT's initial A
         for ``apply_secl``, the loaded A for ``SECLModel.from_pretrained``); forget the optimizer state, the gate
-        and the open burst."""
+        and the open burst. counters : also zero ``secl_counters`` (a new stream)."""
         from peft import set_peft_model_state_dict
 
         set_peft_model_state_dict(self.peft_model, {k: v.clone() for k, v in self._secl_initial.items()},
@@ -180,6 +205,8 @@ class SECLGenerationMixin:
         self._secl_optimizer = None
         self.secl_gate.reset()
         self.secl_burst_left = 0
+        if counters:
+            self.secl_counters = dict.fromkeys(COUNTERS, 0)
 
     def start_burst(self) -> None:
         """Open a calibration burst now, as an alarm would (e.g. at a known domain boundary)."""
@@ -250,14 +277,21 @@ class SECLGenerationMixin:
                                     usage=usage)
 
     # -- the stream -----------------------------------------------------------------------------
-    def generate(self, inputs=None, *args, secl_distractors=None, secl_update: bool = True, **kwargs):
+    def generate(self, inputs=None, *args, secl_choices=None, secl_distractors=None, secl_update: bool = True,
+                 **kwargs):
         """``generate`` with SECL on each prompt (module docstring).
 
-        secl_distractors : optional list (one per prompt) of alternative answers (str) for P(True)Norm;
-            None → beam-search alternatives. secl_update : False turns SECL off for this call (plain
-            generation plus the verbalized confidence; the gate is not updated).
+        secl_choices : optional list (one per prompt) of the MCQA option texts in letter order (None for a
+            prompt that is not multiple choice); P(True)Norm then compares the chosen option with up to K
+            others, each shown as "<letter>. <option text>" (``confidence.mcqa_answer_text``, as ``diagnose``).
+        secl_distractors : optional list (one per prompt) of alternative answers (str) for P(True)Norm, shown
+            as they are. Without either → K beam-search alternatives. secl_update : False turns SECL off for
+            this call (plain generation plus the verbalized confidence; the gate is not updated).
         Returns what ``generate`` returns; with ``return_dict_in_generate=True`` a ``SECLGenerateOutput``
-        carrying ``confidences``. Only one returned sequence per prompt is supported.
+        carrying ``confidences``. Only one returned sequence per prompt is supported. In the default
+        "confidence" scope the sequences are the base model's (the adapter is off while they are generated).
+        ValueError for ``num_return_sequences`` other than 1, lists of the wrong length, or both
+        ``secl_choices`` and ``secl_distractors``.
         """
         if kwargs.get("num_return_sequences", 1) != 1:
             raise ValueError(f"num_return_sequences: SECL needs 1, got {kwargs['num_return_sequences']!r}")
@@ -267,12 +301,18 @@ class SECLGenerationMixin:
         attention_mask = kwargs.get("attention_mask")
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
-        if secl_distractors is not None and len(secl_distractors) != len(input_ids):
-            raise ValueError(f"secl_distractors: need one list per prompt ({len(input_ids)}), got {len(secl_distractors)}")
+        for name, given in (("secl_choices", secl_choices), ("secl_distractors", secl_distractors)):
+            if given is not None and len(given) != len(input_ids):
+                raise ValueError(f"{name}: need one list per prompt ({len(input_ids)}), got {len(given)}")
+        if secl_choices is not None and secl_distractors is not None:
+            raise ValueError("secl_choices: the options are the distractors; pass secl_choices or secl_distractors, "
+                             "not both")
         want_dict = kwargs.pop("return_dict_in_generate", False)
         want_scores = kwargs.pop("output_scores", False)
-        out = super().generate(inputs, *args, return_dict_in_generate=True, output_scores=True, **kwargs)
+        with self._secl_base():
+            out = super().generate(inputs, *args, return_dict_in_generate=True, output_scores=True, **kwargs)
         n_prompt = input_ids.shape[1]
+        base_cache = self.secl_config.adapter_scope == "confidence"
         eos = self.secl_stop_ids(kwargs)
         cache = getattr(out, "cache", None)
         # one device-to-host transfer each for the ids, the mask and the per-step entropies of the batch
@@ -285,13 +325,17 @@ class SECLGenerationMixin:
             length = next((j for j, t in enumerate(answer) if t in eos), len(answer))
             entropy = float(step_entropy[: max(length, 1), i].mean()) if len(step_entropy) else 0.0
             distractors = None if secl_distractors is None else list(secl_distractors[i])
-            context = None
+            choices = None if secl_choices is None or secl_choices[i] is None else list(secl_choices[i])
+            context = prompt_context = None
             if cache is not None and hasattr(cache, "layers"):
                 # generate's cache holds the prompt and all answer tokens but the last: reuse it
                 keep = min(cache.get_seq_length(), n_prompt + length)
                 mask = torch.cat([prompt_mask[i], torch.ones(keep - n_prompt, dtype=torch.long)])
                 context = (cache_row(cache, i, keep), mask, keep - n_prompt)
-            record = self._secl_step(prompt, answer[:length], entropy, distractors, secl_update, context)
+                if base_cache:  # computed with the adapter off, as the teacher is: its prompt part serves P(True)
+                    prompt_context = (cache_row(cache, i, n_prompt), prompt_mask[i])
+            record = self._secl_step(prompt, answer[:length], entropy, distractors, choices, secl_update, context,
+                                     prompt_context)
             confidences.append(record["confidence"])
             records.append(record)
         self.secl_records = records
@@ -330,20 +374,59 @@ class SECLGenerationMixin:
         limit = self.secl_config.answer_max_chars
         return text if len(text) <= limit else "…" + text[-limit:]
 
+    def _secl_answer_ids(self, answer_ids) -> list[int]:
+        # an empty answer is stated as a space, so the follow-up turn still follows an assistant turn
+        return list(answer_ids) or self.secl_tokenizer.encode(" ", add_special_tokens=False)
+
     def _secl_cont(self, answer_ids, answer_text, template, plain_prefix) -> list[int]:
-        answer_ids = list(answer_ids) or self.secl_tokenizer.encode(" ", add_special_tokens=False)
-        return answer_ids + followup_ids(self.secl_tokenizer, template.replace("{answer}", answer_text),
-                                         prompt_format=self.secl_prompt_format, plain_prefix=plain_prefix)
+        return self._secl_answer_ids(answer_ids) + followup_ids(
+            self.secl_tokenizer, template.replace("{answer}", answer_text), prompt_format=self.secl_prompt_format,
+            plain_prefix=plain_prefix)
+
+    def _secl_answer_context(self, prompt, answer_ids, context=None):
+        """(cache, prefix mask, answer tokens cached) over the prompt and the whole answer, computed as the
+        answer was (``_secl_base``: the adapter off in the "confidence" scope), without gradients.
+
+        context : ``generate``'s (cache, mask, answer tokens cached), extended by the answer tokens it lacks
+        (the last token ``generate`` produced, which it never ran; or the space standing for an empty answer);
+        None → one pass over the prompt and the answer.
+
+        Reusing this cache for the confidence read is exact for what the "confidence" scope means: the adapter
+        acts on the follow-up turn's own tokens (LoRA on q/v changes their queries and values in the adapted
+        layers) while they attend to the base model's keys and values of the prompt and the answer. The other
+        reading, the whole conversation re-run through the adapter for the read, is a different function, not a
+        cheaper or dearer way to the same one: LoRA on v would change the values the answer's tokens expose in
+        the adapted layers, and every hidden state above the first of them. It would cost one more pass over
+        prompt and answer per question and let the adapter reinterpret the answer; we take the first: the
+        adapter is a head on the base model's own conversation, and training runs that same read.
+        """
+        answer = self._secl_answer_ids(answer_ids)
+        if context is not None and context[2] == len(answer):
+            return context  # already whole (the answer ended at end-of-turn, or extended before)
+        with self._secl_base():
+            if context is None:
+                _, cache, n = prefix_pass(self, list(prompt) + answer)
+                return cache, torch.ones(n, dtype=torch.long), len(answer)
+            cache, mask, cached = context
+            cache = extend_cache(self, cache, len(mask), answer[cached:], prefix_mask=mask,
+                                 start_position=len(prompt) + cached)
+        return cache, torch.cat([mask, torch.ones(len(answer) - cached, dtype=torch.long)]), len(answer)
 
     def _secl_verbalized(self, prompt, answer_ids, *, requires_grad=False, context=None):
         """(confidence tensor (1,), greedy, forward passes) of the answer; with gradients when asked.
 
-        context : (cache, prefix_mask, n_cached_answer_tokens) from ``generate``, whose cache already
+        context : (cache, prefix_mask, n_cached_answer_tokens), e.g. from ``generate``, whose cache already
             holds the prompt and the answer's first tokens; then only the rest is run (no prompt pass).
+        In the "confidence" scope the prompt and the whole answer always come from a cache computed with the
+        adapter off (``_secl_answer_context``) and only the follow-up turn runs, with the adapter on (and the
+        gradients, when asked). In the "all" scope without a context, everything runs with the adapter on and
+        gradients flow through the whole conversation.
         """
         tokens = self.secl_tokens
         cont = self._secl_cont(answer_ids, self._secl_text(answer_ids), self.secl_config.confidence_template,
                                PLAIN_CONFIDENCE_PREFIX)
+        if self.secl_config.adapter_scope == "confidence":
+            context = self._secl_answer_context(prompt, answer_ids, context)
         if context is None:
             _, cache, n = prefix_pass(self, prompt, requires_grad=requires_grad)
             mask = start = None
@@ -376,11 +459,15 @@ class SECLGenerationMixin:
                 alts.append(row)
         return alts[:k], k + 1
 
-    def _secl_step(self, prompt, answer_ids, entropy, distractors, update_enabled, context=None) -> dict:
+    def _secl_step(self, prompt, answer_ids, entropy, distractors, choices, update_enabled, context=None,
+                   prompt_context=None) -> dict:
         counters = self.secl_counters
         was_training = self.training
         if was_training:  # eval() walks every module: skip it when there is nothing to switch
             self.eval()
+        base_answer = self.secl_config.adapter_scope == "confidence"
+        if base_answer:  # one cache of prompt and answer (adapter off) for every read and update step of this answer
+            context = self._secl_answer_context(prompt, answer_ids, context)
         with torch.no_grad():
             conf, greedy, passes = self._secl_verbalized(prompt, answer_ids, context=context)
         c = float(conf[0])
@@ -400,38 +487,50 @@ class SECLGenerationMixin:
                 self.secl_burst_left -= 1
                 counters["burst_questions"] += 1
                 record["in_burst"] = True
-                passes += self._secl_burst_item(prompt, answer_ids, c, distractors, record)
+                # "all": an update changes the adapter under generate's cache, so the steps run everything again
+                passes += self._secl_burst_item(prompt, answer_ids, c, distractors, choices, record,
+                                                context if base_answer else None, prompt_context)
             counters["forward_passes"] += passes
         if was_training:
             self.train()
         record["forward_passes"] = passes
         return record
 
-    def secl_pseudo_label(self, prompt, answer_ids, distractors=None) -> dict:
-        """SECL's pseudo-label for one answer, without touching the adapter or the gate.
+    def secl_pseudo_label(self, prompt, answer_ids, distractors=None, *, choices=None) -> dict:
+        """SECL's pseudo-label for one answer, without touching the adapter or the gate. In the "confidence"
+        scope it is read with the adapter off: the base model's P(True)Norm, however the adapter has moved.
 
         prompt, answer_ids : token ids (the answer without its end-of-turn token). distractors : list of
-        alternative answers (str), or None for K deduplicated beam-search alternatives.
+        alternative answers (str), shown as they are. choices : the MCQA option texts in letter order: the
+        answer's option (the first option letter it names) and up to K others, each shown as "<letter>. <text>"
+        as ``diagnose`` shows them (``confidence.mcqa_answer_text``). Neither → K deduplicated beam-search
+        alternatives.
         Returns {"p_true": (1 + k,) P(True) of the answer then the k distractors, "norm_p_true": c*,
-        "n_distractors": k, "forward_passes": reads (+ beams)}.
+        "n_distractors": k, "forward_passes": reads (+ beams)}. ValueError for both distractors and choices,
+        or a number of choices outside 2..10.
         """
-        cfg, tok = self.secl_config, self.secl_tokenizer
-        passes = 0
+        return self._secl_label(prompt, answer_ids, distractors, choices)
+
+    def _secl_label(self, prompt, answer_ids, distractors, choices, prompt_context=None) -> dict:
+        """``secl_pseudo_label``; prompt_context : (cache, mask) of the prompt computed as the teacher reads it
+        (``generate``'s in the "confidence" scope), so the prompt is not run again."""
+        if choices is not None and distractors is not None:
+            raise ValueError("choices: the options are the distractors; pass choices or distractors, not both")
+        if choices is not None and not 2 <= len(choices) <= len(LETTERS):
+            raise ValueError(f"choices: need 2 to {len(LETTERS)} options, got {len(choices)}")
+        cfg = self.secl_config
         was_training = self.training
         self.eval()
-        with torch.no_grad():
-            if distractors is None:
-                alt_ids, passes = self._secl_alternatives(list(prompt), list(answer_ids))
-                candidates = [(list(answer_ids), self._secl_text(answer_ids))] + [(a, self._secl_text(a)) for a in alt_ids]
-            else:
-                own = self._secl_text(answer_ids)
-                alts = [d for d in dict.fromkeys(distractors) if not same_option(own, d)]
-                candidates = [(list(answer_ids), own)] + [
-                    (tok.encode(d if self.secl_prompt_format == "chat" else " " + d, add_special_tokens=False), d)
-                    for d in alts[: cfg.num_distractors]]
+        with torch.no_grad(), self._secl_base():
+            candidates, passes = self._secl_candidates(list(prompt), list(answer_ids), distractors, choices)
             conts = [self._secl_cont(ids, text, cfg.p_true_template, PLAIN_P_TRUE_PREFIX) for ids, text in candidates]
-            _, cache, n = prefix_pass(self, list(prompt))
-            lp = continuation_logprobs(self, cache, n, conts, pad_id=tok.pad_token_id or 0)
+            if prompt_context is None:
+                _, cache, n = prefix_pass(self, list(prompt))
+                mask = None
+            else:
+                (cache, mask), n = prompt_context, len(prompt_context[1])
+            lp = continuation_logprobs(self, cache, n, conts, batch_size=len(conts),  # all candidates in one call
+                                       pad_id=self.secl_tokenizer.pad_token_id or 0, prefix_mask=mask)
             pt, _ = p_true_from_logprobs(lp, self.secl_tokens)
         if was_training:
             self.train()
@@ -439,9 +538,32 @@ class SECLGenerationMixin:
         return {"p_true": pt, "norm_p_true": float(norm_p_true(pt[None], tau=cfg.tau_n)[0, 0]),
                 "n_distractors": len(candidates) - 1, "forward_passes": passes + len(conts)}
 
-    def _secl_burst_item(self, prompt, answer_ids, c, distractors, record) -> int:
+    def _secl_candidates(self, prompt, answer_ids, distractors, choices) -> tuple[list, int]:
+        """The answer then its distractors as (assistant turn ids, text restated in the P(True) turn), and the
+        forward passes spent finding them (the beam search)."""
+        cfg, tok, fmt = self.secl_config, self.secl_tokenizer, self.secl_prompt_format
+        k, own = cfg.num_distractors, self._secl_text(answer_ids)
+        if choices is not None:
+            # as diagnose asks (confidence.mcqa_signals): the letter is the turn, "<letter>. <text>" is asked about
+            letter = first_option_letter(own)
+            chosen = LETTERS.index(letter) if letter is not None and LETTERS.index(letter) < len(choices) else None
+            if chosen is not None:
+                own = mcqa_answer_text(letter, choices[chosen], cfg.answer_max_chars)
+            others = [j for j in range(len(choices)) if j != chosen][:k]
+            return [(answer_ids, own)] + [(assistant_answer_ids(tok, LETTERS[j], fmt),
+                                           mcqa_answer_text(LETTERS[j], choices[j], cfg.answer_max_chars))
+                                          for j in others], 0
+        if distractors is None:
+            alt_ids, passes = self._secl_alternatives(prompt, answer_ids)
+            return [(answer_ids, own)] + [(a, self._secl_text(a)) for a in alt_ids], passes
+        alts = [d for d in dict.fromkeys(distractors) if not same_option(own, d)][:k]
+        return [(answer_ids, own)] + [(assistant_answer_ids(tok, d, fmt), d) for d in alts], 0
+
+    def _secl_burst_item(self, prompt, answer_ids, c, distractors, choices, record, context, prompt_context) -> int:
+        """The pseudo-label and, past the bin gate, the update steps. context : the answer's cache (adapter off)
+        in the "confidence" scope, reused by every step; None in the "all" scope."""
         cfg = self.secl_config
-        label = self.secl_pseudo_label(prompt, answer_ids, distractors)
+        label = self._secl_label(prompt, answer_ids, distractors, choices, prompt_context)
         passes, c_star = label["forward_passes"], label["norm_p_true"]
         record["p_true"], record["norm_p_true"] = float(label["p_true"][0]), c_star
         record["n_distractors"] = label["n_distractors"]
@@ -455,7 +577,7 @@ class SECLGenerationMixin:
         self.train()
         try:
             for _ in range(cfg.steps_per_update):
-                conf, _, _ = self._secl_verbalized(prompt, answer_ids, requires_grad=True)
+                conf, _, _ = self._secl_verbalized(prompt, answer_ids, requires_grad=True, context=context)
                 loss = (conf[0] - target) ** 2
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
@@ -467,7 +589,7 @@ class SECLGenerationMixin:
         self.secl_counters["updates"] += 1
         record["updated"] = True
         with torch.no_grad():  # for the record only: not part of SECL's cost
-            after, _, _ = self._secl_verbalized(prompt, answer_ids)
+            after, _, _ = self._secl_verbalized(prompt, answer_ids, context=context)
         record["confidence_after"] = float(after[0])
         return passes
 

@@ -263,7 +263,9 @@ def test_two_step_read_is_one_pass_with_the_two_pass_values(tiny_tokenizer, secl
     calls, handle = count_forwards(secl)
     secl.generate(enc["input_ids"][:1], attention_mask=enc["attention_mask"][:1], max_new_tokens=3, do_sample=False)
     handle.remove()
-    assert len(calls) == len(plain_calls) + 1  # both digit reads come from one pass over the follow-up
+    # both digit reads come from one pass over the follow-up; before it, the answer's last token (generated, never
+    # run by generate: the answer hit max_new_tokens) runs alone with the adapter off (adapter_scope "confidence")
+    assert len(calls) == len(plain_calls) + 2
     assert secl.secl_records[0]["forward_passes"] == 3  # counted logically: generation + two reads
     out = secl.generate(**enc, max_new_tokens=4, do_sample=False, return_dict_in_generate=True, secl_update=False)
     for i in range(2):
