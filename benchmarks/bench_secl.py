@@ -6,11 +6,12 @@
 Same prompts (MMLU, chat format), greedy, batch 1 (set OMP_NUM_THREADS yourself), once per
 ``--max-new-tokens`` value. For each prompt three calls follow each other on the same model, so a
 changing machine load affects all three alike:
-- plain: the model class's own ``generate`` (with the LoRA adapter as the burst questions so far left it),
+- plain: the model class's own ``generate`` (with the LoRA adapter on, as the burst questions so far left
+  it; SECL's own answers run with it off under the default ``adapter_scope="confidence"``),
 - SECL outside bursts: the mixin's ``generate`` (gate updated; the Page-Hinkley threshold is set out of
   reach so no alarm turns later prompts into burst questions),
 - SECL inside a burst: ``start_burst()`` then the mixin's ``generate`` (a burst of one question, so the
-  next "outside" call is outside again; MCQA distractors = the other option letters). The adapter
+  next "outside" call is outside again; MCQA distractors = the other options, shown with their text). The adapter
   accumulates over the burst questions, as in one burst of ``--n`` questions, and is reset to the
   identity before each length; plain and outside-burst calls always run the same weights.
 Prints seconds per question, the ratios to plain, forward passes per question, the mean answer
@@ -32,7 +33,6 @@ import time
 import torch
 
 from hf_calibration.modeling import load_model
-from hf_calibration.modeling.prompts import LETTERS
 from hf_calibration.secl import SECLConfig, SECLGenerationMixin, apply_secl
 from hf_calibration.secl.stream import build_stream
 
@@ -73,8 +73,7 @@ def measure(model, items, max_new_tokens, pad_id, *, full_length=False, burst=Tr
         sums["quiet_passes"] += record["forward_passes"]
         if burst:
             model.start_burst()
-            distractors = [list(LETTERS[: item.n_options])]
-            seconds, _ = timed(lambda: model.generate(**inputs, secl_distractors=distractors, **kw))
+            seconds, _ = timed(lambda: model.generate(**inputs, secl_choices=[item.choices], **kw))
             record = model.secl_records[0]
             sums["burst"] += seconds
             sums["burst_passes"] += record["forward_passes"]

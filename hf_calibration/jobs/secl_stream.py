@@ -18,10 +18,11 @@ from hf_calibration.jobs.common import (JobResult, check_device, check_int, chec
                                         n_resamples_field, output_dir_field, seed_field)
 from hf_calibration.plotting import plot_reliability_diagrams
 from hf_calibration.reports import AtomicOutputDir, write_json, write_jsonl
-from hf_calibration.secl.config import SECLConfig
+from hf_calibration.secl.config import ADAPTER_SCOPES, SECLConfig
 from hf_calibration.secl.confidence import SIGNAL_NAMES
 from hf_calibration.secl.mixin import apply_secl
-from hf_calibration.secl.stream import build_stream, format_stream_summary, parse_stream, run_stream, summarize_stream
+from hf_calibration.secl.stream import (baseline_pass, build_stream, format_stream_summary, parse_stream, secl_field,
+                                        secl_key, secl_pass, signal_rows, summarize_stream)
 
 # The labelled Platt/TS rows are 2-fold cross-fitted over the whole stream: each fold needs a question.
 MIN_STREAM_QUESTIONS = 2
@@ -45,6 +46,10 @@ class SECLStreamConfig:
         "help": "Move each MCQA question's correct option so every letter is gold equally often."})
     burst_at_start: bool = field(default=False, metadata={
         "help": "Open a burst at the first question (the entropy gate cannot fire during its warm-up)."})
+    compare_adapter_scopes: bool = field(default=False, metadata={
+        "help": "Also run the SECL pass with the other adapter scope (--adapter-scope: 'confidence' <-> 'all'), from "
+                "the identity adapter on the same stream; its rows are 'secl_<scope>'. The configured scope's pass "
+                "runs last, so the saved adapter and the counters are its own."})
     seed: int = seed_field()
     device: str = device_field()
     n_resamples: int = n_resamples_field()
@@ -86,10 +91,10 @@ def _warn_short_domains(items, limit: int) -> None:
                                            f"questions of {domain}; using all {n}"), stacklevel=3)
 
 
-def _plot_domain(records: list, domain: str, title: str):
+def _plot_domain(records: list, domain: str, title: str, signals: tuple):
     sub = [r for r in records if r["domain"] == domain]
-    panels = {SIGNAL_NAMES[s]: (np.array([r["secl_correct" if s == "secl" else "correct"] for r in sub], dtype=int),
-                                [r[s] for r in sub]) for s in PLOTTED_SIGNALS}
+    panels = {SIGNAL_NAMES[s]: (np.array([r[secl_field(s, "correct") if s.startswith("secl") else "correct"]
+                                          for r in sub], dtype=int), [r[s] for r in sub]) for s in signals}
     return plot_reliability_diagrams(panels, title=f"{title} · {domain} (n={len(sub)})")
 
 
@@ -97,8 +102,10 @@ def run_secl_stream(config: SECLStreamConfig, secl: SECLConfig | None = None, *,
                     progress: bool = True) -> SECLStreamResult:
     """Two passes over one stream with the same model (``secl.stream``): the baselines (verbalized, P(True),
     P(True)Norm, DINCO-style; Platt/TS with labels, 2-fold) and SECL online (``secl``, default ``SECLConfig()``;
-    its ``prompt_format`` formats the stream). Writes ``records.jsonl``, ``metrics.json``, the calibrated adapter
-    ``secl_adapter/`` and ``reliability_<domain>.png`` per domain into ``output_dir``, atomically.
+    its ``prompt_format`` formats the stream, its ``adapter_scope`` is recorded in ``run``); with
+    ``compare_adapter_scopes`` a third pass, SECL with the other adapter scope (rows ``secl_<scope>``). Writes
+    ``records.jsonl``, ``metrics.json``, the calibrated adapter ``secl_adapter/`` and ``reliability_<domain>.png``
+    per domain into ``output_dir``, atomically.
 
     Every input is checked before the model loads; ParameterError naming the field. A domain with fewer
     questions than ``limit_per_domain`` is a ParameterWarning; all of its questions are used.
@@ -113,31 +120,47 @@ def run_secl_stream(config: SECLStreamConfig, secl: SECLConfig | None = None, *,
     items = build_stream(tokenizer, config.stream, limit_per_domain=config.limit_per_domain, seed=config.seed,
                          balance_gold=config.balance_gold, prompt_format=secl.prompt_format)
     _warn_short_domains(items, config.limit_per_domain)
+    scope = secl.adapter_scope
+    other = next(s for s in ADAPTER_SCOPES if s != scope) if config.compare_adapter_scopes else None
     start = time.perf_counter()
-    records = run_stream(model, items, max_new_tokens=config.max_new_tokens, burst_at_start=config.burst_at_start,
-                         progress=progress)
+    records = baseline_pass(model, items, max_new_tokens=config.max_new_tokens, progress=progress)
+    options = {"max_new_tokens": config.max_new_tokens, "burst_at_start": config.burst_at_start, "progress": progress}
+    compared = None
+    if other is not None:  # first, so that the configured scope's adapter, gate and counters are the model's after
+        compared = {"adapter_scope": other, "key": secl_key(other, scope),
+                    "counters": secl_pass(model, items, records, scope=other, **options)}
+    counters = secl_pass(model, items, records, **options)
     wall = time.perf_counter() - start
-    summary = summarize_stream(records, n_resamples=config.n_resamples, seed=config.seed)
+    keys = ("secl",) if compared is None else ("secl", compared["key"])
+    summary = summarize_stream(records, n_resamples=config.n_resamples, seed=config.seed, signals=signal_rows(keys))
+    seconds = {"baseline_pass": sum(r["baseline_seconds"] for r in records) / len(records),
+               "secl_pass": sum(r["secl_seconds"] for r in records) / len(records)}
+    if compared is not None:
+        key = compared["key"]
+        seconds[f"{key}_pass"] = sum(r[secl_field(key, "seconds")] for r in records) / len(records)
     run = {"model": config.model, "stream": config.stream, "limit_per_domain": config.limit_per_domain,
            "n": len(items), "seed": config.seed, "prompt_format": model.secl_prompt_format,
            "max_new_tokens": config.max_new_tokens, "burst_at_start": config.burst_at_start,
-           "balance_gold": config.balance_gold, "config": secl.to_dict(), "counters": model.secl_counters,
-           "load_seconds": round(load_s, 1), "wall_seconds": round(wall, 1),
-           "seconds_per_question": {
-               "baseline_pass": sum(r["baseline_seconds"] for r in records) / len(records),
-               "secl_pass": sum(r["secl_seconds"] for r in records) / len(records)}}
+           "balance_gold": config.balance_gold, "adapter_scope": scope, "compared": compared,
+           "config": secl.to_dict(), "counters": counters,
+           "load_seconds": round(load_s, 1), "wall_seconds": round(wall, 1), "seconds_per_question": seconds}
     domains = list(dict.fromkeys(r["domain"] for r in records))
     pngs = {d: f"reliability_{domain_key(d)}.png" for d in domains}
+    plotted = PLOTTED_SIGNALS + keys[1:]
     with AtomicOutputDir(out) as tmp:
         write_jsonl(tmp / "records.jsonl", records)
         write_json(tmp / "metrics.json", {"run": run, "summary": summary})
         model.save_pretrained(tmp / "secl_adapter")
         for domain, name in pngs.items():
-            _plot_domain(records, domain, config.model.split("/")[-1]).savefig(tmp / name, dpi=100, bbox_inches="tight")
-    table = "\n".join([
-        f"{config.model} · stream {config.stream} · {config.limit_per_domain}/domain · seed {config.seed} · "
-        f"prompt {model.secl_prompt_format} · {wall:.0f} s · 95% bootstrap intervals",
-        format_stream_summary(summary), f"counters: {json.dumps(model.secl_counters)}"])
+            _plot_domain(records, domain, config.model.split("/")[-1], plotted).savefig(tmp / name, dpi=100,
+                                                                                       bbox_inches="tight")
+    scopes = scope if compared is None else f"{scope}, and {other} as the row {SIGNAL_NAMES[compared['key']]!r}"
+    lines = [f"{config.model} · stream {config.stream} · {config.limit_per_domain}/domain · seed {config.seed} · "
+             f"prompt {model.secl_prompt_format} · SECL adapter scope {scopes} · {wall:.0f} s · "
+             "95% bootstrap intervals",
+             format_stream_summary(summary), f"counters: {json.dumps(counters)}"]
+    if compared is not None:
+        lines.append(f"counters ({other}): {json.dumps(compared['counters'])}")
     paths = {name: out / name for name in ("records.jsonl", "metrics.json", "secl_adapter", *pngs.values())}
-    return SECLStreamResult(metrics={"summary": summary}, run=run, paths=paths, output_dir=out, table=table,
-                            records=records, counters=dict(model.secl_counters))
+    return SECLStreamResult(metrics={"summary": summary}, run=run, paths=paths, output_dir=out, table="\n".join(lines),
+                            records=records, counters=counters)

@@ -2,13 +2,17 @@
 
 Two passes over the same stream with the same model:
 
-1. **baseline pass** (``secl_update=False``, identity adapter): the answer, its verbalized confidence,
-   P(True) of the answer, P(True)Norm over the answer and its distractors (MCQA: the other option
-   letters; open-ended: beam-search alternatives) and the DINCO-style score (``confidence.dinco_score``
-   with the answer's length-normalised sequence probability as the self-consistency term);
-2. **SECL pass** (adapter reset first): the same prompts through ``generate`` with SECL on; the SECL
-   confidence of a question is the verbalized confidence returned by ``generate`` for it (read before
-   the update it may trigger, with the adapter that earlier questions produced).
+1. **baseline pass** (``baseline_pass``; ``secl_update=False``, identity adapter): the answer, its
+   verbalized confidence, P(True) of the answer, P(True)Norm over the answer and its distractors (MCQA: the
+   other options, each shown as "B. <option text>"; open-ended: beam-search alternatives) and the
+   DINCO-style score (``confidence.dinco_score`` with the answer's length-normalised sequence probability as
+   the self-consistency term);
+2. **SECL pass** (``secl_pass``; adapter, gate and counters reset first): the same prompts through
+   ``generate`` with SECL on; the SECL confidence of a question is the verbalized confidence returned by
+   ``generate`` for it (read before the update it may trigger, with the adapter that earlier questions
+   produced). Its fields are ``secl``, ``secl_answer``, ``burst``, … A second SECL pass with the other
+   adapter scope (``SECLConfig.adapter_scope``) writes the same fields under ``secl_<scope>``
+   (``secl_field``), so one stream can report both.
 
 Supervised references (labels): Platt scaling and temperature scaling of the baseline verbalized
 confidence, fitted by 2-fold cross-fitting over the stream (each half calibrated by a fit on the other).
@@ -16,6 +20,8 @@ confidence, fitted by 2-fold cross-fitting over the stream (each half calibrated
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import time
 from dataclasses import dataclass
 
@@ -41,6 +47,7 @@ class StreamItem:
     gold: object
     kind: str  # "mcqa" or "open"
     n_options: int = 0
+    choices: list | None = None  # MCQA: the option texts in letter order (P(True) is asked about them)
 
 
 def parse_stream(stream: str) -> list[tuple[str, str | None]]:
@@ -70,7 +77,7 @@ def build_stream(tokenizer, stream: str, *, limit_per_domain: int, seed: int = 0
             for row in load_mcqa(name, subjects=subjects, limit=limit_per_domain, seed=seed, balance_gold=balance_gold):
                 text = build_prompt(tokenizer, format_mcqa(row["question"], row["choices"]), prompt_format=prompt_format)
                 items.append(StreamItem(label, tokenizer.encode(text, add_special_tokens=False), int(row["answer"]),
-                                        "mcqa", len(row["choices"])))
+                                        "mcqa", len(row["choices"]), list(row["choices"])))
         else:
             for row in load_open_qa(name, limit=limit_per_domain, seed=seed):
                 text = build_prompt(tokenizer, f"{row['question'].strip()}\n{GSM8K_INSTRUCTION}", prompt_format=prompt_format)
@@ -102,12 +109,11 @@ def _same_number(a, b) -> bool:
         return str(a).strip() == str(b).strip()
 
 
-def _generate(model, item: StreamItem, *, max_new_tokens: int, update: bool):
+def _generate(model, item: StreamItem, *, max_new_tokens: int, update: bool) -> dict:
     ids = torch.tensor([item.prompt_ids], device=next(model.parameters()).device)
-    distractors = [[LETTERS[j] for j in range(item.n_options)]] if item.kind == "mcqa" else None
     out = model.generate(
         ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens, do_sample=False,
-        return_dict_in_generate=True, output_scores=True, secl_distractors=distractors, secl_update=update,
+        return_dict_in_generate=True, output_scores=True, secl_choices=[item.choices], secl_update=update,
         pad_token_id=model.secl_tokenizer.pad_token_id,
     )
     record = dict(model.secl_records[0])
@@ -120,7 +126,7 @@ def _generate(model, item: StreamItem, *, max_new_tokens: int, update: bool):
     record["consistency"] = float(torch.exp(logp[torch.arange(len(chosen)), chosen].mean()))
     record["answer_ids"] = answer[:length]
     record["text"] = model.secl_tokenizer.decode(answer[:length], skip_special_tokens=True)
-    return record, distractors
+    return record
 
 
 def run_stream(model, items: list, *, max_new_tokens: int = 8, burst_at_start: bool = False,
@@ -132,6 +138,15 @@ def run_stream(model, items: list, *, max_new_tokens: int = 8, burst_at_start: b
     baseline_only : run the baseline pass alone (records then lack the SECL fields; summarise them
         with ``summarize_stream(..., signals=BASELINE_ROWS)``).
     """
+    records = baseline_pass(model, items, max_new_tokens=max_new_tokens, progress=progress)
+    if not baseline_only:
+        secl_pass(model, items, records, max_new_tokens=max_new_tokens, burst_at_start=burst_at_start,
+                  progress=progress)
+    return records
+
+
+def baseline_pass(model, items: list, *, max_new_tokens: int = 8, progress: bool = True) -> list[dict]:
+    """The baseline pass (module docstring) with the identity adapter: one record per item."""
     from tqdm.auto import tqdm
 
     from hf_calibration.secl.confidence import dinco_score
@@ -140,8 +155,8 @@ def run_stream(model, items: list, *, max_new_tokens: int = 8, burst_at_start: b
     model.reset_calibration()
     for item in tqdm(items, desc="baseline pass", disable=not progress, unit="q"):
         start = time.perf_counter()
-        r, distractors = _generate(model, item, max_new_tokens=max_new_tokens, update=False)
-        label = model.secl_pseudo_label(item.prompt_ids, r["answer_ids"], None if distractors is None else distractors[0])
+        r = _generate(model, item, max_new_tokens=max_new_tokens, update=False)
+        label = model.secl_pseudo_label(item.prompt_ids, r["answer_ids"], choices=item.choices)
         parsed, correct = judge(item, r["text"])
         gen_passes = r["forward_passes"]  # generation + verbalized reads
         records.append({
@@ -154,24 +169,66 @@ def run_stream(model, items: list, *, max_new_tokens: int = 8, burst_at_start: b
                        "norm_p_true": 1 + label["forward_passes"], "dinco": 1 + label["forward_passes"]},
             "baseline_seconds": time.perf_counter() - start,
         })
-    if baseline_only:
-        return records
-    model.reset_calibration()
-    if burst_at_start:
-        model.start_burst()
-    for item, rec in zip(tqdm(items, desc="SECL pass", disable=not progress, unit="q"), records):
-        start = time.perf_counter()
-        r, _ = _generate(model, item, max_new_tokens=max_new_tokens, update=True)
-        parsed, correct = judge(item, r["text"])
-        rec.update({
-            "secl_answer": r["text"], "secl_correct": bool(correct), "secl": r["confidence"],
-            "secl_confidence_after": r["confidence_after"], "alarm": r["alarm"], "burst": r["in_burst"],
-            "updated": r["updated"], "skipped_by_bin_gate": r["skipped_by_bin_gate"],
-            "secl_p_true": r["p_true"], "secl_norm_p_true": r["norm_p_true"], "target": r["target"],
-            "secl_seconds": time.perf_counter() - start,
-        })
-        rec["passes"]["secl"] = r["forward_passes"]
     return records
+
+
+# A SECL pass's fields; those of the pass with the model's own adapter scope keep the names they always had.
+SECL_PASS_FIELDS = ("answer", "correct", "confidence_after", "alarm", "burst", "updated", "skipped_by_bin_gate",
+                    "p_true", "norm_p_true", "target", "seconds")
+_UNPREFIXED = ("alarm", "burst", "updated", "skipped_by_bin_gate", "target")
+
+
+def secl_key(scope: str | None, own_scope: str) -> str:
+    """The record key of a SECL pass: "secl" for the model's own adapter scope (or None), "secl_<scope>" else."""
+    return "secl" if scope in (None, own_scope) else f"secl_{scope}"
+
+
+def secl_field(key: str, name: str) -> str:
+    """The record field ``name`` (one of ``SECL_PASS_FIELDS``) of the SECL pass ``key``: "secl_answer", "burst",
+    "secl_all_answer", "secl_all_burst", …"""
+    return name if key == "secl" and name in _UNPREFIXED else f"{key}_{name}"
+
+
+@contextlib.contextmanager
+def _adapter_scope(model, scope: str | None):
+    own = model.secl_config
+    if scope is not None:
+        model.secl_config = dataclasses.replace(own, adapter_scope=scope)
+    try:
+        yield
+    finally:
+        model.secl_config = own
+
+
+def secl_pass(model, items: list, records: list[dict], *, scope: str | None = None, max_new_tokens: int = 8,
+              burst_at_start: bool = False, progress: bool = True) -> dict:
+    """One SECL pass over ``items`` (module docstring), from the identity adapter with a fresh gate and counters;
+    adds its fields to ``records`` (from ``baseline_pass``) and returns its counters.
+
+    scope : the pass's ``SECLConfig.adapter_scope``; None → the model's own. The fields are named by
+    ``secl_key`` / ``secl_field``. The model keeps its own config afterwards; its adapter, gate and counters are
+    this pass's.
+    """
+    from tqdm.auto import tqdm
+
+    key = secl_key(scope, model.secl_config.adapter_scope)
+    with _adapter_scope(model, scope):
+        model.reset_calibration(counters=True)
+        if burst_at_start:
+            model.start_burst()
+        for item, rec in zip(tqdm(items, desc=f"SECL pass ({model.secl_config.adapter_scope})", disable=not progress,
+                                  unit="q"), records):
+            start = time.perf_counter()
+            r = _generate(model, item, max_new_tokens=max_new_tokens, update=True)
+            parsed, correct = judge(item, r["text"])
+            values = {"answer": r["text"], "correct": bool(correct), "confidence_after": r["confidence_after"],
+                      "alarm": r["alarm"], "burst": r["in_burst"], "updated": r["updated"],
+                      "skipped_by_bin_gate": r["skipped_by_bin_gate"], "p_true": r["p_true"],
+                      "norm_p_true": r["norm_p_true"], "target": r["target"], "seconds": time.perf_counter() - start}
+            rec[key] = r["confidence"]
+            rec.update({secl_field(key, name): values[name] for name in SECL_PASS_FIELDS})
+            rec["passes"][key] = r["forward_passes"]
+    return dict(model.secl_counters)
 
 
 def _cross_fit(conf: np.ndarray, correct: np.ndarray, method: str, seed: int) -> np.ndarray:
@@ -201,16 +258,25 @@ SIGNAL_ROWS = ("verbalized", "p_true", "norm_p_true", "dinco", "secl", "platt", 
 BASELINE_ROWS = ("verbalized", "p_true", "norm_p_true", "dinco", "platt", "temperature")
 
 
+def signal_rows(secl_keys: tuple = ("secl",)) -> tuple:
+    """``SIGNAL_ROWS`` with the rows of these SECL passes (``secl_key``) where "secl" stands."""
+    i = SIGNAL_ROWS.index("secl")
+    return SIGNAL_ROWS[:i] + tuple(secl_keys) + SIGNAL_ROWS[i + 1:]
+
+
 def summarize_stream(records: list[dict], *, n_resamples: int = 1000, seed: int = 0,
                      signals: tuple = SIGNAL_ROWS) -> dict:
     """Per domain and overall: a calibration report per signal (+ passes/q), the references, SECL shares.
 
-    signals : which rows to report; ``BASELINE_ROWS`` for records of ``run_stream(baseline_only=True)``.
+    signals : which rows to report; ``BASELINE_ROWS`` for records of ``run_stream(baseline_only=True)``; a second
+        SECL pass's key (``secl_key``, e.g. "secl_all") adds its row. Each SECL row is scored against its own
+        pass's answers. The shares of the "secl" pass (in burst, trained, bin-gate skips, alarms, accuracy
+        change) sit beside "signals"; another pass's under its key.
     """
-    with_secl = "secl" in signals
     from hf_calibration.metrics import calibration_report
     from hf_calibration.reports import references
 
+    secl_keys = [s for s in signals if s == "secl" or s.startswith("secl_")]
     correct_all = np.array([r["correct"] for r in records], dtype=int)
     verbal_all = np.array([r["verbalized"] for r in records])
     platt = _cross_fit(verbal_all, correct_all, "platt", seed)
@@ -221,7 +287,7 @@ def summarize_stream(records: list[dict], *, n_resamples: int = 1000, seed: int 
         idx = np.array([i for i, r in enumerate(records) if name == "overall" or r["domain"] == name])
         sub = [records[i] for i in idx]
         y = correct_all[idx]
-        y_secl = np.array([r["secl_correct"] for r in sub], dtype=int) if with_secl else y
+        y_pass = {key: np.array([r[secl_field(key, "correct")] for r in sub], dtype=int) for key in secl_keys}
         reports = {}
         for sig in signals:
             if sig == "platt":
@@ -230,7 +296,7 @@ def summarize_stream(records: list[dict], *, n_resamples: int = 1000, seed: int 
                 conf, yy, passes = temp[idx], y, np.mean([r["passes"]["verbalized"] for r in sub])
             else:
                 conf = np.array([r[sig] for r in sub])
-                yy = y_secl if sig == "secl" else y
+                yy = y_pass.get(sig, y)
                 passes = np.mean([r["passes"][sig] for r in sub])
             report = calibration_report(yy, conf, n_resamples=n_resamples, seed=seed)
             report["forward_passes"] = float(passes)
@@ -240,14 +306,18 @@ def summarize_stream(records: list[dict], *, n_resamples: int = 1000, seed: int 
         if k == 0:  # open-ended: no 1/K reference
             del refs["constant_1/K"]
         out[name] = {"n": len(sub), "signals": reports, "references": refs}
-        if with_secl:
-            out[name].update({
-                "share_in_burst": float(np.mean([r["burst"] for r in sub])),
-                "share_trained": float(np.mean([r["updated"] for r in sub])),
-                "skipped_by_bin_gate": int(sum(r["skipped_by_bin_gate"] for r in sub)),
-                "alarms": int(sum(r["alarm"] for r in sub)),
-                "accuracy_change_secl": float(y_secl.mean() - y.mean()),
-            })
+        for key in secl_keys:
+            shares = {
+                "share_in_burst": float(np.mean([r[secl_field(key, "burst")] for r in sub])),
+                "share_trained": float(np.mean([r[secl_field(key, "updated")] for r in sub])),
+                "skipped_by_bin_gate": int(sum(r[secl_field(key, "skipped_by_bin_gate")] for r in sub)),
+                "alarms": int(sum(r[secl_field(key, "alarm")] for r in sub)),
+                "accuracy_change_secl": float(y_pass[key].mean() - y.mean()),
+            }
+            if key == "secl":
+                out[name].update(shares)
+            else:
+                out[name][key] = shares
     return out
 
 
@@ -260,16 +330,16 @@ STREAM_COLUMNS = (
 def format_stream_summary(summary: dict) -> str:
     from hf_calibration.reports import format_table
 
+    def shares(name, p):
+        return (f"{name}: in burst {p['share_in_burst']:.0%}, trained on {p['share_trained']:.0%}, bin-gate skips "
+                f"{p['skipped_by_bin_gate']}, alarms {p['alarms']}, accuracy change {p['accuracy_change_secl']:+.3f}")
+
     blocks = []
     for domain, s in summary.items():
         rows = {SIGNAL_NAMES[k]: v for k, v in s["signals"].items()}
         rows.update({f"ref: {k}": v for k, v in s["references"].items()})
-        if "share_in_burst" not in s:
-            blocks.append(f"[{domain}] n={s['n']}\n" + format_table(rows, columns=STREAM_COLUMNS))
-            continue
-        blocks.append(
-            f"[{domain}] n={s['n']}; SECL: in burst {s['share_in_burst']:.0%}, trained on {s['share_trained']:.0%}, "
-            f"bin-gate skips {s['skipped_by_bin_gate']}, alarms {s['alarms']}, accuracy change "
-            f"{s['accuracy_change_secl']:+.3f}\n" + format_table(rows, columns=STREAM_COLUMNS)
-        )
+        passes = ([shares("SECL", s)] if "share_in_burst" in s else []) + [
+            shares(SIGNAL_NAMES[k], s[k]) for k in s["signals"] if k.startswith("secl_")]
+        header = "; ".join([f"[{domain}] n={s['n']}", *passes])
+        blocks.append(header + "\n" + format_table(rows, columns=STREAM_COLUMNS))
     return "\n\n".join(blocks)
