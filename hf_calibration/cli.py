@@ -21,8 +21,9 @@ from trl import TrlParser
 from hf_calibration.calm import CALMConfig
 from hf_calibration.errors import ParameterError, ParameterWarning
 from hf_calibration.jobs import (CALMExperimentConfig, CALMJobConfig, DiagnoseConfig, EvaluateConfig, ExperimentConfig,
-                                 FitPosthocConfig, ReportConfig, SECLStreamConfig, run_calm, run_diagnose,
-                                 run_evaluate, run_experiment, run_fit_posthoc, run_report, run_secl_stream)
+                                 FitPosthocConfig, LMEvalImportConfig, ReportConfig, SECLStreamConfig, run_calm,
+                                 run_diagnose, run_evaluate, run_experiment, run_fit_posthoc, run_lm_eval_import,
+                                 run_report, run_secl_stream)
 from hf_calibration.secl import SECLConfig
 
 PROG = "hf-calibration"
@@ -57,6 +58,12 @@ COMMANDS = {
                "hf-calibration report DIR [DIR ...] --output report.html: every metric table (value [95 % interval], "
                "constant references marked) and reliability diagram of each folder, folders side by side; no network "
                "needed to open it."),
+    "lm-eval-import": ((LMEvalImportConfig,), run_lm_eval_import,
+                       "calibration reports of lm-evaluation-harness runs (their --log_samples logs)",
+                       "Read lm-eval's samples_<task>_<date>.jsonl of multiple-choice tasks (any backend: HF, vLLM, "
+                       "an API) and write evaluate's report per task and scoring (acc, acc_norm): metrics.json "
+                       "with 95 % intervals and constant references, predictions.jsonl, reliability_diagram.png. "
+                       "No model is loaded."),
 }
 # Commands whose leading arguments are positional: they fill this config field (report DIR [DIR …]).
 POSITIONAL = {"report": "inputs"}

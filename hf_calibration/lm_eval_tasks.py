@@ -1,0 +1,71 @@
+"""lm-evaluation-harness tasks over hf_calibration's multiple-choice data (``data.load_mcqa`` rows or your own):
+run lm-eval on the same questions ``hf-calibration evaluate`` scores, on any of its backends.
+
+``write_mcqa_task(rows, folder, "my_task")`` writes ``folder/my_task.jsonl`` (the rows with their prompt) and
+``folder/my_task.yaml`` (``dataset_path: json`` over that file); pass ``folder`` to lm-eval as
+``--include_path`` (or ``TaskManager(include_path=...)``) and ``my_task`` as a task.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from hf_calibration.modeling.prompts import LETTERS, format_mcqa
+
+__all__ = ["CHOICE_STYLES", "write_mcqa_task"]
+
+# how the choices are scored: the option letter after the lettered options (lm-eval's MMLU), or the text itself
+CHOICE_STYLES = ("letters", "texts")
+
+_ACC = """  - metric: acc
+    aggregation: mean
+    higher_is_better: true
+"""
+_ACC_NORM = """  - metric: acc_norm
+    aggregation: mean
+    higher_is_better: true
+"""
+_ECE = """  - metric: {name}
+    aggregation: !function hf_calibration.lm_eval_metrics.{name}
+    higher_is_better: false
+"""
+
+
+def write_mcqa_task(rows, folder, name: str, *, choices: str = "letters", ece: bool = False) -> Path:
+    """Write an lm-eval ``multiple_choice`` task over MCQA ``rows`` (``question``, ``choices``, ``answer`` index,
+    optional ``subject``) into ``folder``; returns the YAML's path.
+
+    ``choices="letters"``: the prompt is ``modeling.prompts.format_mcqa`` (the question, "A. …" lines, the
+    instruction) plus "\\nAnswer:" (``evaluate --prompt-format plain``'s text) and the choices are the letters;
+    ``"texts"``: the prompt is the question plus "\\nAnswer:" and the choices are the option texts (cloze).
+    The task reports ``acc`` and ``acc_norm``; with ``ece``, ``acc`` and conf-ECE with its 95 % interval through
+    ``hf_calibration.lm_eval_metrics`` instead (lm-eval then needs hf_calibration importable).
+
+    Raises ValueError for an unknown ``choices`` style, a ``name`` that is not a plain file name, or no rows.
+    """
+    if choices not in CHOICE_STYLES:
+        raise ValueError(f"choices: must be one of {', '.join(map(repr, CHOICE_STYLES))}, got {choices!r}")
+    if not name or Path(name).name != name or name.startswith("."):
+        raise ValueError(f"name: must be a plain task name, got {name!r}")
+    rows = [dict(r) for r in rows]
+    if not rows:
+        raise ValueError("rows: no questions")
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    data = folder / f"{name}.jsonl"
+    with open(data, "w", encoding="utf-8") as f:
+        for r in rows:
+            prompt = (format_mcqa(r["question"], r["choices"]) if choices == "letters" else r["question"].strip())
+            f.write(json.dumps({**r, "prompt": prompt + "\nAnswer:", "letters": list(LETTERS[: len(r["choices"])])},
+                               ensure_ascii=False) + "\n")
+    metrics = _ACC + ("".join(_ECE.format(name=m) for m in ("ece", "ece_low", "ece_high")) if ece else _ACC_NORM)
+    hook = "process_results: !function hf_calibration.lm_eval_metrics.process_results\n" if ece else ""
+    yaml = "\n".join([
+        f"task: {name}", "dataset_path: json", "dataset_kwargs:", "  data_files:",
+        f"    test: {json.dumps(str(data.resolve()))}", "test_split: test", "output_type: multiple_choice",
+        "doc_to_text: prompt", f"doc_to_choice: {'letters' if choices == 'letters' else 'choices'}",
+        "doc_to_target: answer", f"{hook}metric_list:", metrics])
+    path = folder / f"{name}.yaml"
+    path.write_text(yaml, encoding="utf-8")
+    return path
