@@ -15,7 +15,6 @@ import argparse
 import torch
 
 from hf_calibration.modeling import load_model
-from hf_calibration.modeling.prompts import LETTERS
 from hf_calibration.secl import SECLConfig, apply_secl
 from hf_calibration.secl.stream import build_stream, judge
 
@@ -37,8 +36,9 @@ def main():
         ids = torch.tensor([item.prompt_ids])
         out = model.generate(
             ids, attention_mask=torch.ones_like(ids), max_new_tokens=8, do_sample=False, return_dict_in_generate=True,
-            # MCQA: the other options are the distractors of P(True)Norm; open-ended: beam-search alternatives
-            secl_distractors=[list(LETTERS[: item.n_options])] if item.kind == "mcqa" else None,
+            # MCQA: P(True) about "B. <option text>" for the answer and the other options (the distractors of
+            # P(True)Norm); open-ended (None): beam-search alternatives
+            secl_choices=[item.choices],
             pad_token_id=tokenizer.pad_token_id,
         )
         text = tokenizer.decode(out.sequences[0, len(item.prompt_ids):], skip_special_tokens=True)
