@@ -18,7 +18,7 @@ METHODS = ("bome", "iterate", "regularization", "scalar", "sft", "cft")
 PHI_RULES = ("eta_grad_norm", "eta_value")
 ENTROPY_DOMAINS = ("options", "vocab")
 ADJUSTMENT_TOKENS = ("auto", "options", "vocab")
-SELECTION_METRICS = ("conf_ece", "cw_ece", "loss")
+SELECTION_METRICS = ("conf_ece", "cw_ece", "nll", "loss")
 BOME_OPTIMIZERS = ("trainer", "sgd", "sgd_momentum")
 
 
@@ -213,8 +213,10 @@ class CALMConfig(SFTConfig):
     )
     select_best_by: str | None = field(
         default=None,
-        metadata={"help": "Keep the checkpoint with the lowest eval value of this metric ('conf_ece', 'cw_ece' or "
-                  "'loss') on the labelled eval_dataset (SPEC §1 selection rule); None keeps the last.",
+        metadata={"help": "Keep the checkpoint with the lowest eval value of this metric on the labelled eval_dataset "
+                  "(SPEC §1 selection rule): 'conf_ece', 'cw_ece' (eval_num_bins bins), 'nll' (of the adjusted "
+                  "option distribution, unsmoothed) or 'loss' (the training cross-entropy, label-smoothed when "
+                  "label_smoothing_factor > 0); None keeps the last.",
                   "choices": [None, *SELECTION_METRICS]},
     )
     eval_num_bins: int = field(

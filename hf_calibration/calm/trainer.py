@@ -367,7 +367,7 @@ class CALMTrainer(SFTTrainer):
 
     Logged once per optimizer step (train), as values of the whole global batch: ``lower_loss`` (L_tr),
     ``residual_q``, ``bome_lambda``, ``calibration_entropy`` (H on S_V), ``cft_term``, ``mean_temperature``; at
-    evaluation: ``eval_accuracy``, ``eval_conf_ece``, ``eval_cw_ece``, ``eval_mean_confidence``.
+    evaluation: ``eval_accuracy``, ``eval_conf_ece``, ``eval_cw_ece``, ``eval_nll``, ``eval_mean_confidence``.
 
     Unit of averaging. Every token-level term (L_tr and q, label smoothing, the entropy H, and so their gradients
     ∇f, ∇q; CFT's term with ``cft_normalization="bin_count"`` is instead a sum over the step's items, each divided
@@ -828,7 +828,7 @@ class CALMTrainer(SFTTrainer):
         return loss, log_probs.exp(), targets
 
     def _calibration_metrics(self, prediction):
-        from hf_calibration.metrics import classwise_ece, expected_calibration_error
+        from hf_calibration.metrics import classwise_ece, expected_calibration_error, negative_log_likelihood
 
         probs = np.asarray(prediction.predictions, dtype=np.float64)
         labels = np.asarray(prediction.label_ids).astype(int)
@@ -838,6 +838,7 @@ class CALMTrainer(SFTTrainer):
             "mean_confidence": float(probs.max(1).mean()),
             "conf_ece": float(expected_calibration_error(labels, probs, n_bins=n_bins)),
             "cw_ece": float(classwise_ece(labels, probs, n_bins=n_bins)),
+            "nll": float(negative_log_likelihood(labels, probs)),
         }
 
     # ---- saving, loading, resuming -------------------------------------------------------------

@@ -8,6 +8,12 @@ group: the other MMLU categories, GPQA-Diamond and HaluEval QA; for a HaluEval o
 full HaluEval QA). ``balance_gold`` balances the gold position across letters in every set. Every method
 starts from the same base model and sees the same data in the same order.
 
+Every trained method keeps the checkpoint chosen by one rule (``select_by``, ``select_every``): every k optimizer
+steps and at the last, the model is scored on the labelled validation split and the step with the lowest value
+(conf-ECE by default) is restored before scoring. The rule needs labels, so it reads the validation split (SPEC
+§5: "labelled, for checkpoint selection and post-hoc fitting"; TS is fitted on the same split), not S_V, whose
+labels CALM never uses. The untrained model is not a candidate (it is the ``uncalibrated`` row).
+
 Two phases, so a long run can be resumed: ``train`` writes ``<output>/scores/<method>.npz`` (option
 log-scores per split) and skips methods already scored; ``report`` builds the table (``report.md``,
 ``report.json``, ``items.jsonl``, reliability diagrams ``reliability_<split>.png``) from them.
@@ -23,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from hf_calibration import modeling
+from hf_calibration.calm.config import BOME_OPTIMIZERS
 from hf_calibration.data import MCQA_DATASETS, balance_gold, domain_key, load_mcqa, parse_domains
 from hf_calibration.errors import ParameterError, renamed_parameters
 from hf_calibration.jobs.common import check_choice, check_int, check_output_dir, check_positive_number, progress_line
@@ -31,6 +38,7 @@ METHODS = ("uncalibrated", "ts", "sft", "label_smoothing", "cft", "bome", "itera
 MMLU_OOD = "mmlu:humanities,mmlu:social_sciences,mmlu:other,gpqa,halueval_qa"
 OTHER_OOD = "mmlu:stem,halueval_qa"
 PHASES = ("all", "train", "report")
+SELECTION_RULES = ("conf_ece", "cw_ece", "nll", "last")
 SPLITS = ("train", "calibration", "validation", "id_test")
 
 
@@ -40,7 +48,9 @@ class CALMExperimentConfig:
     batch size, device, bootstrap resamples, output folder). The defaults are the recorded Qwen run: sized so nine
     methods fit in about an hour on one idle CPU core (≈ 2 s per scored question, ≈ 20 s per SFT step, the
     bilevel methods up to 2.5× that): seven trainings of 8 steps (one pass over S_T), eight scorings of the
-    validation, test and OOD sets; too small for the intervals to separate methods. Checked at construction:
+    validation, test and OOD sets; too small for the intervals to separate methods. That run kept the last step;
+    the checkpoint selection added since (``select_by``, ``select_every``: 4 scorings of the 20 validation
+    questions per trained method, ≈ 160 s each) makes the same sizes ≈ 20 min longer. Checked at construction:
     ParameterError naming the field."""
 
     phase: str = field(default="all", metadata={
@@ -62,8 +72,20 @@ class CALMExperimentConfig:
     alpha_learning_rate: float = field(default=5e-2, metadata={"help": "Learning rate of the logit adjustment (α)."})
     inner_learning_rate: float = field(default=1e-2, metadata={"help": "ξ_in of BOME's inner steps."})
     inner_steps: int = field(default=1, metadata={"help": "T: BOME's inner steps."})
+    bome_optimizer: str = field(default="trainer", metadata={
+        "help": "Optimizer of 'bome' and 'scalar' (CALMConfig.bome_optimizer): 'trainer' (AdamW, as the other "
+                "methods), or BOME's own step 'sgd' / 'sgd_momentum' (momentum 0.9), which needs learning rates of "
+                "SGD's scale.", "choices": list(BOME_OPTIMIZERS)})
     balance_gold: bool = field(default=True, metadata={
         "help": "Every option letter gold equally often in each set (each split balanced on its own)."})
+    select_by: str = field(default="conf_ece", metadata={
+        "help": "Checkpoint kept for every trained method: the lowest conf-ECE, cw-ECE (15 bins) or NLL on the "
+                "labelled validation split among steps select_every, 2·select_every, … and the last (the rule needs "
+                "labels, so it reads the validation split, not S_V); 'last': the last step.",
+        "choices": list(SELECTION_RULES)})
+    select_every: int = field(default=2, metadata={
+        "help": "k: evaluate and save a checkpoint every k optimizer steps (and at the last) for select_by. Each "
+                "evaluation scores the validation split once."})
 
     def __post_init__(self):
         check_choice(self.phase, "phase", PHASES)
@@ -74,6 +96,9 @@ class CALMExperimentConfig:
                      "lora_r"):
             check_int(getattr(self, name), name)
         check_int(self.inner_steps, "inner_steps", minimum=0)
+        check_choice(self.select_by, "select_by", SELECTION_RULES)
+        check_choice(self.bome_optimizer, "bome_optimizer", BOME_OPTIMIZERS)
+        check_int(self.select_every, "select_every")
         for name in ("learning_rate", "alpha_learning_rate", "inner_learning_rate"):
             check_positive_number(getattr(self, name), name)
         if self.ood_domains is not None:
@@ -122,8 +147,29 @@ def _score_all(model, tokenizer, splits, batch_size: int, ood: list) -> dict:
     return out
 
 
+def _selection_kwargs(config: CALMExperimentConfig) -> dict:
+    """CALMConfig fields of the checkpoint rule: evaluate and save every ``select_every`` steps (the Trainer adds
+    the last step), restore the lowest ``eval_<select_by>`` at the end; ``save_total_limit=1`` keeps only the best
+    checkpoint on disk once training ends."""
+    if config.select_by == "last":
+        return {"save_strategy": "no"}
+    k = config.select_every
+    return {"eval_strategy": "steps", "eval_steps": k, "save_strategy": "steps", "save_steps": k,
+            "save_total_limit": 1, "select_best_by": config.select_by}
+
+
+def _selection_info(trainer, config: CALMExperimentConfig) -> dict:
+    """The rule, every evaluated (step, value) and the step restored."""
+    if config.select_by == "last":
+        return {"rule": "last", "selected_step": trainer.state.global_step}
+    key = f"eval_{config.select_by}"
+    evaluated = [[e["step"], e[key]] for e in trainer.state.log_history if key in e]
+    return {"rule": config.select_by, "split": "validation", "every": config.select_every, "evaluated": evaluated,
+            "selected_step": trainer.state.best_global_step}
+
+
 def _train_method(method: str, splits, config: CALMExperimentConfig, *, model_name: str, out: Path, seed: int,
-                  device: str, tokenizer):
+                  device: str, tokenizer, callbacks=None):
     from peft import LoraConfig
 
     from hf_calibration.calm import CALMConfig, CALMTrainer, mcqa_to_prompt_completion
@@ -137,23 +183,26 @@ def _train_method(method: str, splits, config: CALMExperimentConfig, *, model_na
         learning_rate=config.learning_rate, alpha_learning_rate=config.alpha_learning_rate,
         inner_steps=config.inner_steps, num_options=num_options, inner_learning_rate=config.inner_learning_rate,
         label_smoothing_factor=0.1 if method == "label_smoothing" else 0.0, lr_scheduler_type="constant",
-        warmup_steps=0, bf16=False, activation_checkpointing=False, save_strategy="no", report_to="none",
+        warmup_steps=0, bf16=False, activation_checkpointing=False, report_to="none",
         logging_steps=10, seed=seed, use_cpu=modeling.resolve_device(device) == "cpu", max_length=None,
-        disable_tqdm=True, dataset_num_proc=None,
+        disable_tqdm=True, dataset_num_proc=None, **_selection_kwargs(config),
+        bome_optimizer=config.bome_optimizer if method in ("bome", "scalar") else "trainer",
     )
     train = mcqa_to_prompt_completion(splits["train"], tokenizer)
     calibration = mcqa_to_prompt_completion(splits["calibration"], tokenizer).remove_columns("completion")
+    validation = None if config.select_by == "last" else mcqa_to_prompt_completion(splits["validation"], tokenizer)
     peft = LoraConfig(r=config.lora_r, lora_alpha=2 * config.lora_r, lora_dropout=0.0,
                       target_modules=["q_proj", "k_proj", "v_proj", "o_proj"], task_type="CAUSAL_LM")
     trainer = CALMTrainer(model, args=training, train_dataset=train, calibration_dataset=calibration,
-                          processing_class=tokenizer, peft_config=peft)
+                          eval_dataset=validation, processing_class=tokenizer, peft_config=peft, callbacks=callbacks)
     start = time.perf_counter()
-    trainer.train()
+    trainer.train()  # ends with the selected checkpoint restored (CALMTrainer._load_best_model)
     seconds = time.perf_counter() - start
     trainer.model.eval()
     logs = [e for e in trainer.state.log_history if "lower_loss" in e]
     return trainer.model, {"num_options": num_options, "train_seconds": seconds,
                            "seconds_per_step": seconds / config.max_steps, "log": logs,
+                           "selection": _selection_info(trainer, config),
                            "mean_temperature": float(trainer.model.logit_adjustment.temperature.detach().mean())}
 
 
@@ -326,7 +375,9 @@ def run_calm_experiment(out: Path, config: CALMExperimentConfig, *, model_name: 
     if not scores:
         raise ParameterError("phase", config.phase, f"no method has been scored in {str(out / 'scores')!r} yet; "
                              f"run the train phase first")
+    selection = ("the last step" if config.select_by == "last" else
+                 f"the checkpoint with the lowest validation {config.select_by} of every {config.select_every} steps")
     header = (f"{model_name}, trained on {train_domain}, seed {seed}; sizes {sizes}; {config.max_steps} steps of "
-              f"{config.train_batch_size}; 95% bootstrap intervals ({n_resamples} resamples)")
+              f"{config.train_batch_size}, keeping {selection}; 95% bootstrap intervals ({n_resamples} resamples)")
     results, text = report(out, scores, infos, ood, header=header, n_resamples=n_resamples, seed=seed)
     return results, text, run
