@@ -13,22 +13,23 @@ from pathlib import Path
 
 from hf_calibration.modeling.prompts import LETTERS, format_mcqa
 
-__all__ = ["CHOICE_STYLES", "write_mcqa_task"]
+__all__ = ["CHOICE_STYLES", "ECE_YAML", "write_mcqa_task"]
 
 # how the choices are scored: the option letter after the lettered options (lm-eval's MMLU), or the text itself
 CHOICE_STYLES = ("letters", "texts")
 
-_ACC = """  - metric: acc
-    aggregation: mean
-    higher_is_better: true
+# The lines of a multiple-choice task's YAML that make lm-eval report conf-ECE and its 95 % interval beside acc
+# (``hf_calibration.lm_eval_metrics``); README.md and docs/lm_eval.md show them as they are here.
+ECE_YAML = """process_results: !function hf_calibration.lm_eval_metrics.process_results
+metric_list:
+  - {metric: acc, aggregation: mean, higher_is_better: true}
+  - {metric: ece, aggregation: !function hf_calibration.lm_eval_metrics.ece, higher_is_better: false}
+  - {metric: ece_low, aggregation: !function hf_calibration.lm_eval_metrics.ece_low, higher_is_better: false}
+  - {metric: ece_high, aggregation: !function hf_calibration.lm_eval_metrics.ece_high, higher_is_better: false}
 """
-_ACC_NORM = """  - metric: acc_norm
-    aggregation: mean
-    higher_is_better: true
-"""
-_ECE = """  - metric: {name}
-    aggregation: !function hf_calibration.lm_eval_metrics.{name}
-    higher_is_better: false
+_ACC_YAML = """metric_list:
+  - {metric: acc, aggregation: mean, higher_is_better: true}
+  - {metric: acc_norm, aggregation: mean, higher_is_better: true}
 """
 
 
@@ -59,13 +60,11 @@ def write_mcqa_task(rows, folder, name: str, *, choices: str = "letters", ece: b
             prompt = (format_mcqa(r["question"], r["choices"]) if choices == "letters" else r["question"].strip())
             f.write(json.dumps({**r, "prompt": prompt + "\nAnswer:", "letters": list(LETTERS[: len(r["choices"])])},
                                ensure_ascii=False) + "\n")
-    metrics = _ACC + ("".join(_ECE.format(name=m) for m in ("ece", "ece_low", "ece_high")) if ece else _ACC_NORM)
-    hook = "process_results: !function hf_calibration.lm_eval_metrics.process_results\n" if ece else ""
     yaml = "\n".join([
         f"task: {name}", "dataset_path: json", "dataset_kwargs:", "  data_files:",
         f"    test: {json.dumps(str(data.resolve()))}", "test_split: test", "output_type: multiple_choice",
         "doc_to_text: prompt", f"doc_to_choice: {'letters' if choices == 'letters' else 'choices'}",
-        "doc_to_target: answer", f"{hook}metric_list:", metrics])
+        "doc_to_target: answer", ECE_YAML if ece else _ACC_YAML])
     path = folder / f"{name}.yaml"
     path.write_text(yaml, encoding="utf-8")
     return path

@@ -220,3 +220,37 @@ def test_write_mcqa_task(tmp_path):
     assert doc["letters"] == ["A", "B", "C"]
     with pytest.raises(ValueError, match="choices: must be one of"):
         write_mcqa_task(rows, tmp_path, "x", choices="words")
+
+
+def test_readme_and_docs_show_the_yaml_the_real_run_uses():
+    """tests/jobs/test_lm_eval_real.py runs write_mcqa_task(..., ece=True), whose metric lines are ECE_YAML."""
+    from pathlib import Path
+
+    from hf_calibration.lm_eval_tasks import ECE_YAML
+
+    root = Path(__file__).resolve().parents[1]
+    for page in ("README.md", "docs/lm_eval.md"):
+        assert f"```yaml\n{ECE_YAML}```" in (root / page).read_text(encoding="utf-8"), page
+
+
+def test_the_hook_needs_only_numpy_and_scipy():
+    """docs/lm_eval.md: lm-eval imports the hook in its own environment (vLLM's transformers, say), where
+    hf_calibration may be installed without its dependencies."""
+    import subprocess
+    import sys
+
+    heavy = ("torch", "transformers", "trl", "peft", "accelerate", "datasets", "evaluate", "matplotlib", "sklearn",
+             "lm_eval", "gguf", "safetensors", "huggingface_hub")
+    code = f"""
+import sys
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in {heavy!r}:
+            raise ImportError("blocked: " + name)
+sys.meta_path.insert(0, Block())
+from hf_calibration.lm_eval_metrics import ece, process_results
+items = [process_results({{"answer": 0}}, [(-1.0, False), (-2.0, True)])["ece"]]
+print(ece(items))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert float(out.stdout) == pytest.approx(1 - 1 / (1 + np.exp(-1.0)))  # one right answer at confidence σ(1)
