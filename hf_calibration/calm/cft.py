@@ -10,7 +10,8 @@ conf_i = max_j p_ij, acc_b and N_b the accuracy and the number of items of confi
 training data, and t_ij the target of the non-maximum probabilities. Grouped by bin this is SPEC §1's
 Σ_bins[(max-conf − bin acc)² + (non-max conf − target)²]/count.
 
-What is taken from the CFT code (stored copy of the repository, commit 62a3afc; not run here):
+What is taken from the CFT code (stored copy of the repository: top-level files at commit 62a3afc,
+``Supplementary_Material/`` at 8bbfc9c; read, not run):
 ``train/Custom_Trainer.py`` (``compute_calibration_loss``: per bin, the squared errors of the batch's items summed
 in float64 and divided by ``total_count[k]``, the bin's count over the training set; the loss
 ``(1 − alpha)·sft + alpha·calibration·1e-3``), ``utils/not_max_target_confidence_new.py`` (the target below),
