@@ -261,6 +261,47 @@ def progress_line(text: str, progress: bool) -> None:
 
 
 @dataclass(kw_only=True)
+class MCQAScoringConfig:
+    """The fields and checks of every job that scores multiple-choice questions with a model (evaluate,
+    diagnose): where to write, which model, which questions (a named set, a file with its column mapping, or
+    a Hub id), the seed, the device, the prompt, the bootstrap and the ECE options. A job's config subclasses
+    it, sets ``dataset``'s and ``limit``'s defaults and help, and calls ``check_scoring_fields`` in its
+    ``__post_init__``."""
+
+    # dataset, limit and batch_size: each job redefines them with its own default and help (a redefined
+    # field keeps its place here, so --help lists the options in this order)
+    output_dir: str = output_dir_field()
+    model: str = model_field()
+    dataset: str = dataset_field("mmlu", "mmlu, gpqa or a HaluEval set")
+    question_column: str | None = question_column_field()
+    choices_column: str | None = choices_column_field()
+    answer_column: str | None = answer_column_field()
+    subject_column: str | None = subject_column_field()
+    split: str | None = split_field()
+    dataset_config: str | None = dataset_config_field()
+    subjects: str | None = subjects_field()
+    limit: int = field(default=200, metadata={"help": "Number of questions."})
+    seed: int = seed_field()
+    batch_size: int = batch_size_field()
+    device: str = device_field()
+    prompt_format: str = prompt_format_field()
+    n_resamples: int = n_resamples_field()
+    n_bins: int = n_bins_field()
+    binning: str = binning_field()
+    norm: str = norm_field()
+
+    def check_scoring_fields(self) -> None:
+        """ParameterError naming the first bad shared field (sizes, prompt format, seed, ECE options)."""
+        from hf_calibration.modeling.prompts import PROMPT_FORMATS
+
+        for name in ("limit", "batch_size", "n_resamples"):
+            check_int(getattr(self, name), name)
+        check_choice(self.prompt_format, "prompt_format", PROMPT_FORMATS)
+        check_int(self.seed, "seed", minimum=0)
+        check_ece_options(self)
+
+
+@dataclass(kw_only=True)
 class JobResult:
     """What every job returns.
 

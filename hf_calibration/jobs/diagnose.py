@@ -11,14 +11,9 @@ import numpy as np
 from hf_calibration import modeling, reports
 from hf_calibration.data import MCQA_DATASETS, OPEN_QA_DATASETS, check_mcqa_arguments, dataset_kind
 from hf_calibration.errors import ParameterError, renamed_parameters
-from hf_calibration.jobs.common import (CUSTOM_DATA_FIELDS, ECE_DEFAULTS, JobResult, answer_column_field,
-                                        batch_size_field, binning_field, check_choice, check_device, check_ece_options,
-                                        check_int, check_output_dir, check_positive_number, choices_column_field,
-                                        custom_data_options, dataset_config_field, dataset_field, device_field,
-                                        ece_options, load_mcqa_for, model_field, n_bins_field, n_resamples_field,
-                                        norm_field, output_dir_field, prompt_format_field, question_column_field,
-                                        seed_field, split_field, subject_column_field, subjects_field)
-from hf_calibration.modeling.prompts import PROMPT_FORMATS
+from hf_calibration.jobs.common import (CUSTOM_DATA_FIELDS, ECE_DEFAULTS, JobResult, MCQAScoringConfig,
+                                        batch_size_field, check_device, check_output_dir, check_positive_number,
+                                        custom_data_options, dataset_field, ece_options, load_mcqa_for)
 from hf_calibration.plotting import plot_reliability_diagrams
 from hf_calibration.reports import AtomicOutputDir, write_json, write_jsonl
 from hf_calibration.secl.config import SECLConfig
@@ -31,42 +26,22 @@ DATASETS = {**MCQA_DATASETS, **OPEN_QA_DATASETS}
 
 
 @dataclass(kw_only=True)
-class DiagnoseConfig:
+class DiagnoseConfig(MCQAScoringConfig):
     """Options of ``run_diagnose`` / ``hf-calibration diagnose``. Checked at construction: ParameterError (a
     ValueError) naming the field and the value."""
 
-    output_dir: str = output_dir_field()
-    model: str = model_field()
     dataset: str = dataset_field("mmlu", "mmlu, gpqa, halueval_qa, halueval_dialogue, halueval_summarization (each "
                                  "also _lm: length-matched), or gsm8k (open-ended: the baseline pass of a SECL "
                                  "stream)")
-    question_column: str | None = question_column_field()
-    choices_column: str | None = choices_column_field()
-    answer_column: str | None = answer_column_field()
-    subject_column: str | None = subject_column_field()
-    split: str | None = split_field()
-    dataset_config: str | None = dataset_config_field()
-    subjects: str | None = subjects_field()
     limit: int = field(default=200, metadata={"help": "Number of questions."})
-    seed: int = seed_field()
-    prompt_format: str = prompt_format_field()
     batch_size: int = batch_size_field("Follow-up prompts per forward pass (multiple choice).")
-    device: str = device_field()
-    n_resamples: int = n_resamples_field()
-    n_bins: int = n_bins_field()
-    binning: str = binning_field()
-    norm: str = norm_field()
     tau_n: float = field(default=DEFAULT_TAU_N, metadata={"help": "Temperature τ_n of P(True)Norm."})
     balance_gold: bool = field(default=False, metadata={
         "help": "Move each question's correct option so every letter is gold equally often (multiple choice)."})
 
     def __post_init__(self):
-        for name in ("limit", "batch_size", "n_resamples"):
-            check_int(getattr(self, name), name)
-        check_choice(self.prompt_format, "prompt_format", PROMPT_FORMATS)
-        check_int(self.seed, "seed", minimum=0)
+        self.check_scoring_fields()
         check_positive_number(self.tau_n, "tau_n")
-        check_ece_options(self)
         with renamed_parameters(name="dataset"):
             dataset_kind(self.dataset, DATASETS)  # an unknown name: the message lists gsm8k too
             if self.dataset not in OPEN_QA_DATASETS:

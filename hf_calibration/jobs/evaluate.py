@@ -8,51 +8,27 @@ from dataclasses import dataclass, field
 from hf_calibration import modeling, reports
 from hf_calibration.data import check_mcqa_arguments
 from hf_calibration.errors import ParameterError, renamed_parameters
-from hf_calibration.jobs.common import (JobResult, answer_column_field, batch_size_field, binning_field, check_choice,
-                                        check_device, check_ece_options, check_input_file, check_int, check_output_dir,
-                                        choices_column_field, custom_data_options, dataset_config_field, dataset_field,
-                                        device_field, ece_options, load_mcqa_for, model_field, n_bins_field,
-                                        n_resamples_field, norm_field, output_dir_field, prompt_format_field,
-                                        question_column_field, seed_field, split_field, subject_column_field,
-                                        subjects_field)
-from hf_calibration.modeling.prompts import PROMPT_FORMATS
+from hf_calibration.jobs.common import (JobResult, MCQAScoringConfig, batch_size_field, check_device, check_input_file,
+                                        check_output_dir, custom_data_options, dataset_field, ece_options,
+                                        load_mcqa_for)
 from hf_calibration.modeling.scoring import MCQAScores
 
 
 @dataclass(kw_only=True)
-class EvaluateConfig:
+class EvaluateConfig(MCQAScoringConfig):
     """Options of ``run_evaluate`` / ``hf-calibration evaluate``. Checked at construction: ParameterError (a
     ValueError) naming the field and the value."""
 
-    output_dir: str = output_dir_field()
-    model: str = model_field()
     dataset: str = dataset_field("mmlu", "mmlu, gpqa, halueval_qa, halueval_dialogue, halueval_summarization, or any "
                                  "of the three HaluEval sets with _lm (length-matched: the right answer is the "
                                  "shorter one in half the items)")
-    question_column: str | None = question_column_field()
-    choices_column: str | None = choices_column_field()
-    answer_column: str | None = answer_column_field()
-    subject_column: str | None = subject_column_field()
-    split: str | None = split_field()
-    dataset_config: str | None = dataset_config_field()
-    subjects: str | None = subjects_field()
     limit: int = field(default=500, metadata={"help": "Number of questions, stratified by subject."})
-    seed: int = seed_field()
     batch_size: int = batch_size_field("Questions per forward pass.")
-    device: str = device_field()
-    prompt_format: str = prompt_format_field()
-    n_resamples: int = n_resamples_field()
-    n_bins: int = n_bins_field()
-    binning: str = binning_field()
-    norm: str = norm_field()
     posthoc: str | None = field(default=None, metadata={
         "help": "A calibrator saved by fit-posthoc; its metrics are reported next to the uncalibrated ones."})
 
     def __post_init__(self):
-        for name in ("limit", "batch_size", "n_resamples"):
-            check_int(getattr(self, name), name)
-        check_choice(self.prompt_format, "prompt_format", PROMPT_FORMATS)
-        check_ece_options(self)
+        self.check_scoring_fields()
         with renamed_parameters(name="dataset"):
             check_mcqa_arguments(self.dataset, subjects=self.subjects, limit=self.limit, seed=self.seed,
                                  **custom_data_options(self))
