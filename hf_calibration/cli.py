@@ -108,6 +108,8 @@ class Parser(TrlParser):
         a bad value raises the config's ParameterError."""
         import yaml
 
+        # --config=FILE is --config FILE (argparse would otherwise leave it to TrlParser, which ignores it)
+        args = [part for a in args for part in (a.split("=", 1) if a.startswith("--config=") else (a,))]
         if "--config" in args:
             i = args.index("--config")
             if i + 1 == len(args):

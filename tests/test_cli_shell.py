@@ -129,3 +129,13 @@ def test_no_library_module_imports_the_cli_or_a_main():
     assert not offenders, offenders
     assert not [p for p in PACKAGE.rglob("*.py") if p.name in ("cli.py", "_cli_args.py", "experiments.py")
                 and p != PACKAGE / "cli.py"]
+
+
+def test_config_file_with_equals_sign(tmp_path, capsys):
+    """--config=FILE is read like --config FILE (it was silently ignored, and the job ran with the defaults)."""
+    config = tmp_path / "c.yaml"
+    config.write_text("no_such_field: 1\n")
+    assert _exit_code(["evaluate", "--output-dir", str(tmp_path / "o"), f"--config={config}"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--config: unknown fields no_such_field" in err, err
+    assert not (tmp_path / "o").exists()
