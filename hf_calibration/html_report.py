@@ -7,6 +7,13 @@ row names (signals, methods, references) to mappings of metric names to entries 
 (rows named ``constant…``/``ref…``) marked; and embeds every PNG (the reliability diagrams) as base64.
 Folders are shown side by side, so methods and domains can be compared on one screen. No network, no
 script, no external stylesheet: the file opens anywhere.
+
+With ``ece`` (``{"n_bins", "binning", "norm"}``, ``expected_calibration_error``'s options) the per-answer files are
+re-scored too: every ``*.jsonl`` whose records all carry a boolean ``correct`` (evaluate's and lm-eval import's
+``predictions.jsonl``, diagnose's ``signals.jsonl``, a SECL stream's ``records.jsonl``) gets a table with one
+row per confidence field it holds (``confidence`` or a signal of ``SIGNAL_NAMES``; a field ``<signal>_correct``,
+as a SECL pass writes, is that row's correctness) and the constant-accuracy reference, every metric of
+``calibration_report`` under those options with 95 % bootstrap intervals.
 """
 
 from __future__ import annotations
@@ -17,7 +24,7 @@ import json
 import math
 from pathlib import Path
 
-__all__ = ["find_metric_tables", "render_report"]
+__all__ = ["find_metric_tables", "render_report", "rescored_table"]
 
 _STYLE = """
 body{font-family:system-ui,sans-serif;margin:1.5rem;color:#222}
@@ -84,7 +91,39 @@ def _table_html(where: str, table: dict) -> str:
             f"<tbody>{''.join(body)}</tbody></table>")
 
 
-def _folder_html(folder: Path, max_files: int) -> str:
+def rescored_table(path, ece: dict, *, n_resamples: int = 1000, seed: int = 0) -> dict:
+    """The re-scored table of one per-answer file (module docstring): ``{row: calibration_report}``, empty when the
+    file is not one (unreadable, not JSON lines, a record without a boolean ``correct``, no confidence field)."""
+    import numpy as np
+
+    from hf_calibration.reports import references, report_with_ece_options
+    from hf_calibration.secl.confidence import SIGNAL_NAMES
+
+    try:
+        records = [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return {}
+    if not records or not all(isinstance(r, dict) and isinstance(r.get("correct"), bool) for r in records):
+        return {}
+
+    def is_confidence(value):
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and 0.0 <= value <= 1.0
+
+    table = {}
+    for name in ("confidence", *SIGNAL_NAMES):
+        if not all(is_confidence(r.get(name)) for r in records):
+            continue
+        correct_key = f"{name}_correct" if all(isinstance(r.get(f"{name}_correct"), bool) for r in records) else "correct"
+        y = np.array([r[correct_key] for r in records], dtype=int)
+        conf = np.array([r[name] for r in records], dtype=np.float64)
+        table[SIGNAL_NAMES.get(name, name)] = report_with_ece_options(y, conf, **ece, n_resamples=n_resamples, seed=seed)
+    if table:
+        y = np.array([r["correct"] for r in records], dtype=int)
+        table["constant_accuracy"] = references(y, 2, **ece, n_resamples=n_resamples, seed=seed)["constant_accuracy"]
+    return table
+
+
+def _folder_html(folder: Path, max_files: int, ece: dict | None = None, n_resamples: int = 1000) -> str:
     parts = [f"<section class=\"folder\"><h2>{html.escape(folder.name or str(folder))}</h2>"]
     files = sorted(folder.rglob("*.json"))[:max_files]
     n_tables = 0
@@ -104,6 +143,13 @@ def _folder_html(folder: Path, max_files: int) -> str:
         for where, table in tables:
             parts.append(_table_html(f"{rel} · {where}", table))
             n_tables += 1
+    if ece is not None:
+        for path in sorted(folder.rglob("*.jsonl"))[:max_files]:
+            table = rescored_table(path, ece, n_resamples=n_resamples)
+            if table:
+                parts.append(_table_html(f"{path.relative_to(folder)} · re-scored: conf-ECE with {ece['n_bins']} "
+                                         f"{ece['binning']} bins, {ece['norm']}", table))
+                n_tables += 1
     for png in sorted(folder.rglob("*.png"))[:max_files]:
         data = base64.b64encode(png.read_bytes()).decode("ascii")
         alt = html.escape(str(png.relative_to(folder)))
@@ -114,8 +160,10 @@ def _folder_html(folder: Path, max_files: int) -> str:
     return "".join(parts)
 
 
-def render_report(folders, *, title: str = "hf-calibration report", max_files: int = 200) -> str:
-    """The HTML page (a string) for result ``folders`` (paths), one column each.
+def render_report(folders, *, title: str = "hf-calibration report", max_files: int = 200, ece: dict | None = None,
+                  n_resamples: int = 1000) -> str:
+    """The HTML page (a string) for result ``folders`` (paths), one column each; with ``ece`` the per-answer files
+    re-scored under those ECE options (module docstring), ``n_resamples`` bootstrap resamples each.
 
     Raises FileNotFoundError naming a folder that does not exist, ValueError when ``folders`` is empty.
     """
@@ -128,7 +176,7 @@ def render_report(folders, *, title: str = "hf-calibration report", max_files: i
     note = ("Cells: value [95 % bootstrap interval]. Grey italic rows are the constant references "
             "(confidence = accuracy, 1/K): an ECE that does not beat them, or comes with AUROC ≈ 0.5, is a "
             "shift of level, not information.")
-    body = "".join(_folder_html(f, max_files) for f in folders)
+    body = "".join(_folder_html(f, max_files, ece, n_resamples) for f in folders)
     return (f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>"
             f"<style>{_STYLE}</style></head><body><h1>{html.escape(title)}</h1><p>{note}</p>"
             f"<div class=\"folders\">{body}</div></body></html>\n")

@@ -42,7 +42,7 @@ def plot_reliability_diagram(
         Axes for the diagram; the histogram is appended below it (``make_axes_locatable``). By default
         a new 5 x 5.5 inch figure with both panels is created.
     title : str, optional
-        Prefix of the title; " — ECE = 0.123 (15 bins)" is appended.
+        Prefix of the title; " — ECE = 0.123 (15 bins)" is appended ("(15 quantile bins)" for equal mass).
     style : {"bars", "points"}, default "bars"
 
     Returns
@@ -99,7 +99,7 @@ def plot_reliability_diagram(
     ax.set_ylabel("accuracy")
     ax.tick_params(labelbottom=False)
     ax.legend(loc="upper left", fontsize="small")
-    suffix = f"ECE = {ece:.3f} ({n_bins} bins)"
+    suffix = f"ECE = {ece:.3f} ({n_bins}{' quantile' if binning == 'quantile' else ''} bins)"
     ax.set_title(f"{title} — {suffix}" if title else suffix)
 
     share = table.counts / table.counts.sum()
@@ -110,12 +110,13 @@ def plot_reliability_diagram(
     return fig
 
 
-def plot_reliability_diagrams(panels: dict, *, n_bins: int = 15, title: str | None = None,
+def plot_reliability_diagrams(panels: dict, *, n_bins: int = 15, binning: str = "uniform", title: str | None = None,
                               panel_size: tuple[float, float] = (4.0, 4.0)):
     """Reliability diagrams side by side, one per entry of ``panels`` (``{panel title: (y_true, y_prob)}``,
     each pair as :func:`plot_reliability_diagram` takes it) → :class:`matplotlib.figure.Figure`.
 
-    ``panel_size`` is (width, height) in inches per panel; ``title`` goes above the row.
+    ``n_bins`` and ``binning`` are each panel's (:func:`plot_reliability_diagram`); ``panel_size`` is (width,
+    height) in inches per panel; ``title`` goes above the row.
 
     Examples
     --------
@@ -127,7 +128,7 @@ def plot_reliability_diagrams(panels: dict, *, n_bins: int = 15, title: str | No
 
     fig = Figure(figsize=(panel_size[0] * len(panels), panel_size[1]))
     for ax, (name, (y_true, y_prob)) in zip(fig.subplots(1, len(panels), squeeze=False)[0], panels.items()):
-        plot_reliability_diagram(y_true, y_prob, n_bins=n_bins, ax=ax, title=name)
+        plot_reliability_diagram(y_true, y_prob, n_bins=n_bins, binning=binning, ax=ax, title=name)
     if title:
         fig.suptitle(title)
     fig.tight_layout()

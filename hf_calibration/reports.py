@@ -64,14 +64,10 @@ def binned_entries(y_true, y_prob, *, n_bins: int = 15, binning: str = "uniform"
 
 def report_with_ece_options(y_true, y_prob, *, n_bins: int = 15, binning: str = "uniform", norm: str = "l1",
                             n_resamples: int = 1000, seed: int = 0) -> dict:
-    """``metrics.calibration_report`` with conf-ECE's ``binning`` and ``norm`` chosen too (its own conf-ECE and
-    MCE use equal-width bins and, for conf-ECE, the l1 norm): the same keys, the binned ones from
-    ``binned_entries``. With the defaults it is ``calibration_report``."""
-    report = calibration_report(y_true, y_prob, n_bins=n_bins, n_resamples=n_resamples, seed=seed)
-    if (binning, norm) != ("uniform", "l1"):
-        report.update(binned_entries(y_true, y_prob, n_bins=n_bins, binning=binning, norm=norm,
-                                     n_resamples=n_resamples, seed=seed))
-    return report
+    """``metrics.calibration_report`` with conf-ECE's ``n_bins``, ``binning`` and ``norm`` (kept as the name the
+    jobs use; ``calibration_report`` takes them itself)."""
+    return calibration_report(y_true, y_prob, n_bins=n_bins, binning=binning, norm=norm, n_resamples=n_resamples,
+                              seed=seed)
 
 
 def references(correct: np.ndarray, n_options: int, *, accuracy: float | None = None, **kwargs) -> dict:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from hf_calibration.cli import main
+from hf_calibration.errors import ParameterError
 from hf_calibration.html_report import find_metric_tables, render_report
 from hf_calibration.jobs import EvaluateConfig, ReportConfig, run_evaluate, run_report
 
@@ -67,6 +68,50 @@ def test_cli_report_takes_folders_as_positionals(folders, tmp_path, capsys):
     assert main(["report", str(tmp_path / "missing"), "--output", str(tmp_path / "x.html")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "missing" in err and not (tmp_path / "x.html").exists()
+
+
+def test_report_rescores_the_per_answer_files_with_the_ece_options(folders, tmp_path):
+    """--n-bins 4 --binning quantile --norm l2: evaluate's predictions.jsonl re-scored; conf-ECE and the constant
+    reference against expected_calibration_error called on the written answers (hand-made records in a second
+    file: a SECL-style row uses its own <signal>_correct)."""
+    import numpy as np
+
+    from hf_calibration.html_report import rescored_table
+    from hf_calibration.metrics import expected_calibration_error
+
+    options = dict(n_bins=4, binning="quantile", norm="l2")
+    records = [json.loads(line) for line in (folders[0] / "predictions.jsonl").read_text().splitlines()]
+    y = np.array([r["correct"] for r in records], dtype=int)
+    conf = np.array([r["confidence"] for r in records])
+    table = rescored_table(folders[0] / "predictions.jsonl", options, n_resamples=20)
+    assert list(table) == ["confidence", "constant_accuracy"]
+    # 12 answers, float64 sums in two orders: bound 12 · 2.2e-16
+    assert table["confidence"]["conf_ece"]["value"] == pytest.approx(expected_calibration_error(y, conf, **options),
+                                                                     abs=1e-14)
+    assert table["constant_accuracy"]["conf_ece"]["value"] == pytest.approx(
+        expected_calibration_error(y, np.full(len(y), y.mean()), **options), abs=1e-14)
+    stream = tmp_path / "records.jsonl"
+    stream.write_text("\n".join(json.dumps({"correct": c, "verbalized": v, "secl": s, "secl_correct": sc})
+                                 for c, v, s, sc in [(True, 0.9, 0.6, False), (False, 0.8, 0.3, False),
+                                                     (True, 0.7, 0.8, True), (False, 0.2, 0.4, True)]))
+    table = rescored_table(stream, dict(n_bins=2, binning="uniform", norm="l1"), n_resamples=5)
+    # by hand, 2 bins [0, .5), [.5, 1]: verbalized {0.2: wrong} gap .2, {.9 ok, .8 wrong, .7 ok} gap |.8 − 2/3| →
+    # (.2 + 3·(.8 − 2/3)) / 4 = 0.15; SECL with secl_correct {.3 no, .4 yes} gap |.35 − .5|, {.6 no, .8 yes} gap .2
+    # → (2·.15 + 2·.2) / 4 = 0.175
+    assert table["verbalized"]["conf_ece"]["value"] == pytest.approx(0.15, abs=1e-12)
+    assert table["SECL"]["conf_ece"]["value"] == pytest.approx(0.175, abs=1e-12)
+    assert rescored_table(folders[0] / "metrics.json", options) == {}  # not JSON lines with `correct`
+    out = tmp_path / "r.html"
+    result = run_report(ReportConfig(inputs=[str(folders[0])], output=str(out), n_bins=4, binning="quantile",
+                                     norm="l2", n_resamples=20))
+    assert result.run["ece"] == options
+    assert "predictions.jsonl · re-scored: conf-ECE with 4 quantile bins, l2" in out.read_text()
+    assert ReportConfig(inputs=["x"]).ece_options() is None
+    assert ReportConfig(inputs=["x"], binning="quantile").ece_options() == dict(n_bins=15, binning="quantile", norm="l1")
+    for bad in (dict(n_bins=0), dict(binning="equal"), dict(norm="l3")):
+        with pytest.raises(ParameterError) as err:
+            ReportConfig(inputs=["x"], **bad)
+        assert err.value.parameter == next(iter(bad))
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="no Chromium on this machine (apt-get install chromium; .ci/run does)")

@@ -46,3 +46,30 @@ def test_references_take_the_ece_options():
     # constant 1/4 against accuracy 3/4: every bin has the gap 1/2
     assert refs["constant_1/K"]["conf_ece"]["value"] == pytest.approx(0.5, abs=1e-15)
     assert refs["constant_accuracy"]["conf_ece"]["value"] == pytest.approx(0.0, abs=1e-15)
+
+
+@pytest.mark.parametrize("binning, norm", [("quantile", "l1"), ("quantile", "l2"), ("uniform", "max")])
+def test_calibration_report_takes_binning_and_norm(binning, norm):
+    """conf-ECE and MCE of ``calibration_report`` under its own ``binning``/``norm``, against the metric called
+    directly (point values) and against ``bootstrap`` on the same resamples (intervals)."""
+    from hf_calibration.metrics import bootstrap, calibration_report, expected_calibration_error
+
+    rng = np.random.default_rng(5)
+    conf = rng.uniform(0.2, 1.0, 120)
+    correct = (rng.uniform(size=120) < conf ** 2).astype(int)
+    report = calibration_report(correct, conf, n_bins=7, binning=binning, norm=norm, n_resamples=30, seed=2)
+    for key, key_norm in (("conf_ece", norm), ("mce", "max")):
+        options = dict(n_bins=7, binning=binning, norm=key_norm)
+        value, low, high = bootstrap(expected_calibration_error, correct, conf, n_resamples=30, seed=2,
+                                     metric_kwargs=options)
+        # 120 terms ≤ 1 summed in two orders: bound 120 · 2.2e-16
+        assert report[key]["value"] == pytest.approx(expected_calibration_error(correct, conf, **options), abs=1e-13)
+        assert (report[key]["low"], report[key]["high"]) == (pytest.approx(low, abs=1e-13), pytest.approx(high, abs=1e-13))
+
+
+@pytest.mark.parametrize("kwargs, name", [({"binning": "equal"}, "binning"), ({"norm": "l3"}, "norm")])
+def test_calibration_report_names_a_bad_ece_option(kwargs, name):
+    from hf_calibration.metrics import calibration_report
+
+    with pytest.raises(ValueError, match=name):
+        calibration_report([1, 0], [0.7, 0.4], n_resamples=5, **kwargs)

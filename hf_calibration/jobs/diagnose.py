@@ -11,7 +11,7 @@ import numpy as np
 from hf_calibration import modeling, reports
 from hf_calibration.data import MCQA_DATASETS, OPEN_QA_DATASETS, check_mcqa_arguments, dataset_kind
 from hf_calibration.errors import ParameterError, renamed_parameters
-from hf_calibration.jobs.common import (CUSTOM_DATA_FIELDS, ECE_DEFAULTS, JobResult, MCQAScoringConfig,
+from hf_calibration.jobs.common import (CUSTOM_DATA_FIELDS, JobResult, MCQAScoringConfig,
                                         batch_size_field, check_device, check_output_dir, check_positive_number,
                                         custom_data_options, dataset_field, ece_options, load_mcqa_for)
 from hf_calibration.plotting import plot_reliability_diagrams
@@ -88,17 +88,15 @@ def _diagnose_mcqa(config: DiagnoseConfig, model, tokenizer, out, run: dict, pro
         model, tokenizer = _load(config, run)
     start = time.perf_counter()
     result, signals = diagnose(model, tokenizer, dataset, tau_n=config.tau_n, prompt_format=config.prompt_format,
-                               batch_size=config.batch_size, n_resamples=config.n_resamples, seed=config.seed,
-                               progress=progress)
-    _apply_ece_options(result, signals.correct, {name: signals.confidence[name] for name in result["signals"]},
-                       signals.option_probs.shape[1], config)
+                               batch_size=config.batch_size, **ece_options(config), n_resamples=config.n_resamples,
+                               seed=config.seed, progress=progress)
     run.update(n=len(dataset), prompt_format=signals.prompt_format, wall_seconds=round(time.perf_counter() - start, 1),
                length_only_accuracy=length_only_accuracy(dataset))
     with AtomicOutputDir(out) as tmp:
         write_json(tmp / "diagnosis.json", {"run": run, **result})
         write_jsonl(tmp / "signals.jsonl", _signal_records(dataset, signals))
         fig = plot_diagnosis(signals, title=f"{config.model.split('/')[-1]} · {config.dataset} (n={len(dataset)})",
-                             n_bins=config.n_bins)
+                             n_bins=config.n_bins, binning=config.binning)
         fig.savefig(tmp / "reliability_diagrams.png", dpi=110, bbox_inches="tight")
     return result, signals, ("diagnosis.json", "signals.jsonl", "reliability_diagrams.png")
 
@@ -116,37 +114,23 @@ def _diagnose_open(config: DiagnoseConfig, model, tokenizer, out, run: dict, pro
     records = run_stream(model, items, baseline_only=True, progress=progress)
     run.update(n=len(items), prompt_format=model.secl_prompt_format, wall_seconds=round(time.perf_counter() - start, 1))
     rows = tuple(r for r in BASELINE_ROWS if r not in ("platt", "temperature"))  # the labelled rows are not signals
-    summary = summarize_stream(records, n_resamples=config.n_resamples, seed=config.seed, signals=rows)[config.dataset]
+    ece = ece_options(config)
+    summary = summarize_stream(records, n_resamples=config.n_resamples, seed=config.seed, signals=rows,
+                               **ece)[config.dataset]
     y = np.array([r["correct"] for r in records], dtype=int)
     result = {
         "signals": summary["signals"], "references": summary["references"],
         "gap": generation_discrimination_gap(y, [r["verbalized"] for r in records], [r["norm_p_true"] for r in records],
-                                             n_resamples=config.n_resamples, seed=config.seed),
+                                             **ece, n_resamples=config.n_resamples, seed=config.seed),
     }
-    _apply_ece_options(result, y, {s: [r[s] for r in records] for s in rows}, 1, config)
     with AtomicOutputDir(out) as tmp:
         write_jsonl(tmp / "records.jsonl", records)
         write_json(tmp / "diagnosis.json", {"run": run, **result})
         fig = plot_reliability_diagrams({SIGNAL_NAMES[s]: (y, [r[s] for r in records]) for s in rows},
-                                        n_bins=config.n_bins,
+                                        n_bins=config.n_bins, binning=config.binning,
                                         title=f"{config.model.split('/')[-1]} · {config.dataset} (n={len(items)})")
         fig.savefig(tmp / "reliability_diagrams.png", dpi=100, bbox_inches="tight")
     return result, records, ("diagnosis.json", "records.jsonl", "reliability_diagrams.png")
-
-
-def _apply_ece_options(result: dict, correct, confidences: dict, n_options: int, config: DiagnoseConfig) -> None:
-    """The binned entries of ``result``'s signal and reference reports under the config's ECE options, in place
-    (``secl.diagnose`` and ``secl.stream`` report with ``calibration_report``'s defaults, which the verdict's
-    ΔECE keeps). ``confidences``: (n,) confidences by signal name; ``n_options``: K of the 1/K reference."""
-    ece = ece_options(config)
-    if ece == ECE_DEFAULTS:
-        return
-    y = np.asarray(correct).astype(int)
-    for name, conf in confidences.items():
-        result["signals"][name].update(reports.binned_entries(y, conf, **ece, n_resamples=config.n_resamples,
-                                                              seed=config.seed))
-    refs = reports.references(y, n_options, **ece, n_resamples=config.n_resamples, seed=config.seed)
-    result["references"] = {name: refs[name] for name in result["references"]}
 
 
 def _load(config: DiagnoseConfig, run: dict):
@@ -169,8 +153,8 @@ def run_diagnose(config: DiagnoseConfig, *, model=None, tokenizer=None, progress
 
     ``dataset`` may be your own multiple-choice file or Hub dataset (the ``*_column`` fields map it, as in
     ``run_evaluate``). ``n_bins``, ``binning`` and ``norm`` set the binned metrics of every signal and reference
-    (conf-ECE and its interval, MCE, ACE) and are recorded in ``run``; the diagrams take ``n_bins`` equal-width
-    bins, and the verdict's ΔECE keeps 15 equal-width bins (``generation_discrimination_gap``).
+    (conf-ECE and its interval, MCE, ACE), the diagrams' bins and the verdict's ΔECE
+    (``generation_discrimination_gap``), and are recorded in ``run``.
 
     Raises ParameterError naming the config field before any model loads.
     """

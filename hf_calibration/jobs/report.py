@@ -7,7 +7,9 @@ from pathlib import Path
 
 from hf_calibration.errors import MissingPathError, ParameterError
 from hf_calibration.html_report import render_report
-from hf_calibration.jobs.common import JobResult, check_output_file
+from hf_calibration.jobs.common import ECE_DEFAULTS, JobResult, check_choice, check_int, check_output_file, n_resamples_field
+from hf_calibration.metrics.binning import BINNINGS
+from hf_calibration.metrics.ece import NORMS
 
 
 @dataclass(kw_only=True)
@@ -19,15 +21,39 @@ class ReportConfig:
                 "(on the command line: the positional DIR arguments).", "nargs": "+"})
     output: str = field(default="report.html", metadata={"help": "The HTML file to write (self-contained)."})
     title: str = field(default="hf-calibration report", metadata={"help": "The page's title."})
+    n_bins: int | None = field(default=None, metadata={
+        "help": "Re-score the per-answer files (predictions.jsonl, signals.jsonl, records.jsonl) with this many bins "
+                "(default when --binning or --norm is given: 15); the stored tables keep the options they were "
+                "computed with."})
+    binning: str | None = field(default=None, metadata={
+        "help": "Re-score with uniform (equal width) or quantile (equal mass) bins (default when --n-bins or --norm "
+                "is given: uniform).", "choices": list(BINNINGS)})
+    norm: str | None = field(default=None, metadata={
+        "help": "Re-score with conf-ECE's norm l1, l2 or max (default when --n-bins or --binning is given: l1).",
+        "choices": list(NORMS)})
+    n_resamples: int = n_resamples_field()
 
     def __post_init__(self):
         if not self.inputs:
             raise ParameterError("inputs", self.inputs, "need at least one result folder, got none")
+        if self.n_bins is not None:
+            check_int(self.n_bins, "n_bins")
+        if self.binning is not None:
+            check_choice(self.binning, "binning", BINNINGS)
+        if self.norm is not None:
+            check_choice(self.norm, "norm", NORMS)
+        check_int(self.n_resamples, "n_resamples")
+
+    def ece_options(self) -> dict | None:
+        """The re-scoring options, None when none of n_bins, binning, norm is given."""
+        given = {k: getattr(self, k) for k in ECE_DEFAULTS if getattr(self, k) is not None}
+        return {**ECE_DEFAULTS, **given} if given else None
 
 
 def run_report(config: ReportConfig) -> JobResult:
     """Write ``config.output``: the metric tables (value [95 % interval], constant references marked) and the
-    reliability diagrams of every folder in ``config.inputs``, one column per folder (``html_report``).
+    reliability diagrams of every folder in ``config.inputs``, one column per folder (``html_report``); with any of
+    ``n_bins``, ``binning``, ``norm`` also the per-answer files re-scored under those ECE options.
 
     MissingPathError naming ``inputs`` for a folder that does not exist; ParameterError naming ``output`` for a
     place that cannot be written; both before anything is read or written.
@@ -37,11 +63,11 @@ def run_report(config: ReportConfig) -> JobResult:
         if not f.is_dir():
             raise MissingPathError("inputs", str(f), f"{str(f)!r} is not a folder")
     out = check_output_file(config.output)
-    page = render_report(folders, title=config.title)
+    page = render_report(folders, title=config.title, ece=config.ece_options(), n_resamples=config.n_resamples)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(page, encoding="utf-8")
     n_tables = page.count("<table>")
-    run = {"inputs": [str(f) for f in folders], "title": config.title, "tables": n_tables,
+    run = {"inputs": [str(f) for f in folders], "title": config.title, "ece": config.ece_options(), "tables": n_tables,
            "images": page.count("<img ")}
     return JobResult(metrics={}, run=run, paths={"report": out}, output_dir=out.parent,
                      table=f"{n_tables} tables and {run['images']} diagrams from {len(folders)} folder(s)")

@@ -11,7 +11,7 @@ from hf_calibration.metrics import ece as _ece
 from hf_calibration.metrics import scores as _scores
 from hf_calibration.metrics import smooth as _smooth
 from hf_calibration.metrics._registry import lookup
-from hf_calibration.metrics._validation import check_n_bins, prepare
+from hf_calibration.metrics._validation import prepare
 
 # Resamples are evaluated in blocks of at most this many (resample, item) cells, bounding memory.
 _BLOCK_CELLS = 1 << 21
@@ -145,6 +145,8 @@ def calibration_report(
     y_prob,
     *,
     n_bins: int = 15,
+    binning: str = "uniform",
+    norm: str = "l1",
     n_resamples: int = 1000,
     confidence_level: float = 0.95,
     seed: int | None = 0,
@@ -161,7 +163,13 @@ def calibration_report(
         Probability rows or confidences in [0, 1] (forms as in
         :func:`~hf_calibration.metrics.expected_calibration_error`).
     n_bins : int, default 15
-        Bins of the binned metrics (equal width for conf-ECE, MCE and cw-ECE; equal mass for ACE).
+        Bins of the binned metrics (conf-ECE and MCE as ``binning`` says; cw-ECE equal width; ACE equal
+        mass, its definition).
+    binning : {"uniform", "quantile"}, default "uniform"
+        conf-ECE's and MCE's bins: equal width, or equal mass (as
+        :func:`~hf_calibration.metrics.expected_calibration_error`).
+    norm : {"l1", "l2", "max"}, default "l1"
+        conf-ECE's norm (MCE is always the max norm over the same bins).
     n_resamples, confidence_level, seed
         As :func:`bootstrap`.
 
@@ -190,15 +198,15 @@ def calibration_report(
     >>> set(report["conf_ece"]) == {"value", "low", "high"}
     True
     """
-    n_bins = check_n_bins(n_bins)
+    n_bins = _ece._ece_options(n_bins, binning, norm)["n_bins"]
     _check_bootstrap_args(n_resamples, confidence_level, seed)
     inputs = prepare(y_true, y_prob)
-    uniform = dict(n_bins=n_bins, binning="uniform", debiased=False)
+    bins = dict(n_bins=n_bins, binning=binning, debiased=False)
     metrics: dict[str, Callable] = {
         "accuracy": _scores._accuracy_impl,
         "mean_confidence": _scores._mean_confidence_impl,
-        "conf_ece": functools.partial(_ece._ece_impl, norm="l1", **uniform),
-        "mce": functools.partial(_ece._ece_impl, norm="max", **uniform),
+        "conf_ece": functools.partial(_ece._ece_impl, norm=norm, **bins),
+        "mce": functools.partial(_ece._ece_impl, norm="max", **bins),
         "ace": functools.partial(_ece._ace_impl, n_bins=n_bins),
         "smece": functools.partial(_smooth._smece_impl, sigma=None),
         "brier": _scores._brier_impl,

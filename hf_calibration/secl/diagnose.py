@@ -28,6 +28,9 @@ def generation_discrimination_gap(
     verbalized,
     norm_p_true,
     *,
+    n_bins: int = 15,
+    binning: str = "uniform",
+    norm: str = "l1",
     n_resamples: int = 1000,
     confidence_level: float = 0.95,
     seed: int = 0,
@@ -37,13 +40,14 @@ def generation_discrimination_gap(
     Parameters
     ----------
     correct : (n,) bool or {0, 1}; verbalized, norm_p_true : (n,) confidences in [0, 1] of the same
-        answers. n_resamples : bootstrap resamples (the same resampled indices for both signals, so
+        answers. n_bins, binning, norm : the ECE of ``delta_ece`` (``expected_calibration_error``'s options;
+        default 15 equal-width bins, l1). n_resamples : bootstrap resamples (the same resampled indices for both signals, so
         the differences are paired). confidence_level : in (0, 1).
 
     Returns
     -------
     dict with ``delta_auroc`` = AUROC(P(True)Norm) − AUROC(verbalized) and ``delta_ece`` =
-    ECE(P(True)Norm) − ECE(verbalized) (15 equal-width bins), each {"value", "low", "high"};
+    ECE(P(True)Norm) − ECE(verbalized) (under ``n_bins``/``binning``/``norm``), each {"value", "low", "high"};
     ``auroc_norm_p_true`` and ``auroc_verbalized`` likewise; ``verdict`` ∈ ``VERDICTS``;
     ``secl_expected_to_help`` (True, False, or None when undecided) and ``explanation`` (plain words).
 
@@ -64,13 +68,15 @@ def generation_discrimination_gap(
         raise ValueError(f"n_resamples: must be a positive integer, got {n_resamples!r}")
     if not 0 < confidence_level < 1:
         raise ValueError(f"confidence_level: must be in (0, 1), got {confidence_level!r}")
+    ece = dict(n_bins=n_bins, binning=binning, norm=norm)
+    expected_calibration_error(y[:1], v[:1], **ece)  # the options checked before the resamples
 
     def stats(idx):
         yy = y[idx]
         if yy.min() == yy.max():
             return np.nan, np.nan, np.nan, np.nan
         a_p, a_v = confidence_auroc(yy, p[idx]), confidence_auroc(yy, v[idx])
-        e_p, e_v = expected_calibration_error(yy, p[idx]), expected_calibration_error(yy, v[idx])
+        e_p, e_v = expected_calibration_error(yy, p[idx], **ece), expected_calibration_error(yy, v[idx], **ece)
         return a_p, a_v, e_p, e_v
 
     point = stats(np.arange(len(y)))
@@ -115,27 +121,30 @@ def generation_discrimination_gap(
     return {
         "delta_auroc": d_auroc, "delta_ece": d_ece, "auroc_norm_p_true": auroc_p, "auroc_verbalized": auroc_v,
         "verdict": verdict, "secl_expected_to_help": helps, "explanation": explanation,
-        "n_resamples": int(n_resamples), "confidence_level": float(confidence_level), "seed": int(seed),
+        **ece, "n_resamples": int(n_resamples), "confidence_level": float(confidence_level), "seed": int(seed),
     }
 
 
-def summarize(signals: MCQASignals, *, n_resamples: int = 1000, seed: int = 0) -> dict:
+def summarize(signals: MCQASignals, *, n_bins: int = 15, binning: str = "uniform", norm: str = "l1",
+              n_resamples: int = 1000, seed: int = 0) -> dict:
     """diagnosis.json content (less the run description) from computed signals.
 
     ``signals``: per signal the calibration report (value with 95 % bootstrap interval per metric)
     plus ``confidence_sd``, ``mass_mean`` (probability of the tokens read), ``forward_passes`` and
     ``seconds`` per question; ``references``: constant accuracy (measured on the same questions) and
-    1/K; ``position_bias`` per gold letter; ``gap``: ``generation_discrimination_gap``.
+    1/K; ``position_bias`` per gold letter; ``gap``: ``generation_discrimination_gap``. ``n_bins``, ``binning``,
+    ``norm``: the binned metrics' options (``calibration_report``) in every report and in the gap's ΔECE.
     """
     from hf_calibration.metrics import calibration_report
     from hf_calibration.reports import position_bias, references
 
     y = signals.correct.astype(int)
     k = signals.option_probs.shape[1]
+    ece = dict(n_bins=n_bins, binning=binning, norm=norm)
     table = {}
     for name in SIGNALS:
         conf = signals.confidence[name]
-        report = calibration_report(y, conf, n_resamples=n_resamples, seed=seed)
+        report = calibration_report(y, conf, **ece, n_resamples=n_resamples, seed=seed)
         report.update(
             confidence_sd=float(np.std(conf)),
             mass_mean=float(np.nanmean(signals.mass[name])),
@@ -146,7 +155,7 @@ def summarize(signals: MCQASignals, *, n_resamples: int = 1000, seed: int = 0) -
     greedy = signals.verbalized_greedy
     return {
         "signals": table,
-        "references": references(signals.correct, k, n_resamples=n_resamples, seed=seed),
+        "references": references(signals.correct, k, **ece, n_resamples=n_resamples, seed=seed),
         "position_bias": position_bias(signals.labels, signals.prediction, k),
         "verbalized_greedy": {
             "share_numeric": float(np.mean(np.isfinite(greedy))),
@@ -155,7 +164,7 @@ def summarize(signals: MCQASignals, *, n_resamples: int = 1000, seed: int = 0) -
         "tau_n": signals.tau_n,
         "prompt_format": signals.prompt_format,
         "gap": generation_discrimination_gap(
-            signals.correct, signals.confidence["verbalized"], signals.confidence["norm_p_true"],
+            signals.correct, signals.confidence["verbalized"], signals.confidence["norm_p_true"], **ece,
             n_resamples=n_resamples, seed=seed,
         ),
     }
@@ -169,14 +178,18 @@ def diagnose(
     tau_n: float = DEFAULT_TAU_N,
     prompt_format: str = "auto",
     batch_size: int = 8,
+    n_bins: int = 15,
+    binning: str = "uniform",
+    norm: str = "l1",
     n_resamples: int = 1000,
     seed: int = 0,
     progress: bool = True,
 ) -> tuple[dict, MCQASignals]:
-    """Compute the confidence signals on MCQA ``dataset`` and summarise them (``summarize``)."""
+    """Compute the confidence signals on MCQA ``dataset`` and summarise them (``summarize``, which takes the ECE
+    options ``n_bins``, ``binning``, ``norm``)."""
     signals = mcqa_signals(model, tokenizer, dataset, tau_n=tau_n, prompt_format=prompt_format,
                            batch_size=batch_size, progress=progress)
-    return summarize(signals, n_resamples=n_resamples, seed=seed), signals
+    return summarize(signals, n_bins=n_bins, binning=binning, norm=norm, n_resamples=n_resamples, seed=seed), signals
 
 
 DIAGNOSIS_COLUMNS = (
@@ -219,11 +232,11 @@ def format_diagnosis(result: dict, title: str = "") -> str:
     return "\n".join(lines)
 
 
-def plot_diagnosis(signals: MCQASignals, *, title: str | None = None, n_bins: int = 15):
+def plot_diagnosis(signals: MCQASignals, *, title: str | None = None, n_bins: int = 15, binning: str = "uniform"):
     """Reliability diagrams of option probability, P(True), P(True)Norm and verbalized, side by side."""
     from hf_calibration.plotting import plot_reliability_diagrams
 
     y = signals.correct.astype(int)
     names = ("option_probability", "p_true", "norm_p_true", "verbalized")
     return plot_reliability_diagrams({SIGNAL_NAMES[n]: (y, signals.confidence[n]) for n in names}, n_bins=n_bins,
-                                     title=title, panel_size=(4.2, 4.2))
+                                     binning=binning, title=title, panel_size=(4.2, 4.2))

@@ -265,13 +265,14 @@ def signal_rows(secl_keys: tuple = ("secl",)) -> tuple:
 
 
 def summarize_stream(records: list[dict], *, n_resamples: int = 1000, seed: int = 0,
-                     signals: tuple = SIGNAL_ROWS) -> dict:
+                     signals: tuple = SIGNAL_ROWS, n_bins: int = 15, binning: str = "uniform", norm: str = "l1") -> dict:
     """Per domain and overall: a calibration report per signal (+ passes/q), the references, SECL shares.
 
     signals : which rows to report; ``BASELINE_ROWS`` for records of ``run_stream(baseline_only=True)``; a second
         SECL pass's key (``secl_key``, e.g. "secl_all") adds its row. Each SECL row is scored against its own
         pass's answers. The shares of the "secl" pass (in burst, trained, bin-gate skips, alarms, accuracy
         change) sit beside "signals"; another pass's under its key.
+    n_bins, binning, norm : the binned metrics' options (``calibration_report``), references included.
     """
     from hf_calibration.metrics import calibration_report
     from hf_calibration.reports import references
@@ -298,11 +299,13 @@ def summarize_stream(records: list[dict], *, n_resamples: int = 1000, seed: int 
                 conf = np.array([r[sig] for r in sub])
                 yy = y_pass.get(sig, y)
                 passes = np.mean([r["passes"][sig] for r in sub])
-            report = calibration_report(yy, conf, n_resamples=n_resamples, seed=seed)
+            report = calibration_report(yy, conf, n_bins=n_bins, binning=binning, norm=norm, n_resamples=n_resamples,
+                                        seed=seed)
             report["forward_passes"] = float(passes)
             reports[sig] = report
         k = max(r["n_options"] for r in sub)
-        refs = references(y.astype(bool), max(k, 1), n_resamples=n_resamples, seed=seed)
+        refs = references(y.astype(bool), max(k, 1), n_bins=n_bins, binning=binning, norm=norm,
+                          n_resamples=n_resamples, seed=seed)
         if k == 0:  # open-ended: no 1/K reference
             del refs["constant_1/K"]
         out[name] = {"n": len(sub), "signals": reports, "references": refs}

@@ -81,7 +81,17 @@ def test_run_evaluate_on_a_local_file_with_quantile_bins(tiny_model_dir, tmp_pat
     assert result.paths["reliability_diagram.png"].read_bytes()[:4] == b"\x89PNG"
 
 
-def test_run_diagnose_on_a_local_file_with_the_ece_options(tiny_model_dir, tmp_path):
+def test_run_diagnose_on_a_local_file_with_the_ece_options(tiny_model_dir, tmp_path, monkeypatch):
+    import hf_calibration.jobs.diagnose as job
+
+    seen = {}
+
+    def plot(*args, **kwargs):
+        seen["fig"] = plot_diagnosis(*args, **kwargs)
+        return seen["fig"]
+
+    plot_diagnosis = job.plot_diagnosis
+    monkeypatch.setattr(job, "plot_diagnosis", plot)
     path = write_jsonl(tmp_path / "quiz.jsonl")
     config = DiagnoseConfig(model=str(tiny_model_dir), dataset=path, **FILES["jsonl"][1], limit=6, n_resamples=20,
                             n_bins=4, binning="quantile", norm="l2", output_dir=str(tmp_path / "d"))
@@ -96,6 +106,12 @@ def test_run_diagnose_on_a_local_file_with_the_ece_options(tiny_model_dir, tmp_p
         assert report["conf_ece"]["value"] == pytest.approx(expected, abs=1e-14), name  # 6 terms ≤ 1
         assert report["mce"]["value"] == pytest.approx(
             expected_calibration_error(correct, conf, n_bins=4, binning="quantile", norm="max"), abs=1e-14), name
+    # the verdict's ΔECE under the same options (it kept 15 equal-width bins before)
+    ece = {name: expected_calibration_error(correct, np.array([r[name] for r in records]), n_bins=4, binning="quantile",
+                                            norm="l2") for name in ("norm_p_true", "verbalized")}
+    assert on_disk["gap"]["delta_ece"]["value"] == pytest.approx(ece["norm_p_true"] - ece["verbalized"], abs=1e-14)
+    # the diagrams' bins: every panel's title names the 4 quantile bins
+    assert [ax.get_title().endswith("(4 quantile bins)") for ax in seen["fig"].axes if ax.get_title()] == [True] * 4
 
 
 @pytest.mark.parametrize("text, columns, parameter, fragment", [
