@@ -37,7 +37,8 @@ from hf_calibration.jobs.diagnose import DiagnoseConfig, run_diagnose
 from hf_calibration.jobs.secl_stream import SECLStreamConfig, check_stream, run_secl_stream
 from hf_calibration.reports import format_cell, format_table, write_json
 from hf_calibration.secl.confidence import SIGNAL_NAMES
-from hf_calibration.secl.stream import STREAM_COLUMNS
+from hf_calibration.secl.stream import (STREAM_COLUMNS, claim_check, format_claim_check, signal_rows,
+                                        summarize_stream)
 
 EXPERIMENTS = ("diagnose", "secl", "calm")
 MODEL_ALIASES = {
@@ -212,6 +213,13 @@ def secl_table(results: dict) -> str:
                 f"{s['share_in_burst']:.0%}, bin-gate skips {s['skipped_by_bin_gate']}, alarms {s['alarms']}); "
                 f"SECL ECE cut vs verbalized {cut}; accuracy change {s['accuracy_change_secl']:+.3f}\n\n"
                 + format_table(_signal_rows(s), columns=STREAM_COLUMNS, markdown=True))
+            for key in [k for k in s["signals"] if k == "secl" or k.startswith("secl_")]:
+                paired = (s if key == "secl" else s[key])["paired"]
+                blocks.append(f"{SIGNAL_NAMES[key]} − verbalized, paired bootstrap: ΔECE {_signed(paired['delta_ece'])}, "
+                              f"ΔAUROC {_signed(paired['delta_auroc'])}, ΔBrier {_signed(paired['delta_brier'])}; "
+                              f"Brier − constant-accuracy Brier {_signed(paired['delta_brier_vs_constant'])}. "
+                              f"Claim check ({SIGNAL_NAMES[key]}, {domain}):\n\n"
+                              + format_claim_check(claim_check(s, key)))
     return "\n\n".join(blocks)
 
 
@@ -269,6 +277,13 @@ def _secl(out: Path, config: ExperimentConfig, progress: bool) -> tuple[dict, di
         alias = model_alias(model_name)
         if (dest / "metrics.json").exists() and not config.overwrite:
             results[alias] = _read_back(dest / "metrics.json", alias, progress)
+            if any("paired" not in s for s in results[alias]["summary"].values()):
+                # written before the paired intervals existed: summarised again from its records
+                records = [json.loads(line) for line in (dest / "records.jsonl").read_text().splitlines()]
+                compared = results[alias]["run"].get("compared")
+                keys = ("secl",) if not compared else ("secl", compared["key"])
+                results[alias]["summary"] = summarize_stream(records, n_resamples=config.n_resamples,
+                                                             seed=config.seed, signals=signal_rows(keys))
             continue
         job = SECLStreamConfig(output_dir=str(dest), model=model_name, stream=",".join(config.dataset_names()),
                                limit_per_domain=config.limits()[config.dataset_names()[0]], balance_gold=True,

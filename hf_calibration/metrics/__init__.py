@@ -28,12 +28,13 @@ torch is never imported by this package unless a torch tensor is passed or
 :func:`semantic_ece`                      Sem-ECE of open-ended answers (sampled answers grouped by meaning)
 :func:`bootstrap`                         percentile interval of any metric
 :func:`calibration_report`                every metric with bootstrap intervals, as a dict
+:func:`paired_bootstrap`                  interval of metric(a) − metric(b) on the same items
 :class:`BinnedCalibrationState`           streaming / distributed accumulator for uniform-bin metrics
 ========================================  ==============================================================
 """
 
 from hf_calibration.metrics.binning import ReliabilityTable, reliability_diagram, top_label, uniform_bin_index
-from hf_calibration.metrics.bootstrap import BootstrapResult, bootstrap, calibration_report
+from hf_calibration.metrics.bootstrap import BootstrapResult, bootstrap, calibration_report, paired_bootstrap
 from hf_calibration.metrics.ece import adaptive_calibration_error, classwise_ece, expected_calibration_error
 from hf_calibration.metrics.scores import (
     aurc,
@@ -53,6 +54,7 @@ __all__ = [
     "adaptive_calibration_error",
     "aurc",
     "bootstrap",
+    "paired_bootstrap",
     "brier_score",
     "calibration_report",
     "classwise_ece",

@@ -131,6 +131,68 @@ def bootstrap(
     return BootstrapResult(estimate, *_interval(stats, confidence_level))
 
 
+def paired_bootstrap(
+    metric: Callable,
+    y_true_a,
+    y_prob_a,
+    y_true_b,
+    y_prob_b,
+    *,
+    n_resamples: int = 1000,
+    confidence_level: float = 0.95,
+    seed: int | None = 0,
+    metric_kwargs: dict | None = None,
+) -> BootstrapResult:
+    """Paired percentile bootstrap of a difference, ``metric(a) − metric(b)``, for two prediction sets on the
+    same n items (Efron & Tibshirani 1993, ch. 13; paired as in Koehn 2004): each resample draws the same item
+    indices for both, so what the two share (the items, their difficulty) cancels in the difference.
+
+    Parameters
+    ----------
+    metric : callable, as :func:`bootstrap` takes it (e.g. ``expected_calibration_error``, ``brier_score``,
+        ``confidence_auroc``).
+    y_true_a, y_prob_a, y_true_b, y_prob_b : the two sets, item i of a and of b being the same question (their
+        labels may differ: two methods' answers to it). Shapes as the metric takes them, with equal n.
+    n_resamples, confidence_level, seed, metric_kwargs : as :func:`bootstrap`; the indices are
+        ``np.random.default_rng(seed).integers(0, n, size=(n_resamples, n))``, shared by a and b.
+
+    Returns
+    -------
+    BootstrapResult
+        ``(estimate, low, high)`` of the difference a − b; resamples where either value is undefined (AUROC with
+        one class) are skipped.
+
+    Raises
+    ------
+    ValueError, TypeError
+        Invalid inputs (as the metric), a and b of different n, bad ``n_resamples``/``confidence_level``/``seed``.
+    """
+    _check_bootstrap_args(n_resamples, confidence_level, seed)
+    kwargs = dict(metric_kwargs or {})
+    func = metric
+    if isinstance(metric, functools.partial) and not metric.args:
+        func, kwargs = metric.func, {**metric.keywords, **kwargs}
+    batched = lookup(func)
+    multiclass = batched.multiclass if batched is not None else None
+    a, b = prepare(y_true_a, y_prob_a, multiclass=multiclass), prepare(y_true_b, y_prob_b, multiclass=multiclass)
+    if a.n != b.n:
+        raise ValueError(f"y_prob_b: the paired sets need the same number of items, got {a.n} and {b.n}")
+    if batched is None:
+        def value(inputs, idx):
+            return float(func(inputs.y_true[idx], inputs.y_prob[idx], **kwargs))
+
+        every = np.arange(a.n)
+        estimate = value(a, every) - value(b, every)
+        rng = np.random.default_rng(seed)
+        stats = np.array([value(a, i) - value(b, i) for i in rng.integers(0, a.n, size=(n_resamples, a.n))])
+        return BootstrapResult(estimate, *_interval(stats, confidence_level))
+    options = batched.options(**kwargs)
+    estimate = float(batched.impl(a, None, **options)[0] - batched.impl(b, None, **options)[0])
+    stats = np.concatenate([batched.impl(a, w, **options) - batched.impl(b, w, **options)
+                            for w in resample_counts(a.n, n_resamples, seed)])
+    return BootstrapResult(estimate, *_interval(stats, confidence_level))
+
+
 def _bootstrap_loop(metric, y_true, y_prob, kwargs, n_resamples, confidence_level, seed) -> BootstrapResult:
     inputs = prepare(y_true, y_prob)
     y, p = inputs.y_true, inputs.y_prob

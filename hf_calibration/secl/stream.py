@@ -317,11 +317,88 @@ def summarize_stream(records: list[dict], *, n_resamples: int = 1000, seed: int 
                 "alarms": int(sum(r[secl_field(key, "alarm")] for r in sub)),
                 "accuracy_change_secl": float(y_pass[key].mean() - y.mean()),
             }
+            shares["paired"] = paired_differences(y_pass[key], np.array([r[key] for r in sub]), y,
+                                                  np.array([r["verbalized"] for r in sub]), n_resamples=n_resamples,
+                                                  seed=seed, n_bins=n_bins, binning=binning, norm=norm)
             if key == "secl":
                 out[name].update(shares)
             else:
                 out[name][key] = shares
     return out
+
+
+def paired_differences(y_secl, secl, y_verbal, verbal, *, n_resamples: int = 1000, seed: int = 0, n_bins: int = 15,
+                       binning: str = "uniform", norm: str = "l1") -> dict:
+    """SECL against the verbalized confidence on the same questions, paired bootstrap (``metrics.paired_bootstrap``,
+    the same resampled questions for both): ``delta_ece`` (conf-ECE under the ECE options), ``delta_auroc``,
+    ``delta_brier`` = SECL − verbalized, and ``delta_brier_vs_constant`` = Brier(SECL) − Brier(constant = the SECL
+    answers' accuracy on all n), each ``{"value", "low", "high"}`` (95 %). ``y_*``: (n,) 0/1 correctness of each
+    pass's answers; ``secl``, ``verbal``: (n,) confidences in [0, 1]."""
+    from hf_calibration.metrics import brier_score, confidence_auroc, expected_calibration_error, paired_bootstrap
+
+    y_secl, y_verbal = np.asarray(y_secl).astype(int), np.asarray(y_verbal).astype(int)
+    options = dict(n_resamples=n_resamples, seed=seed)
+
+    def entry(metric, a, b, y_b=y_verbal, **kwargs):
+        value, low, high = paired_bootstrap(metric, y_secl, a, y_b, b, metric_kwargs=kwargs or None, **options)
+        return {"value": value, "low": low, "high": high}
+
+    return {
+        "delta_ece": entry(expected_calibration_error, secl, verbal, n_bins=n_bins, binning=binning, norm=norm),
+        "delta_auroc": entry(confidence_auroc, secl, verbal),
+        "delta_brier": entry(brier_score, secl, verbal),
+        "delta_brier_vs_constant": entry(brier_score, secl, np.full(len(secl), y_secl.mean()), y_b=y_secl),
+    }
+
+
+# The paper's claims (Hedna et al. 2026) where the generation–discrimination gap exists, and the budget.
+ECE_CUT = 0.56
+TRAINED_SHARE = (0.06, 0.26)
+PASS_BUDGET = 4.6
+
+
+def claim_check(domain: dict, key: str = "secl") -> list[tuple[str, bool | None, str]]:
+    """The paper's claims on one domain's summary (``summarize_stream``) for the SECL pass ``key``: a list of
+    (claim, held, evidence). held is True/False, or None when the interval does not decide. Rules: ECE at least
+    56 % below verbalized (point estimate, and the paired ΔECE interval below 0); within-domain AUROC not below
+    verbalized (held unless the paired ΔAUROC interval lies below 0); Brier below the constant-accuracy Brier
+    (paired interval below 0: held; above 0: not; else undecided); accuracy unchanged (the pass's answers against
+    the baseline's); 6–26 % of the questions trained; at most 4.6 forward passes per question."""
+    s = domain["signals"]
+    shares = domain if key == "secl" else domain[key]
+    p = shares["paired"]
+    verb, ece = s["verbalized"]["conf_ece"]["value"], s[key]["conf_ece"]["value"]
+    cut = (verb - ece) / verb if verb > 0 else float("nan")
+    d_ece, d_auc, d_brier = p["delta_ece"], p["delta_auroc"], p["delta_brier_vs_constant"]
+
+    def interval(d):
+        return f"{d['value']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]"
+
+    def decided(d):  # below 0 → True, above 0 → False, else None
+        return True if d["high"] < 0 else False if d["low"] > 0 else None
+
+    ece_held = bool(cut >= ECE_CUT and d_ece["high"] < 0) if np.isfinite(cut) else None
+    if ece_held is False and d_ece["low"] <= 0 <= d_ece["high"] and cut >= ECE_CUT:
+        ece_held = None
+    auc_held = None if not np.isfinite(d_auc["value"]) else d_auc["high"] >= 0
+    passes = s[key]["forward_passes"]
+    trained = shares["share_trained"]
+    change = shares["accuracy_change_secl"]
+    return [
+        ("ECE ≥ 56 % below verbalized", ece_held, f"cut {cut:+.0%}; paired ΔECE {interval(d_ece)}"),
+        ("AUROC not below verbalized", auc_held, f"paired ΔAUROC {interval(d_auc)}"),
+        ("Brier below the constant-accuracy Brier", decided(d_brier), f"paired ΔBrier {interval(d_brier)}"),
+        ("accuracy unchanged", change == 0.0, f"change {change:+.3f}"),
+        ("6–26 % of the questions trained", TRAINED_SHARE[0] <= trained <= TRAINED_SHARE[1], f"{trained:.1%}"),
+        ("≤ 4.6 forward passes per question", passes <= PASS_BUDGET, f"{passes:.2f}"),
+    ]
+
+
+def format_claim_check(checks) -> str:
+    """Markdown table of ``claim_check``'s rows."""
+    word = {True: "held", False: "not held", None: "undecided"}
+    return "\n".join(["| claim | result | evidence |", "|---|---|---|"]
+                     + [f"| {claim} | {word[held]} | {evidence} |" for claim, held, evidence in checks])
 
 
 STREAM_COLUMNS = (

@@ -7,6 +7,8 @@ import time
 import numpy as np
 import pytest
 
+import hf_calibration.metrics as metrics_mod
+
 from hf_calibration.metrics import (
     BootstrapResult,
     adaptive_calibration_error,
@@ -147,3 +149,36 @@ def test_report_speed_for_the_main_job():
     start = time.perf_counter()
     calibration_report(labels, probs, n_resamples=1000)
     assert time.perf_counter() - start < 20  # ~1 s on a free core; generous for loaded CI machines
+
+
+def _paired_by_hand(metric, y_a, p_a, y_b, p_b, n_resamples, seed, level=0.95):
+    """metric(a[i]) − metric(b[i]) on the shared draws default_rng(seed).integers(0, n, (R, n)), percentiles."""
+    rng = np.random.default_rng(seed)
+    diffs = []
+    for i in rng.integers(0, len(y_a), size=(n_resamples, len(y_a))):
+        if len(set(y_a[i])) < 2 or len(set(y_b[i])) < 2:
+            if metric is metrics_mod.confidence_auroc:
+                continue
+        diffs.append(metric(y_a[i], p_a[i]) - metric(y_b[i], p_b[i]))
+    return np.percentile(diffs, [100 * (1 - level) / 2, 100 * (1 + level) / 2])
+
+
+@pytest.mark.parametrize("name", ["expected_calibration_error", "brier_score", "confidence_auroc"])
+def test_paired_bootstrap_equals_a_hand_loop_over_shared_draws(name):
+    metric = getattr(metrics_mod, name)
+    rng = np.random.default_rng(11)
+    y_a = (rng.uniform(size=60) < 0.6).astype(int)
+    y_b = np.where(rng.uniform(size=60) < 0.2, 1 - y_a, y_a)  # another method's answers to the same questions
+    p_a, p_b = rng.uniform(0.3, 1.0, 60), rng.uniform(0.0, 1.0, 60)
+    est, low, high = metrics_mod.paired_bootstrap(metric, y_a, p_a, y_b, p_b, n_resamples=200, seed=4)
+    assert est == pytest.approx(metric(y_a, p_a) - metric(y_b, p_b), abs=1e-12)
+    hand_low, hand_high = _paired_by_hand(metric, y_a, p_a, y_b, p_b, 200, 4)
+    # the same draws, float64 sums of 60 terms ≤ 1 in another order: bound 60 · 2.2e-16 · a few
+    assert (low, high) == (pytest.approx(hand_low, abs=1e-12), pytest.approx(hand_high, abs=1e-12))
+    # paired: a set against itself is exactly 0 in every resample
+    assert tuple(metrics_mod.paired_bootstrap(metric, y_a, p_a, y_a, p_a, n_resamples=50)) == (0.0, 0.0, 0.0)
+
+
+def test_paired_bootstrap_names_unequal_sizes():
+    with pytest.raises(ValueError, match="y_prob_b: the paired sets need the same number of items, got 3 and 2"):
+        metrics_mod.paired_bootstrap(metrics_mod.brier_score, [1, 0, 1], [0.5, 0.5, 0.5], [1, 0], [0.5, 0.5])
