@@ -126,7 +126,7 @@ def resolve_model_path(name_or_path: str | os.PathLike) -> str:
     ------
     MissingPathError (a ParameterError and FileNotFoundError naming ``model``)
         ``name_or_path`` looks like a path (absolute, relative with a separator, or ``~``) and is not
-        a folder.
+        a folder, or is a folder with neither ``config.json`` nor ``adapter_config.json``.
     FileNotFoundError
         The packaged copy's PyPI packages are missing.
     ParameterError (a ValueError naming ``model``)
@@ -135,6 +135,9 @@ def resolve_model_path(name_or_path: str | os.PathLike) -> str:
     raw = str(name_or_path)
     path = Path(raw).expanduser()
     if path.is_dir():
+        if not any((path / name).is_file() for name in ("config.json", "adapter_config.json")):
+            raise MissingPathError("model", raw, f"{raw!r} is a folder without a model in it (no config.json or "
+                                                 "adapter_config.json)")
         return str(path)
     looks_like_path = raw.startswith(("/", "./", "../", "~")) or raw.count("/") > 1 or path.exists()
     if looks_like_path:

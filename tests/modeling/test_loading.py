@@ -6,6 +6,7 @@ import pytest
 
 import torch
 
+from hf_calibration.errors import MissingPathError
 from hf_calibration.modeling import load_model, resolve_device, resolve_model_path
 from hf_calibration.modeling.loading import PACKAGED_MODELS, packaged_model_available
 
@@ -26,6 +27,15 @@ def test_missing_folder_fails_fast(tmp_path):
     with pytest.raises(FileNotFoundError, match="no_such"):
         resolve_model_path("./models/no_such")
     assert time.perf_counter() - start < 5  # never the ~47 s Hub retry loop
+
+
+def test_folder_without_a_model_names_model(tmp_path):
+    (tmp_path / "notes.txt").write_text("not a model")
+    with pytest.raises(MissingPathError) as err:
+        resolve_model_path(tmp_path)
+    assert err.value.parameter == "model" and "without a model in it (no config.json" in str(err.value)
+    (tmp_path / "config.json").write_text("{}")
+    assert resolve_model_path(tmp_path) == str(tmp_path)
 
 
 def test_unknown_hub_id_offline_fails_fast(monkeypatch):
