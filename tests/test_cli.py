@@ -120,6 +120,31 @@ def test_fit_posthoc_bad_predictions(tmp_path, capsys):
     assert not (tmp_path / "t.json").exists()
 
 
+def _predictions(path, rows):
+    path.write_text("".join(json.dumps({"answer": a, "correct": c, "confidence": conf, "option_logits": logits}) + "\n"
+                            for a, c, conf, logits in rows))
+    return str(path)
+
+
+@pytest.mark.parametrize("method", ["temperature", "vector", "platt"])
+def test_fit_posthoc_on_all_right_predictions_names_the_file(tmp_path, capsys, method):
+    rows = [(0, True, 0.6, [1.0, 0.5]), (1, True, 0.7, [0.2, 1.0]), (0, True, 0.9, [2.0, 0.1])]
+    path = _predictions(tmp_path / "p.jsonl", rows)
+    _bad(["fit-posthoc", "--method", method, "--predictions", path, "--output", str(tmp_path / "t.json")], capsys,
+         "all 3 predictions")
+    assert not (tmp_path / "t.json").exists()
+
+
+def test_our_warnings_print_one_line(tmp_path, capsys):
+    # right and wrong answers whose logits carry no information: temperature scaling runs to its bound and warns
+    rows = [(0, True, 0.6, [1.0, 0.6]), (1, False, 0.6, [1.0, 0.6])] * 4
+    path = _predictions(tmp_path / "p.jsonl", rows)
+    assert main(["fit-posthoc", "--method", "temperature", "--predictions", path, "--output",
+                 str(tmp_path / "t.json")]) == 0
+    err = capsys.readouterr().err
+    assert err.startswith("hf-calibration: warning: TemperatureScaler:") and err.count("\n") == 1, err
+
+
 def test_entry_point_prints_one_line_and_exits_2(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "hf_calibration.cli", "evaluate", "--dataset", "nope", "--output-dir", str(tmp_path / "o")],

@@ -37,22 +37,22 @@ def run_fit_posthoc(config: FitPosthocConfig) -> FitPosthocResult:
     ``EvaluateConfig.posthoc``).
 
     The output location and every record are checked before fitting; ParameterError naming ``output`` or
-    ``predictions`` (with the file and line), also when a confidence calibrator would see only right or only
-    wrong answers.
+    ``predictions`` (with the file and line), also when the predictions are all right or all wrong (every
+    calibrator's fit then runs to a bound).
     """
     out = check_output_file(config.output)
     with renamed_parameters(path="predictions", records="predictions"):
         records = reports.read_predictions(config.predictions)
         calibrator = CALIBRATORS[config.method]()
+        correct = [int(r["correct"]) for r in records]
+        if len(set(correct)) < 2:  # checked here so the error names the file, not the calibrator's parameter
+            raise ParameterError("predictions", config.predictions,
+                                 f"all {len(correct)} predictions in {config.predictions!r} are "
+                                 f"{'right' if correct[0] else 'wrong'}; {config.method} needs right and wrong ones "
+                                 f"to fit (on these the fit runs to a bound: no information about the labels)")
         if calibrator.input_kind == "logits":
             calibrator.fit(reports.option_logits_of(records), [r["answer"] for r in records])
         else:
-            correct = [int(r["correct"]) for r in records]
-            if len(set(correct)) < 2:  # checked here so the error names the file, not the calibrator's parameter
-                raise ParameterError("predictions", config.predictions,
-                                     f"all {len(correct)} predictions in {config.predictions!r} are "
-                                     f"{'right' if correct[0] else 'wrong'}; {config.method} needs right and wrong "
-                                     f"ones to fit")
             calibrator.fit([r["confidence"] for r in records], correct)
     out.parent.mkdir(parents=True, exist_ok=True)
     calibrator.save(out)
