@@ -767,9 +767,12 @@ class TemperatureScalingLogitsProcessor(LogitsProcessor):
 
     With ``token_ids=None`` every score is divided by ``temperature`` (the same as transformers'
     ``TemperatureLogitsWarper``, but usable with greedy decoding and composable with a fitted
-    :class:`TemperatureScaler`). With ``token_ids`` (e.g. the MCQA option-letter tokens) only
-    those columns are divided and all others pass through unchanged, so the softmax restricted to
-    the options equals ``TemperatureScaler.transform`` of the option logits.
+    :class:`TemperatureScaler`). With ``token_ids`` (e.g. the MCQA option-letter tokens) only those
+    columns change, scaled about their maximum m: ``m + (s − m) / T``; all others pass through
+    unchanged. The softmax restricted to the options then equals ``TemperatureScaler.transform`` of the
+    option logits (it is invariant to the shift m), and the top option keeps its score, so greedy decoding
+    picks the same option it would without calibration instead of a non-option token (dividing the option
+    scores alone by T > 1 pulled them towards 0, below words such as "False").
 
     Parameters
     ----------
@@ -822,7 +825,9 @@ class TemperatureScalingLogitsProcessor(LogitsProcessor):
             )
         ids = self.token_ids.to(scores.device)
         processed = scores.clone()
-        processed[..., ids] = scores[..., ids] / self.temperature
+        chosen = scores[..., ids]
+        top = chosen.max(dim=-1, keepdim=True).values
+        processed[..., ids] = top + (chosen - top) / self.temperature
         return processed
 
     def __repr__(self):

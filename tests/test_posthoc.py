@@ -463,8 +463,10 @@ def test_processor_changes_only_requested_token_ids():
     torch.testing.assert_close(scores, original)  # input untouched
     mask = torch.zeros(20, dtype=torch.bool)
     mask[[3, 7, 11]] = True
-    torch.testing.assert_close(out[:, mask], original[:, mask] / 2.0)
+    top = original[:, mask].max(dim=1, keepdim=True).values  # scaled about the options' maximum, by hand
+    torch.testing.assert_close(out[:, mask], top + (original[:, mask] - top) / 2.0)
     assert torch.equal(out[:, ~mask], original[:, ~mask])
+    assert torch.equal(out[:, mask].max(dim=1).values, top[:, 0])  # the top option keeps its score
     # the option softmax equals the scaler's calibrated probabilities
     scaler = TemperatureScaler()
     scaler.temperature_ = 2.0
@@ -527,8 +529,17 @@ def test_processor_inside_generate():
     others = torch.ones(64, dtype=torch.bool)
     others[ids] = False
     for raw, processed in zip(out.logits, out.scores):
-        torch.testing.assert_close(processed[:, ids], raw[:, ids] / 0.5)
+        top = raw[:, ids].max(dim=1, keepdim=True).values
+        torch.testing.assert_close(processed[:, ids], top + (raw[:, ids] - top) / 0.5)
         assert torch.equal(processed[:, others], raw[:, others])
+
+
+def test_processor_keeps_greedy_on_the_options_for_t_above_1():
+    # option letters at 10 and 9, a non-option word at 6: dividing the letters by T = 4 (2.5, 2.25) let the word win
+    scores = torch.tensor([[10.0, 9.0, 6.0, 0.0]])
+    out = TemperatureScalingLogitsProcessor(4.0, token_ids=[0, 1])(None, scores)
+    assert out.argmax().item() == 0
+    torch.testing.assert_close(out, torch.tensor([[10.0, 9.75, 6.0, 0.0]]))  # 10 + (9 − 10) / 4 = 9.75
 
 
 def test_iteration_cap_warns(mc_data):
