@@ -134,8 +134,11 @@ def test_secl_limit_above_domain_size_warns(tiny_dir, tmp_path, capsys, monkeypa
     argv = ["secl", "--model", tiny_dir, "--stream", "mmlu:stem,gsm8k", "--limit-per-domain", "3",
             "--n-resamples", "20", "--output-dir", str(out)]
     assert main(argv) == 0
-    warnings = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
-    assert warnings == ["hf-calibration: warning: --limit-per-domain 3 exceeds the 2 questions of mmlu:stem; using all 2"]
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "warning" in line.lower()]
+    # the size warning once; on 5 questions of a random model the TS row's fit may also say it hit its bound
+    assert [w for w in warnings if "limit" in w] == [
+        "hf-calibration: warning: --limit-per-domain 3 exceeds the 2 questions of mmlu:stem; using all 2"]
+    assert all(w.startswith("hf-calibration: warning: ") for w in warnings), warnings  # one line each, ours
     records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
     assert [r["domain"] for r in records] == ["mmlu:stem"] * 2 + ["gsm8k"] * 3
 
