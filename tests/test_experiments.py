@@ -210,3 +210,34 @@ def test_calm_experiment_output_dir_under_a_file(tmp_path, capsys, no_model_load
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("hf-calibration: error: --output-dir:") and str(out) in err[0], err
     assert (tmp_path / "afile").read_text() == "keep me"
+
+
+def test_calm_paired_comparisons_against_the_metrics_on_the_same_draws():
+    """CALM − TS and CALM − SFT: the point values are the metric differences, the intervals those of a hand loop
+    over default_rng(seed).integers(0, n, (R, n)) shared by both methods."""
+    from hf_calibration.jobs.calm_experiment import paired_comparisons
+    from hf_calibration.metrics import expected_calibration_error
+
+    rng = np.random.default_rng(3)
+    labels = {"id_test": rng.integers(0, 4, 50)}
+    probs = {m: {"id_test": rng.dirichlet(np.ones(4) * a, 50)} for m, a in (("bome", 1.0), ("ts", 3.0), ("sft", 0.5))}
+    out = paired_comparisons(probs, labels, ("id_test",), n_resamples=100, seed=7)
+    assert list(out["id_test"]) == ["bome − ts", "bome − sft"]
+
+    def top(m):
+        p = probs[m]["id_test"]
+        return (p.argmax(1) == labels["id_test"]).astype(int), p.max(1)
+
+    for pair, other in (("bome − ts", "ts"), ("bome − sft", "sft")):
+        (ya, ca), (yb, cb) = top("bome"), top(other)
+        d = out["id_test"][pair]
+        assert d["conf_ece"]["value"] == pytest.approx(expected_calibration_error(ya, ca) - expected_calibration_error(yb, cb),
+                                                       abs=1e-12)
+        assert d["accuracy"]["value"] == pytest.approx(ya.mean() - yb.mean(), abs=1e-12)
+        draws = np.random.default_rng(7).integers(0, 50, size=(100, 50))
+        hand = [expected_calibration_error(ya[i], ca[i]) - expected_calibration_error(yb[i], cb[i]) for i in draws]
+        low, high = np.percentile(hand, [2.5, 97.5])
+        assert (d["conf_ece"]["low"], d["conf_ece"]["high"]) == (pytest.approx(low, abs=1e-12),
+                                                                 pytest.approx(high, abs=1e-12))
+    del probs["sft"]
+    assert list(paired_comparisons(probs, labels, ("id_test",), n_resamples=10, seed=0)["id_test"]) == ["bome − ts"]

@@ -281,6 +281,36 @@ def method_probabilities(scores: dict, splits) -> tuple[dict, dict]:
     return probs, labels
 
 
+PAIRS = (("bome", "ts"), ("bome", "sft"))
+
+
+def paired_comparisons(probs: dict, labels: dict, splits, *, n_resamples: int, seed: int) -> dict:
+    """``{split: {"bome − ts": {"conf_ece": …, "accuracy": …}, "bome − sft": …}}``: paired bootstrap
+    (``metrics.paired_bootstrap``, the same resampled questions for both methods) of the top-label conf-ECE (15
+    equal-width bins) and of the accuracy, method a − method b, each ``{"value", "low", "high"}`` (95 %); the
+    pairs of ``PAIRS`` whose methods were both scored."""
+    from hf_calibration.metrics import expected_calibration_error, paired_bootstrap
+
+    def accuracy(y, p):
+        return float(np.mean(y))
+
+    out = {}
+    for name in splits:
+        per_pair = {}
+        for a, b in PAIRS:
+            if a not in probs or b not in probs:
+                continue
+            (ya, ca), (yb, cb) = [((probs[m][name].argmax(1) == labels[name]).astype(int), probs[m][name].max(1))
+                                  for m in (a, b)]
+            per_pair[f"{a} − {b}"] = {
+                key: dict(zip(("value", "low", "high"), paired_bootstrap(metric, ya, ca, yb, cb, n_resamples=n_resamples,
+                                                                         seed=seed)))
+                for key, metric in (("conf_ece", expected_calibration_error), ("accuracy", accuracy))}
+        if per_pair:
+            out[name] = per_pair
+    return out
+
+
 def report(out: Path, scores: dict, infos: dict, ood: list, *, header: str, n_resamples: int,
            seed: int) -> tuple[dict, str]:
     """The table of every scored method on the ID test and each OOD set (with the constant references fitted on
@@ -316,6 +346,16 @@ def report(out: Path, scores: dict, infos: dict, ood: list, *, header: str, n_re
         lines.append(f"{m:<16} {v['accuracy']:.3f}  {v['conf_ece']:.3f}     {v['cw_ece']:.3f}   {v['smece']:.3f}  "
                      f"{v['brier']:.3f}  {v['auroc']:.3f}")
     lines += ["```", ""]
+    results["paired"] = paired_comparisons(probs, labels, ("id_test", *ood), **kw)
+    if results["paired"]:
+        lines += ["### paired bootstrap: CALM (bome) against TS and SFT on the same questions", "",
+                  "| split | comparison | Δ conf-ECE | Δ accuracy |", "|---|---|---|---|"]
+        for name, per_pair in results["paired"].items():
+            for pair, d in per_pair.items():
+                lines.append(f"| {name} | {pair} | " + " | ".join(
+                    f"{d[k]['value']:+.3f} [{d[k]['low']:+.3f}, {d[k]['high']:+.3f}]" for k in ("conf_ece", "accuracy"))
+                    + " |")
+        lines.append("")
     scored_as = {m: "uncalibrated" if m == "ts" else m for m in table}  # TS reuses the uncalibrated scores
     timing = {m: infos[scored_as[m]] for m in table if scored_as[m] in infos}
     results["timing"] = {m: {k: v for k, v in t.items() if k != "log"} for m, t in timing.items()}
