@@ -212,17 +212,25 @@ def load_model(name_or_path: str | os.PathLike, *, dtype=None, device: str | Non
     device : str, optional
         Moves the model there (e.g. "cuda", or "auto": see ``resolve_device``); default CPU.
 
-    Raises the errors of ``resolve_model_path`` and ``resolve_device`` before anything heavy is loaded.
+    Raises the errors of ``resolve_model_path`` and ``resolve_device`` before anything heavy is loaded, and
+    ParameterError naming ``model`` (one line) when a local folder's tokenizer or model does not load.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     path = resolve_model_path(name_or_path)
     if device is not None:
         device = resolve_device(device)
-    tokenizer = AutoTokenizer.from_pretrained(path)
     if dtype is not None:
         model_kwargs["dtype"] = dtype
-    model = AutoModelForCausalLM.from_pretrained(path, **model_kwargs)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        model = AutoModelForCausalLM.from_pretrained(path, **model_kwargs)
+    except (OSError, ValueError, KeyError) as err:
+        if not Path(path).is_dir():  # a Hub id: the Hub's own error says more
+            raise
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ParameterError("model", str(name_or_path), f"{str(name_or_path)!r} does not load as a causal language "
+                             f"model with its tokenizer: {first}") from err
     if str(name_or_path) in PACKAGED_MODELS and path != str(name_or_path):
         # A packaged copy is the Hub model converted into a local cache folder. Everything saved from it
         # (PEFT's adapter_config.json, TRL's model card, our artifacts) reads the base model from

@@ -6,7 +6,7 @@ import pytest
 
 import torch
 
-from hf_calibration.errors import MissingPathError
+from hf_calibration.errors import MissingPathError, ParameterError
 from hf_calibration.modeling import load_model, resolve_device, resolve_model_path
 from hf_calibration.modeling.loading import PACKAGED_MODELS, packaged_model_available
 
@@ -36,6 +36,14 @@ def test_folder_without_a_model_names_model(tmp_path):
     assert err.value.parameter == "model" and "without a model in it (no config.json" in str(err.value)
     (tmp_path / "config.json").write_text("{}")
     assert resolve_model_path(tmp_path) == str(tmp_path)
+
+
+def test_folder_that_does_not_load_names_model_in_one_line(tmp_path):
+    (tmp_path / "config.json").write_text("{}")  # a folder that looks like a model but holds none
+    with pytest.raises(ParameterError) as err:
+        load_model(tmp_path)
+    assert err.value.parameter == "model" and "does not load as a causal language model" in str(err.value)
+    assert "\n" not in str(err.value)
 
 
 def test_unknown_hub_id_offline_fails_fast(monkeypatch):
