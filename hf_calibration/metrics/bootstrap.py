@@ -51,6 +51,16 @@ def resample_counts(n: int, n_resamples: int, seed):
         yield np.bincount(idx.ravel(), minlength=r * n).reshape(r, n).astype(np.float64)
 
 
+def _resolve_metric(metric: Callable, metric_kwargs: dict | None):
+    """(function, keyword options, its batched implementation or None) of a metric as ``bootstrap`` takes it: a
+    ``functools.partial`` without positional arguments is unwrapped, its keywords under ``metric_kwargs``."""
+    kwargs = dict(metric_kwargs or {})
+    func = metric
+    if isinstance(metric, functools.partial) and not metric.args:
+        func, kwargs = metric.func, {**metric.keywords, **kwargs}
+    return func, kwargs, lookup(func)
+
+
 def _interval(stats: np.ndarray, confidence_level: float) -> tuple[float, float]:
     alpha = (1.0 - confidence_level) / 2.0
     finite = stats[~np.isnan(stats)]
@@ -115,13 +125,9 @@ def bootstrap(
     True
     """
     _check_bootstrap_args(n_resamples, confidence_level, seed)
-    kwargs = dict(metric_kwargs or {})
-    func = metric
-    if isinstance(metric, functools.partial) and not metric.args:
-        func, kwargs = metric.func, {**metric.keywords, **kwargs}
-    batched = lookup(func)
+    func, kwargs, batched = _resolve_metric(metric, metric_kwargs)
     if batched is None:
-        return _bootstrap_loop(metric, y_true, y_prob, kwargs, n_resamples, confidence_level, seed)
+        return _bootstrap_loop(func, y_true, y_prob, kwargs, n_resamples, confidence_level, seed)
     options = batched.options(**kwargs)
     inputs = prepare(y_true, y_prob, multiclass=batched.multiclass)
     estimate = float(batched.impl(inputs, None, **options)[0])
@@ -168,11 +174,7 @@ def paired_bootstrap(
         Invalid inputs (as the metric), a and b of different n, bad ``n_resamples``/``confidence_level``/``seed``.
     """
     _check_bootstrap_args(n_resamples, confidence_level, seed)
-    kwargs = dict(metric_kwargs or {})
-    func = metric
-    if isinstance(metric, functools.partial) and not metric.args:
-        func, kwargs = metric.func, {**metric.keywords, **kwargs}
-    batched = lookup(func)
+    func, kwargs, batched = _resolve_metric(metric, metric_kwargs)
     multiclass = batched.multiclass if batched is not None else None
     a, b = prepare(y_true_a, y_prob_a, multiclass=multiclass), prepare(y_true_b, y_prob_b, multiclass=multiclass)
     if a.n != b.n:
