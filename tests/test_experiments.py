@@ -116,6 +116,10 @@ def test_calm_splits_are_disjoint_and_each_balanced_on_its_own():
         (["experiment", "diagnose", "--datasets", ","], "--datasets: must not be empty, got ','"),
         (["experiment", "secl", "--n-train", "4"], "unrecognized arguments: --n-train 4"),  # calm's option
         (["experiment", "calm", "--n-train", "abc"], "--n-train"),
+        (["experiment", "calm", "--seeds", "0,x"], "--seeds: must be distinct integers ≥ 0 separated by commas, got '0,x'"),
+        (["experiment", "calm", "--seeds", "1,1"], "--seeds: must be distinct integers"),
+        (["experiment", "calm", "--seeds", "-1"], "--seeds: must be distinct integers"),
+        (["experiment", "calm", "--seeds", "0,1", "--seed", "3"], "--seed: give either --seed or the calm option"),
         (["experiment", "diagnose", "--models", "/no/such/model"], "--models: '/no/such/model' is not a folder"),
     ],
 )
@@ -241,3 +245,70 @@ def test_calm_paired_comparisons_against_the_metrics_on_the_same_draws():
                                                                  pytest.approx(high, abs=1e-12))
     del probs["sft"]
     assert list(paired_comparisons(probs, labels, ("id_test",), n_resamples=10, seed=0)["id_test"]) == ["bome − ts"]
+
+
+def test_calm_experiment_over_seeds_pools_them(tiny_model_dir, tmp_path, capsys):
+    """--seeds 0,1: one folder per seed, each seed its own splits; the pooled table's per-seed values are each
+    seed's own report, and the claim check is printed."""
+    out = tmp_path / "calm"
+    sizes = ("--n-train 4 --n-calibration 4 --n-validation 4 --n-test 6 --n-ood 6 --max-steps 1 --train-batch-size 2 "
+             "--methods uncalibrated ts sft bome --ood-domains mmlu:stem").split()
+    assert main(["experiment", "calm", "--models", str(tiny_model_dir), "--n-resamples", "20", "--seeds", "0,1",
+                 "--output-dir", str(out), *sizes]) == 0
+    printed = capsys.readouterr().out
+    assert "claim check (pooled over 2 seeds)" in printed and "OOD conf-ECE of CALM below TS" in printed
+    per_seed = {s: json.loads((out / f"seed_{s}" / "report.json").read_text()) for s in (0, 1)}
+    assert json.loads((out / "seed_1" / "run.json").read_text())["seed"] == 1
+    pooled = json.loads((out / "seeds.json").read_text())
+    for split in ("id_test", "mmlu_stem"):
+        for pair in ("bome − ts", "bome − sft"):
+            d = pooled["pooled"][split][pair]["conf_ece"]
+            own = [per_seed[s]["paired"][split][pair]["conf_ece"]["value"] for s in (0, 1)]
+            assert d["per_stratum"] == pytest.approx(own, abs=1e-12)
+            assert d["value"] == pytest.approx(np.mean(own), abs=1e-12)
+    acc = [per_seed[s]["tables"]["bome"]["id_test"]["accuracy"]["value"] for s in (0, 1)]
+    assert pooled["summary"]["id_test"]["bome"]["accuracy"] == pytest.approx(acc)
+    assert [c["claim"] for c in pooled["claims"]][-1].startswith("lowest mean Semantic-ECE")
+    assert json.loads((out / "metrics.json").read_text())["run"]["seed"] == "0,1"
+
+
+def _probs_with(rng, labels, accuracy, confidence):
+    """Two-option probabilities whose argmax is right on a share ``accuracy`` of the items, top prob ``confidence``."""
+    n = len(labels)
+    right = np.arange(n) < round(accuracy * n)
+    top = np.where(right, labels, 1 - labels)
+    p = np.full((n, 2), 1 - confidence)
+    p[np.arange(n), top] = confidence
+    return p
+
+
+def test_calm_claim_check_decides_on_hand_made_runs():
+    """CALM calibrated out of domain (confidence = accuracy), TS and SFT overconfident: ECE differences are
+    hand-computable (one bin each) and decided; accuracy 0.70 against SFT's 0.72 is above 95 % of it (0.684), a
+    CALM at 0.50 against SFT's 0.90 decisively below (0.855)."""
+    from hf_calibration.jobs.calm_experiment import claim_check, pooled_difference
+
+    rng = np.random.default_rng(0)
+    n = 2000
+    labels = {s: rng.integers(0, 2, n) for s in ("id_test", "ood")}
+    conf = {"bome": 0.7, "ts": 0.95, "sft": 0.9}
+    acc = {"bome": 0.7, "ts": 0.7, "sft": 0.72}
+    probs = {m: {s: _probs_with(rng, labels[s], acc[m], conf[m]) for s in labels} for m in conf}
+    runs = [(probs, labels)] * 2
+    d = pooled_difference(runs, ["ood"], "bome", "ts", n_resamples=50, seed=0)
+    assert d["value"] == pytest.approx(0.0 - 0.25, abs=1e-9)  # |0.7 − 0.7| − |0.95 − 0.7|
+    rows, _ = claim_check(runs, ["ood"], n_resamples=100, seed=0)
+    held = {claim: h for claim, h, _ in rows}
+    assert held["OOD conf-ECE of CALM below TS"] is True and held["OOD conf-ECE of CALM below SFT"] is True
+    # 0.70 − 0.95 · 0.72 = +0.016: the interval's half-width at n = 2000 × 2 seeds is ≈ 0.02, so undecided or held
+    assert held["in-domain accuracy of CALM ≥ 95% of SFT's"] in (True, None)
+    assert held["lowest mean Semantic-ECE, open-ended cross-domain"] == "not run"
+    acc.update(bome=0.5, sft=0.9)
+    probs = {m: {s: _probs_with(rng, labels[s], acc[m], conf[m]) for s in labels} for m in conf}
+    rows, evidence = claim_check([(probs, labels)], ["ood"], n_resamples=100, seed=0)
+    held = {claim: h for claim, h, _ in rows}
+    assert held["in-domain accuracy of CALM ≥ 95% of SFT's"] is False
+    assert evidence["bome − 0.95·sft id accuracy"]["value"] == pytest.approx(0.5 - 0.95 * 0.9, abs=1e-9)
+    del probs["ts"]
+    rows, _ = claim_check([(probs, labels)], ["ood"], n_resamples=10, seed=0)
+    assert rows[0][1] == "not run"

@@ -83,6 +83,11 @@ class CALMExperimentConfig:
                 "labelled validation split among steps select_every, 2·select_every, … and the last (the rule needs "
                 "labels, so it reads the validation split, not S_V); 'last': the last step.",
         "choices": list(SELECTION_RULES)})
+    seeds: str | None = field(default=None, metadata={
+        "help": "Comma-separated training seeds (e.g. 0,1,2): each seed draws its own splits and trains every "
+                "method into <output_dir>/seed_<s>/, and the table summarises them (mean and range over seeds, "
+                "paired CALM − TS / − SFT pooled over seeds, the claim check on the pooled intervals). Default: "
+                "the one --seed, into <output_dir>."})
     select_every: int = field(default=2, metadata={
         "help": "k: evaluate and save a checkpoint every k optimizer steps (and at the last) for select_by. Each "
                 "evaluation scores the validation split once."})
@@ -101,9 +106,21 @@ class CALMExperimentConfig:
         check_int(self.select_every, "select_every")
         for name in ("learning_rate", "alpha_learning_rate", "inner_learning_rate"):
             check_positive_number(getattr(self, name), name)
+        if self.seeds is not None:
+            self.seed_list()
         if self.ood_domains is not None:
             with renamed_parameters(domains="ood_domains"):
                 parse_domains(self.ood_domains, tuple(MCQA_DATASETS))
+
+    def seed_list(self) -> list[int] | None:
+        """``seeds`` as distinct integers ≥ 0 (None when not given); ParameterError naming ``seeds``."""
+        if self.seeds is None:
+            return None
+        parts = [p.strip() for p in str(self.seeds).split(",") if p.strip()]
+        if not parts or not all(p.isdigit() for p in parts) or len(set(map(int, parts))) != len(parts):
+            raise ParameterError("seeds", self.seeds, f"must be distinct integers ≥ 0 separated by commas, got "
+                                 f"{self.seeds!r}")
+        return [int(p) for p in parts]
 
     def ood_specs(self, train_domain: str) -> list[str]:
         """The OOD domains for a model trained on ``train_domain``."""
@@ -311,13 +328,84 @@ def paired_comparisons(probs: dict, labels: dict, splits, *, n_resamples: int, s
     return out
 
 
+ACCURACY_SHARE = 0.95  # the paper's claim: CALM keeps at least 95 % of SFT's in-domain accuracy
+
+
+def _top_label(probs: dict, labels: dict, method: str, split: str) -> tuple[np.ndarray, np.ndarray]:
+    p = probs[method][split]
+    return (p.argmax(1) == labels[split]).astype(int), p.max(1)
+
+
+def pooled_difference(runs: list, splits, a: str, b: str, *, key: str = "conf_ece", share: float = 1.0,
+                      n_resamples: int, seed: int) -> dict:
+    """Method a − ``share`` · method b on the same questions, averaged with equal weights over the strata
+    (seed, split) of ``runs`` (a list of (probs, labels), one per training seed) × ``splits``: ``key`` "conf_ece"
+    (top-label, 15 equal-width bins) or "accuracy". Interval: ``metrics.stratified_bootstrap`` (each stratum's
+    questions resampled on their own, the same draw for a and b). → ``{"value", "low", "high", "per_stratum"}``
+    with the point value of every stratum in order (seed-major)."""
+    from hf_calibration.metrics import expected_calibration_error, stratified_bootstrap
+
+    strata = [(_top_label(probs, labels, a, s), _top_label(probs, labels, b, s)) for probs, labels in runs for s in splits]
+
+    def value(ya, ca):
+        return expected_calibration_error(ya, ca) if key == "conf_ece" else float(np.mean(ya))
+
+    def statistic(k, idx):
+        (ya, ca), (yb, cb) = strata[k]
+        return value(ya[idx], ca[idx]) - share * value(yb[idx], cb[idx])
+
+    est, low, high = stratified_bootstrap(statistic, [len(sa[0]) for sa, _ in strata], n_resamples=n_resamples,
+                                          seed=seed)
+    return {"value": est, "low": low, "high": high,
+            "per_stratum": [statistic(k, np.arange(len(sa[0]))) for k, (sa, _) in enumerate(strata)]}
+
+
+def claim_check(runs: list, ood: list, *, n_resamples: int, seed: int) -> tuple[list, dict]:
+    """The paper's claims (Wang et al., CALM) on ``runs`` (one (probs, labels) per training seed) → (rows for
+    ``reports.format_claim_check``, the differences behind them). Each multiple-choice claim is decided by a
+    pooled paired interval (``pooled_difference``, over seeds and, out of domain, the OOD sets with equal weights):
+    below 0 held, above 0 not held, else undecided; accuracy: CALM − 0.95 · SFT above 0 held, below 0 not held.
+    The open-ended Semantic-ECE claim is reported "not run": this experiment scores option letters only."""
+    kw = dict(n_resamples=n_resamples, seed=seed)
+    methods = set(runs[0][0])
+    rows, evidence = [], {}
+
+    def interval(d):
+        return f"{d['value']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]"
+
+    where = f"mean over {len(ood)} OOD set(s) × {len(runs)} seed(s)"
+    for b, name in (("ts", "TS"), ("sft", "SFT")):
+        claim = f"OOD conf-ECE of CALM below {name}"
+        if not {"bome", b} <= methods or not ood:
+            rows.append((claim, "not run", f"needs bome, {b} and an OOD set"))
+            continue
+        d = evidence[f"bome − {b} ood conf_ece"] = pooled_difference(runs, ood, "bome", b, **kw)
+        held = True if d["high"] < 0 else False if d["low"] > 0 else None
+        rows.append((claim, held, f"{where}: paired Δ {interval(d)}; per stratum "
+                     + ", ".join(f"{v:+.3f}" for v in d["per_stratum"])))
+    claim = f"in-domain accuracy of CALM ≥ {ACCURACY_SHARE:.0%} of SFT's"
+    if {"bome", "sft"} <= methods:
+        d = evidence["bome − 0.95·sft id accuracy"] = pooled_difference(runs, ["id_test"], "bome", "sft", key="accuracy",
+                                                                       share=ACCURACY_SHARE, **kw)
+        acc = {m: np.mean([np.mean(_top_label(p, lab, m, "id_test")[0]) for p, lab in runs]) for m in ("bome", "sft")}
+        held = True if d["low"] > 0 else False if d["high"] < 0 else None
+        rows.append((claim, held, f"CALM {acc['bome']:.3f} / SFT {acc['sft']:.3f} = {acc['bome'] / acc['sft']:.0%} "
+                     f"(mean over {len(runs)} seed(s)); CALM − {ACCURACY_SHARE}·SFT {interval(d)}"))
+    else:
+        rows.append((claim, "not run", "needs bome and sft"))
+    rows.append(("lowest mean Semantic-ECE, open-ended cross-domain", "not run",
+                 "this experiment scores multiple-choice letters; open-ended generative CALM is not built"))
+    return rows, evidence
+
+
 def report(out: Path, scores: dict, infos: dict, ood: list, *, header: str, n_resamples: int,
            seed: int) -> tuple[dict, str]:
     """The table of every scored method on the ID test and each OOD set (with the constant references fitted on
     the validation split), the OOD mean and the wall times → (results, Markdown text); writes ``report.md``,
     ``report.json``, ``items.jsonl`` and ``reliability_<split>.png`` into ``out``."""
     from hf_calibration.plotting import plot_reliability_diagrams
-    from hf_calibration.reports import format_table, mcqa_report, references, write_json, write_jsonl
+    from hf_calibration.reports import (format_claim_check, format_table, mcqa_report, references, write_json,
+                                        write_jsonl)
 
     kw = dict(n_resamples=n_resamples, seed=seed)
     probs, labels = method_probabilities(scores, ("validation", "id_test", *ood))
@@ -356,6 +444,9 @@ def report(out: Path, scores: dict, infos: dict, ood: list, *, header: str, n_re
                     f"{d[k]['value']:+.3f} [{d[k]['low']:+.3f}, {d[k]['high']:+.3f}]" for k in ("conf_ece", "accuracy"))
                     + " |")
         lines.append("")
+    checks, results["claim_evidence"] = claim_check([(probs, labels)], list(ood), **kw)
+    results["claims"] = [{"claim": c, "held": h, "evidence": e} for c, h, e in checks]
+    lines += ["### claim check (this seed)", "", format_claim_check(checks), ""]
     scored_as = {m: "uncalibrated" if m == "ts" else m for m in table}  # TS reuses the uncalibrated scores
     timing = {m: infos[scored_as[m]] for m in table if scored_as[m] in infos}
     results["timing"] = {m: {k: v for k, v in t.items() if k != "log"} for m, t in timing.items()}
@@ -420,4 +511,83 @@ def run_calm_experiment(out: Path, config: CALMExperimentConfig, *, model_name: 
     header = (f"{model_name}, trained on {train_domain}, seed {seed}; sizes {sizes}; {config.max_steps} steps of "
               f"{config.train_batch_size}, keeping {selection}; 95% bootstrap intervals ({n_resamples} resamples)")
     results, text = report(out, scores, infos, ood, header=header, n_resamples=n_resamples, seed=seed)
+    return results, text, run
+
+
+def _mean_range(values) -> str:
+    values = np.asarray(values, dtype=float)
+    return f"{values.mean():.3f} ({values.min():.3f}–{values.max():.3f})" if len(values) > 1 else f"{values[0]:.3f}"
+
+
+def seeds_report(out: Path, per_seed: dict, ood: list, *, header: str, n_resamples: int, seed: int) -> tuple[dict, str]:
+    """The summary over training seeds of ``per_seed`` (``{seed: report results}``, each seed's scores read back
+    from ``out/seed_<s>/scores``): per split and method the mean and range over seeds of accuracy, conf-ECE, Brier
+    and AUROC (and the constant-accuracy reference); CALM − TS and − SFT pooled over seeds (``pooled_difference``)
+    with each seed's value; the claim check on the pooled intervals. Writes ``seeds.md`` and ``seeds.json``."""
+    from hf_calibration.reports import format_claim_check, write_json
+
+    splits = ("id_test", *ood)
+    runs = [method_probabilities(_read_scored(out / f"seed_{s}")[0], ("validation", *splits)) for s in per_seed]
+    kw = dict(n_resamples=n_resamples, seed=seed)
+    tables = [r["tables"] for r in per_seed.values()]
+    methods = [m for m in tables[0] if all(m in t for t in tables)]
+    lines = [header, "", f"Mean (min–max) over the {len(per_seed)} seeds {', '.join(map(str, per_seed))}; each "
+             f"seed's full table is seed_<s>/report.md.", ""]
+    summary = {}
+    for name in splits:
+        lines += [f"### {name}", "", "| method | acc | conf-ECE | Brier | AUROC |", "|---|---|---|---|---|"]
+        for m in methods:
+            vals = {k: [t[m][name][k]["value"] for t in tables] for k in ("accuracy", "conf_ece", "brier", "auroc")}
+            summary.setdefault(name, {})[m] = vals
+            lines.append(f"| {m} | " + " | ".join(_mean_range(v) for v in vals.values()) + " |")
+        refs = [r["references"][name]["constant_accuracy"]["conf_ece"]["value"] for r in per_seed.values()
+                if name in r.get("references", {})]
+        if refs:
+            lines.append(f"| ref: const. = val. acc. | | {_mean_range(refs)} | | |")
+        lines.append("")
+    pooled = {}
+    lines += ["### paired differences pooled over seeds (stratified bootstrap, the same questions for both methods)",
+              "", "| split | comparison | Δ conf-ECE [95 %] (per seed) | Δ accuracy [95 %] (per seed) |", "|---|---|---|---|"]
+    for name in splits:
+        for a, b in PAIRS:
+            if a not in methods or b not in methods:
+                continue
+            d = {key: pooled_difference(runs, [name], a, b, key=key, **kw) for key in ("conf_ece", "accuracy")}
+            pooled.setdefault(name, {})[f"{a} − {b}"] = d
+            lines.append(f"| {name} | {a} − {b} | " + " | ".join(
+                f"{v['value']:+.3f} [{v['low']:+.3f}, {v['high']:+.3f}] ("
+                + ", ".join(f"{x:+.3f}" for x in v["per_stratum"]) + ")" for v in d.values()) + " |")
+    checks, evidence = claim_check(runs, list(ood), **kw)
+    lines += ["", f"### claim check (pooled over {len(per_seed)} seeds)", "", format_claim_check(checks), ""]
+    results = {"seeds": list(per_seed), "summary": summary, "pooled": pooled,
+               "claims": [{"claim": c, "held": h, "evidence": e} for c, h, e in checks], "claim_evidence": evidence}
+    text = "\n".join(lines)
+    (out / "seeds.md").write_text(text)
+    write_json(out / "seeds.json", results)
+    return results, text
+
+
+def run_calm_seeds(out: Path, config: CALMExperimentConfig, *, model_name: str, train_domain: str, device: str,
+                   batch_size: int, n_resamples: int, overwrite: bool = False, progress: bool = True,
+                   ) -> tuple[dict, str, dict]:
+    """``run_calm_experiment`` once per seed of ``config.seed_list()`` into ``out/seed_<s>/`` (each resumable as
+    one run), then ``seeds_report`` → (results, Markdown text, run info); the train phase returns no table."""
+    seeds = config.seed_list()
+    per_seed, runs = {}, {}
+    for s in seeds:
+        progress_line(f"seed {s}", progress)
+        per_seed[s], _, runs[s] = run_calm_experiment(out / f"seed_{s}", config, model_name=model_name,
+                                                     train_domain=train_domain, seed=s, device=device,
+                                                     batch_size=batch_size, n_resamples=n_resamples,
+                                                     overwrite=overwrite, progress=progress)
+    run = {**runs[seeds[0]], "seed": seeds, "sizes": {s: r["sizes"] for s, r in runs.items()}}
+    if config.phase == "train":
+        return {}, "", run
+    ood = [domain_key(sp) for sp in config.ood_specs(train_domain)]
+    header = (f"{model_name}, trained on {train_domain}, seeds {', '.join(map(str, seeds))}; sizes "
+              f"{runs[seeds[0]]['sizes']} per seed; {config.max_steps} steps of {config.train_batch_size}; 95% "
+              f"bootstrap intervals ({n_resamples} resamples)")
+    results, text = seeds_report(out, per_seed, ood, header=header, n_resamples=n_resamples, seed=seeds[0])
+    results["per_seed"] = {s: {k: v for k, v in r.items() if k in ("ood_mean", "timing", "claims")}
+                           for s, r in per_seed.items()}
     return results, text, run

@@ -28,7 +28,7 @@ import numpy as np
 from hf_calibration import modeling
 from hf_calibration.data import MCQA_DATASETS, check_dataset_name, parse_domains
 from hf_calibration.errors import ParameterError, renamed_parameters
-from hf_calibration.jobs.calm_experiment import CALMExperimentConfig, run_calm_experiment
+from hf_calibration.jobs.calm_experiment import CALMExperimentConfig, run_calm_experiment, run_calm_seeds
 from hf_calibration.jobs.common import (JobResult, batch_size_field, check_choice, check_device, check_int,
                                         check_non_empty, check_output_dir, device_field, n_resamples_field,
                                         progress_line, seed_field)
@@ -325,23 +325,33 @@ def run_experiment(config: ExperimentConfig, calm: CALMExperimentConfig | None =
         sizes = config.limits()[config.dataset_names()[0]]
     else:
         calm = CALMExperimentConfig() if calm is None else calm
+        common = dict(model_name=config.model_names()[0], train_domain=config.dataset_names()[0],
+                      device=config.device, batch_size=config.batch_size, n_resamples=config.n_resamples,
+                      overwrite=config.overwrite, progress=progress)
+        if calm.seeds is not None and config.seed != 0:
+            raise ParameterError("seed", config.seed, f"give either {{seed}} or the calm option {{seeds}} "
+                                 f"({calm.seeds!r}), got {{seed}} {config.seed}", related=("seeds",))
         with renamed_parameters(model="models"):
-            metrics, table, calm_run = run_calm_experiment(
-                out, calm, model_name=config.model_names()[0], train_domain=config.dataset_names()[0],
-                seed=config.seed, device=config.device, batch_size=config.batch_size,
-                n_resamples=config.n_resamples, overwrite=config.overwrite, progress=progress)
-        folders = {"scores": out / "scores", "runs": out / "runs"}
-        sub_seconds = sum(t["wall_seconds"] for t in metrics.get("timing", {}).values())
+            if calm.seeds is None:
+                metrics, table, calm_run = run_calm_experiment(out, calm, seed=config.seed, **common)
+                folders = {"scores": out / "scores", "runs": out / "runs"}
+                timings = [metrics.get("timing", {})]
+            else:
+                metrics, table, calm_run = run_calm_seeds(out, calm, **common)
+                folders = {f"seed_{s}": out / f"seed_{s}" for s in calm.seed_list()}
+                timings = [r.get("timing", {}) for r in metrics.get("per_seed", {}).values()]
+        sub_seconds = sum(t["wall_seconds"] for timing in timings for t in timing.values())
         sizes = calm_run["sizes"]
+    seeds = ",".join(map(str, calm.seed_list())) if calm is not None and calm.seeds is not None else config.seed
     run = {"experiment": config.name, "models": config.model_names(), "datasets": config.dataset_names(),
-           "limit": sizes, "seed": config.seed, "n_resamples": config.n_resamples,
+           "limit": sizes, "seed": seeds, "n_resamples": config.n_resamples,
            "wall_seconds_this_invocation": round(time.perf_counter() - start, 1),
            "wall_seconds_sub_runs": round(sub_seconds, 1), "config": asdict(config),
            **({"calm": asdict(calm)} if calm is not None else {})}
     if not table:  # the calm experiment's train phase: scores only, no table yet
         return ExperimentResult(metrics=metrics, run=run, paths=folders, output_dir=out)
     header = (f"experiment {config.name}: models {', '.join(model_alias(m) for m in config.model_names())}; "
-              f"datasets {', '.join(config.dataset_names())}; questions per dataset {sizes}; seed {config.seed}; "
+              f"datasets {', '.join(config.dataset_names())}; questions per dataset {sizes}; seed {seeds}; "
               f"95% bootstrap intervals ({config.n_resamples} resamples); sub-runs {run['wall_seconds_sub_runs']:.0f} s "
               f"of compute as recorded when they ran, this invocation {run['wall_seconds_this_invocation']:.0f} s")
     write_json(out / "metrics.json", {"run": run, **metrics})

@@ -29,12 +29,14 @@ torch is never imported by this package unless a torch tensor is passed or
 :func:`bootstrap`                         percentile interval of any metric
 :func:`calibration_report`                every metric with bootstrap intervals, as a dict
 :func:`paired_bootstrap`                  interval of metric(a) − metric(b) on the same items
+:func:`stratified_bootstrap`              interval of a weighted mean over strata resampled on their own
 :class:`BinnedCalibrationState`           streaming / distributed accumulator for uniform-bin metrics
 ========================================  ==============================================================
 """
 
 from hf_calibration.metrics.binning import ReliabilityTable, reliability_diagram, top_label, uniform_bin_index
-from hf_calibration.metrics.bootstrap import BootstrapResult, bootstrap, calibration_report, paired_bootstrap
+from hf_calibration.metrics.bootstrap import (BootstrapResult, bootstrap, calibration_report, paired_bootstrap,
+                                              stratified_bootstrap)
 from hf_calibration.metrics.ece import adaptive_calibration_error, classwise_ece, expected_calibration_error
 from hf_calibration.metrics.scores import (
     aurc,
@@ -67,6 +69,7 @@ __all__ = [
     "semantic_confidences",
     "semantic_ece",
     "smooth_ece",
+    "stratified_bootstrap",
     "top_label",
     "uniform_bin_index",
 ]

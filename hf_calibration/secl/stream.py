@@ -31,6 +31,7 @@ import torch
 from hf_calibration.data import MCQA_DATASETS, OPEN_QA_DATASETS, parse_domains
 from hf_calibration.errors import ParameterError, renamed_parameters
 from hf_calibration.modeling.prompts import LETTERS, build_prompt, first_option_letter, format_mcqa
+from hf_calibration.reports import format_claim_check  # noqa: F401  (re-exported: the table of claim_check)
 from hf_calibration.secl.confidence import SIGNAL_NAMES
 
 MCQA_DOMAINS = tuple(MCQA_DATASETS)
@@ -392,13 +393,6 @@ def claim_check(domain: dict, key: str = "secl") -> list[tuple[str, bool | None,
         ("6–26 % of the questions trained", TRAINED_SHARE[0] <= trained <= TRAINED_SHARE[1], f"{trained:.1%}"),
         ("≤ 4.6 forward passes per question", passes <= PASS_BUDGET, f"{passes:.2f}"),
     ]
-
-
-def format_claim_check(checks) -> str:
-    """Markdown table of ``claim_check``'s rows."""
-    word = {True: "held", False: "not held", None: "undecided"}
-    return "\n".join(["| claim | result | evidence |", "|---|---|---|"]
-                     + [f"| {claim} | {word[held]} | {evidence} |" for claim, held, evidence in checks])
 
 
 STREAM_COLUMNS = (

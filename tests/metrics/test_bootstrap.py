@@ -182,3 +182,56 @@ def test_paired_bootstrap_equals_a_hand_loop_over_shared_draws(name):
 def test_paired_bootstrap_names_unequal_sizes():
     with pytest.raises(ValueError, match="y_prob_b: the paired sets need the same number of items, got 3 and 2"):
         metrics_mod.paired_bootstrap(metrics_mod.brier_score, [1, 0, 1], [0.5, 0.5, 0.5], [1, 0], [0.5, 0.5])
+
+
+def test_stratified_bootstrap_with_one_stratum_is_the_paired_hand_loop():
+    rng = np.random.default_rng(12)
+    y_a = (rng.uniform(size=50) < 0.6).astype(int)
+    y_b = np.where(rng.uniform(size=50) < 0.2, 1 - y_a, y_a)
+    p_a, p_b = rng.uniform(0.3, 1.0, 50), rng.uniform(0.0, 1.0, 50)
+    ece = expected_calibration_error
+
+    def delta(k, idx):
+        return ece(y_a[idx], p_a[idx]) - ece(y_b[idx], p_b[idx])
+
+    est, low, high = metrics_mod.stratified_bootstrap(delta, [50], n_resamples=150, seed=3)
+    assert est == pytest.approx(ece(y_a, p_a) - ece(y_b, p_b), abs=1e-12)
+    hand_low, hand_high = _paired_by_hand(ece, y_a, p_a, y_b, p_b, 150, 3)
+    assert (low, high) == (pytest.approx(hand_low, abs=1e-12), pytest.approx(hand_high, abs=1e-12))
+
+
+def test_stratified_bootstrap_of_constant_strata_is_their_weighted_mean():
+    values = [np.ones(3), np.full(2, 3.0)]
+    result = metrics_mod.stratified_bootstrap(lambda k, idx: float(values[k][idx].mean()), [3, 2], weights=[1, 3],
+                                              n_resamples=20)
+    assert tuple(result) == (2.5, 2.5, 2.5)  # 0.25 · 1 + 0.75 · 3 on every resample
+
+
+def test_stratified_bootstrap_spread_of_a_mean_matches_the_stratified_standard_error():
+    """For the mean, the bootstrap standard error of Σ w_k x̄_k is sqrt(Σ w_k² s_k² / n_k) with s_k² the plug-in
+    variance (Davison & Hinkley 1997, §3.2); the 95 % interval is then ≈ ±1.96 of it."""
+    rng = np.random.default_rng(5)
+    values = [rng.normal(0, 1, 80), rng.normal(2, 3, 40)]
+    w = np.array([0.5, 0.5])
+    se = np.sqrt(sum(wk**2 * v.var() / len(v) for wk, v in zip(w, values)))
+    est, low, high = metrics_mod.stratified_bootstrap(lambda k, idx: float(values[k][idx].mean()), [80, 40],
+                                                      n_resamples=4000, seed=1)
+    assert est == pytest.approx(0.5 * values[0].mean() + 0.5 * values[1].mean(), abs=1e-12)
+    assert (high - low) / 2 == pytest.approx(1.96 * se, rel=0.08)  # Monte Carlo error of 4000 resamples ≈ 3 %
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(sizes=[]), "sizes must be one or more"), (dict(sizes=[3, 0]), "sizes must be one or more"),
+    (dict(sizes=[3], weights=[1, 1]), "weights must be 1 finite"),
+    (dict(sizes=[3, 3], weights=[-1, 2]), "weights must be 2 finite"),
+    (dict(sizes=[3, 3], weights=[0, 0]), "weights must be 2 finite"),
+    (dict(sizes=[3], n_resamples=0), "n_resamples must be >= 1"),
+])
+def test_stratified_bootstrap_names_bad_arguments(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        metrics_mod.stratified_bootstrap(lambda k, idx: 0.0, **kwargs)
+
+
+def test_stratified_bootstrap_undefined_everywhere_is_an_error():
+    with pytest.raises(ValueError, match="undefined on every resample"):
+        metrics_mod.stratified_bootstrap(lambda k, idx: float("nan"), [4], n_resamples=5)
