@@ -118,6 +118,11 @@ def test_calm_splits_are_disjoint_and_each_balanced_on_its_own():
         (["experiment", "calm", "--n-train", "abc"], "--n-train"),
         (["experiment", "calm", "--seeds", "0,x"], "--seeds: must be distinct integers ≥ 0 separated by commas, got '0,x'"),
         (["experiment", "calm", "--seeds", "1,1"], "--seeds: must be distinct integers"),
+        (["experiment", "calm", "--open-ended", "yes"], "--open-ended"),
+        (["experiment", "calm", "--open-domains", "gsm8k_open,nope"], "--open-domains: must be distinct names among"),
+        (["experiment", "calm", "--open-samples", "0"], "--open-samples: must be a positive integer, got 0"),
+        (["experiment", "calm", "--open-equivalence", "nli"], "--open-equivalence"),
+        (["experiment", "calm", "--seeds", "0,1", "--open-ended", "only"], "--seeds: pools the multiple-choice"),
         (["experiment", "calm", "--seeds", "-1"], "--seeds: must be distinct integers"),
         (["experiment", "calm", "--seeds", "0,1", "--seed", "3"], "--seed: give either --seed or the calm option"),
         (["experiment", "diagnose", "--models", "/no/such/model"], "--models: '/no/such/model' is not a folder"),
@@ -312,3 +317,81 @@ def test_calm_claim_check_decides_on_hand_made_runs():
     del probs["ts"]
     rows, _ = claim_check([(probs, labels)], ["ood"], n_resamples=10, seed=0)
     assert rows[0][1] == "not run"
+
+
+def test_calm_experiment_open_ended_only(tiny_model_dir, tmp_path, capsys):
+    """--open-ended only: answers for every method in open_ended/answers/, the Sem-ECE table, and each row's
+    values equal to semantic_confidences on the saved answers (accuracy and Sem-ECE recomputed here)."""
+    from hf_calibration.jobs.calm_open import load_open_domain, parse_answer
+    from hf_calibration.metrics import expected_calibration_error, semantic_confidences
+
+    out = tmp_path / "calm"
+    sizes = ("--n-train 4 --n-calibration 2 --n-validation 3 --n-test 4 --n-ood 3 --max-steps 2 --select-every 1 "
+             "--train-batch-size 2 --open-samples 3 --open-max-new-tokens 4 --methods uncalibrated ts sft bome").split()
+    assert main(["experiment", "calm", "--models", str(tiny_model_dir), "--n-resamples", "20", "--open-ended", "only",
+                 "--output-dir", str(out), *sizes]) == 0
+    printed = capsys.readouterr().out
+    assert "open-ended" in printed and "Sem-ECE" in printed
+    report = json.loads((out / "open_ended" / "report.json").read_text())
+    assert set(report["tables"]) == {"uncalibrated", "ts", "sft", "bome"}
+    assert set(report["tables"]["bome"]) == {"id_test", "gsm8k_open"}
+    rows = load_open_domain("gsm8k_open", limit=3, seed=0)
+    answers = json.loads((out / "open_ended" / "answers" / "sft.json").read_text())["splits"]["gsm8k_open"]
+    assert len(answers["samples"]) == 3 and all(len(s) == 3 for s in answers["samples"])
+    conf, correct = semantic_confidences([[parse_answer("gsm8k_open", s) for s in ss] for ss in answers["samples"]],
+                                         [r["reference"] for r in rows],
+                                         answers=[parse_answer("gsm8k_open", g) for g in answers["greedy"]])
+    table = report["tables"]["sft"]["gsm8k_open"]
+    assert table["accuracy"]["value"] == pytest.approx(correct.mean())
+    assert table["conf_ece"]["value"] == pytest.approx(expected_calibration_error(correct, conf))
+    # TS: the uncalibrated greedy answers, a fitted temperature
+    ts = json.loads((out / "open_ended" / "answers" / "ts.json").read_text())
+    unc = json.loads((out / "open_ended" / "answers" / "uncalibrated.json").read_text())
+    assert ts["splits"]["id_test"]["greedy"] == unc["splits"]["id_test"]["greedy"] and ts["info"]["temperature"] > 0
+    assert report["claim"]["claim"].startswith("lowest mean Semantic-ECE")
+    # the report phase reads everything back
+    assert main(["experiment", "calm", "--models", str(tiny_model_dir), "--n-resamples", "20", "--open-ended", "only",
+                 "--phase", "report", "--output-dir", str(out), *sizes]) == 0
+
+
+def test_open_domains_load_with_references():
+    """HaluEval QA open-ended: the right answer as reference, the knowledge in the question; GSM8K: the number
+    after '####' (hand-checked first rows of the packaged copies)."""
+    from hf_calibration.data.loaders import halueval_packaged_records
+    from hf_calibration.jobs.calm_open import load_open_domain, parse_answer
+
+    rows = load_open_domain("halueval_qa_open", seed=0)
+    raw = halueval_packaged_records("qa")
+    assert len(rows) == len(raw) == 10000
+    first = raw[0]
+    match = [r for r in rows if r["reference"] == first["right_answer"].strip() and first["question"].strip() in r["question"]]
+    assert match and first["knowledge"].strip() in match[0]["question"]
+    gsm = load_open_domain("gsm8k_open", seed=0)
+    assert len(gsm) == 1319 and all(r["reference"] for r in gsm)
+    assert parse_answer("gsm8k_open", "The answer is 1,000.\nMore text 7") == "1000"
+    assert parse_answer("halueval_qa_open", "\n  Paris \nbecause") == "Paris"
+
+
+def test_open_generation_reuses_the_prompt_cache_and_equals_plain_generate(tiny_model_dir):
+    """Greedy and sampled answers from the shared prompt cache are the tokens of two plain ``generate`` calls
+    (left-padded batch of prompts of different lengths, the same torch seed)."""
+    import torch
+
+    from hf_calibration import modeling
+    from hf_calibration.jobs.calm_open import generate_answers
+    from hf_calibration.modeling.prompts import build_prompt
+
+    model, tok = modeling.load_model(str(tiny_model_dir))
+    questions = ["a b c", "d e f g h i j k", "l"]
+    greedy, samples = generate_answers(model, tok, questions, n_samples=3, max_new_tokens=5, batch_size=3, seed=4)
+    tok.padding_side = "left"
+    enc = tok([build_prompt(tok, q) for q in questions], return_tensors="pt", padding=True, add_special_tokens=False)
+    w = enc["input_ids"].shape[1]
+    pad = tok.pad_token_id or tok.eos_token_id
+    torch.manual_seed(4)
+    g = model.generate(**enc, do_sample=False, max_new_tokens=5, pad_token_id=pad)
+    s = model.generate(**enc, do_sample=True, top_k=0, top_p=1.0, num_return_sequences=3, max_new_tokens=5,
+                       pad_token_id=pad)
+    assert greedy == tok.batch_decode(g[:, w:], skip_special_tokens=True)
+    texts = tok.batch_decode(s[:, w:], skip_special_tokens=True)
+    assert samples == [texts[0:3], texts[3:6], texts[6:9]]

@@ -40,6 +40,7 @@ OTHER_OOD = "mmlu:stem,halueval_qa"
 PHASES = ("all", "train", "report")
 SELECTION_RULES = ("conf_ece", "cw_ece", "nll", "last")
 SPLITS = ("train", "calibration", "validation", "id_test")
+OPEN_ENDED = ("off", "also", "only")
 
 
 @dataclass(kw_only=True)
@@ -83,6 +84,20 @@ class CALMExperimentConfig:
                 "labelled validation split among steps select_every, 2·select_every, … and the last (the rule needs "
                 "labels, so it reads the validation split, not S_V); 'last': the last step.",
         "choices": list(SELECTION_RULES)})
+    open_ended: str = field(default="off", metadata={
+        "help": "The open-ended generative setting (jobs.calm_open; issue 17.5) with Semantic ECE: 'also' after "
+                "the multiple-choice table, into <output_dir>/open_ended/, 'only' that one, 'off' (default). Its "
+                "methods are those of --methods among uncalibrated, ts, sft and bome, with the same split sizes and "
+                "training options.", "choices": list(OPEN_ENDED)})
+    open_domains: str = field(default="halueval_qa_open,gsm8k_open", metadata={
+        "help": "Open-ended domains: the training domain first, then the OOD ones (halueval_qa_open, gsm8k_open)."})
+    open_samples: int = field(default=5, metadata={"help": "Answers sampled per question for the semantic "
+                                                           "confidence (open-ended setting)."})
+    open_max_new_tokens: int = field(default=16, metadata={"help": "Tokens per generated open-ended answer."})
+    open_equivalence: str = field(default="lexical", metadata={
+        "help": "When two open-ended answers (and an answer and the reference) mean the same: 'lexical' (SQuAD "
+                "normalisation or the same number) or 'embedding' (all-MiniLM-L6-v2 cosine ≥ 0.9).",
+        "choices": ["lexical", "embedding"]})
     seeds: str | None = field(default=None, metadata={
         "help": "Comma-separated training seeds (e.g. 0,1,2): each seed draws its own splits and trains every "
                 "method into <output_dir>/seed_<s>/, and the table summarises them (mean and range over seeds, "
@@ -108,6 +123,16 @@ class CALMExperimentConfig:
             check_positive_number(getattr(self, name), name)
         if self.seeds is not None:
             self.seed_list()
+        check_choice(self.open_ended, "open_ended", OPEN_ENDED)
+        check_choice(self.open_equivalence, "open_equivalence", ("lexical", "embedding"))
+        check_int(self.open_samples, "open_samples")
+        check_int(self.open_max_new_tokens, "open_max_new_tokens")
+        from hf_calibration.jobs.calm_open import OPEN_DOMAINS
+
+        domains = [d.strip() for d in str(self.open_domains).split(",") if d.strip()]
+        if len(domains) < 1 or any(d not in OPEN_DOMAINS for d in domains) or len(set(domains)) != len(domains):
+            raise ParameterError("open_domains", self.open_domains, f"must be distinct names among "
+                                 f"{', '.join(OPEN_DOMAINS)}, training domain first, got {self.open_domains!r}")
         if self.ood_domains is not None:
             with renamed_parameters(domains="ood_domains"):
                 parse_domains(self.ood_domains, tuple(MCQA_DATASETS))
@@ -360,12 +385,14 @@ def pooled_difference(runs: list, splits, a: str, b: str, *, key: str = "conf_ec
             "per_stratum": [statistic(k, np.arange(len(sa[0]))) for k, (sa, _) in enumerate(strata)]}
 
 
-def claim_check(runs: list, ood: list, *, n_resamples: int, seed: int) -> tuple[list, dict]:
+def claim_check(runs: list, ood: list, *, n_resamples: int, seed: int,
+                open_row: tuple | None = None) -> tuple[list, dict]:
     """The paper's claims (Wang et al., CALM) on ``runs`` (one (probs, labels) per training seed) → (rows for
     ``reports.format_claim_check``, the differences behind them). Each multiple-choice claim is decided by a
     pooled paired interval (``pooled_difference``, over seeds and, out of domain, the OOD sets with equal weights):
     below 0 held, above 0 not held, else undecided; accuracy: CALM − 0.95 · SFT above 0 held, below 0 not held.
-    The open-ended Semantic-ECE claim is reported "not run": this experiment scores option letters only."""
+    The open-ended Semantic-ECE claim is ``open_row`` (``calm_open.open_claim``'s row) when the open-ended setting
+    ran, else "not run"."""
     kw = dict(n_resamples=n_resamples, seed=seed)
     methods = set(runs[0][0])
     rows, evidence = [], {}
@@ -393,13 +420,13 @@ def claim_check(runs: list, ood: list, *, n_resamples: int, seed: int) -> tuple[
                      f"(mean over {len(runs)} seed(s)); CALM − {ACCURACY_SHARE}·SFT {interval(d)}"))
     else:
         rows.append((claim, "not run", "needs bome and sft"))
-    rows.append(("lowest mean Semantic-ECE, open-ended cross-domain", "not run",
-                 "this experiment scores multiple-choice letters; open-ended generative CALM is not built"))
+    rows.append(open_row or ("lowest mean Semantic-ECE, open-ended cross-domain", "not run",
+                             "the open-ended setting did not run (--open-ended also)"))
     return rows, evidence
 
 
 def report(out: Path, scores: dict, infos: dict, ood: list, *, header: str, n_resamples: int,
-           seed: int) -> tuple[dict, str]:
+           seed: int, open_row: tuple | None = None) -> tuple[dict, str]:
     """The table of every scored method on the ID test and each OOD set (with the constant references fitted on
     the validation split), the OOD mean and the wall times → (results, Markdown text); writes ``report.md``,
     ``report.json``, ``items.jsonl`` and ``reliability_<split>.png`` into ``out``."""
@@ -444,7 +471,7 @@ def report(out: Path, scores: dict, infos: dict, ood: list, *, header: str, n_re
                     f"{d[k]['value']:+.3f} [{d[k]['low']:+.3f}, {d[k]['high']:+.3f}]" for k in ("conf_ece", "accuracy"))
                     + " |")
         lines.append("")
-    checks, results["claim_evidence"] = claim_check([(probs, labels)], list(ood), **kw)
+    checks, results["claim_evidence"] = claim_check([(probs, labels)], list(ood), open_row=open_row, **kw)
     results["claims"] = [{"claim": c, "held": h, "evidence": e} for c, h, e in checks]
     lines += ["### claim check (this seed)", "", format_claim_check(checks), ""]
     scored_as = {m: "uncalibrated" if m == "ts" else m for m in table}  # TS reuses the uncalibrated scores
@@ -487,6 +514,17 @@ def run_calm_experiment(out: Path, config: CALMExperimentConfig, *, model_name: 
     scored again), and the phase ``report`` alone reads back every score."""
     check_output_folders(out)
     ood = [domain_key(s) for s in config.ood_specs(train_domain)]
+    run = {"model": model_name, "train_domain": train_domain, "seed": seed, **asdict(config)}
+    open_row = None
+    if config.open_ended != "off":
+        from hf_calibration.jobs.calm_open import run_open_ended
+
+        open_results, open_text, open_row = run_open_ended(
+            out / "open_ended", config, model_name=model_name, seed=seed, device=device, batch_size=batch_size,
+            n_resamples=n_resamples, overwrite=overwrite, progress=progress)
+        if config.open_ended == "only":
+            sizes = (open_results or {}).get("sizes", {})
+            return ({"open_ended": open_results} if open_results else {}), open_text, {**run, "sizes": sizes}
     if config.phase == "report":
         sizes = json.loads((out / "run.json").read_text())["sizes"] if (out / "run.json").exists() else {}
         scores, infos = _read_scored(out)
@@ -500,7 +538,7 @@ def run_calm_experiment(out: Path, config: CALMExperimentConfig, *, model_name: 
                                                   "config": asdict(config), "sizes": sizes}, indent=2) + "\n")
         scores, infos = train_and_score(out, splits, config, model_name=model_name, seed=seed, device=device,
                                         batch_size=batch_size, overwrite=overwrite, progress=progress)
-    run = {"model": model_name, "train_domain": train_domain, "seed": seed, "sizes": sizes, **asdict(config)}
+    run["sizes"] = sizes
     if config.phase == "train":
         return {}, "", run
     if not scores:
@@ -510,7 +548,11 @@ def run_calm_experiment(out: Path, config: CALMExperimentConfig, *, model_name: 
                  f"the checkpoint with the lowest validation {config.select_by} of every {config.select_every} steps")
     header = (f"{model_name}, trained on {train_domain}, seed {seed}; sizes {sizes}; {config.max_steps} steps of "
               f"{config.train_batch_size}, keeping {selection}; 95% bootstrap intervals ({n_resamples} resamples)")
-    results, text = report(out, scores, infos, ood, header=header, n_resamples=n_resamples, seed=seed)
+    results, text = report(out, scores, infos, ood, header=header, n_resamples=n_resamples, seed=seed,
+                           open_row=open_row)
+    if config.open_ended == "also":
+        results["open_ended"] = open_results
+        text += "\n" + open_text
     return results, text, run
 
 

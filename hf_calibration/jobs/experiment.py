@@ -328,19 +328,25 @@ def run_experiment(config: ExperimentConfig, calm: CALMExperimentConfig | None =
         common = dict(model_name=config.model_names()[0], train_domain=config.dataset_names()[0],
                       device=config.device, batch_size=config.batch_size, n_resamples=config.n_resamples,
                       overwrite=config.overwrite, progress=progress)
+        if calm.seeds is not None and calm.open_ended == "only":
+            raise ParameterError("seeds", calm.seeds, "pools the multiple-choice table over seeds; with {open_ended} "
+                                 "'only' run one --seed at a time", related=("open_ended",))
         if calm.seeds is not None and config.seed != 0:
             raise ParameterError("seed", config.seed, f"give either {{seed}} or the calm option {{seeds}} "
                                  f"({calm.seeds!r}), got {{seed}} {config.seed}", related=("seeds",))
         with renamed_parameters(model="models"):
             if calm.seeds is None:
                 metrics, table, calm_run = run_calm_experiment(out, calm, seed=config.seed, **common)
-                folders = {"scores": out / "scores", "runs": out / "runs"}
+                folders = ({} if calm.open_ended == "only" else {"scores": out / "scores", "runs": out / "runs"})
+                if calm.open_ended != "off":
+                    folders["open_ended"] = out / "open_ended"
                 timings = [metrics.get("timing", {})]
             else:
                 metrics, table, calm_run = run_calm_seeds(out, calm, **common)
                 folders = {f"seed_{s}": out / f"seed_{s}" for s in calm.seed_list()}
                 timings = [r.get("timing", {}) for r in metrics.get("per_seed", {}).values()]
-        sub_seconds = sum(t["wall_seconds"] for timing in timings for t in timing.values())
+        timings.append((metrics.get("open_ended") or {}).get("info", {}))
+        sub_seconds = sum(t.get("wall_seconds", 0.0) for timing in timings for t in timing.values())
         sizes = calm_run["sizes"]
     seeds = ",".join(map(str, calm.seed_list())) if calm is not None and calm.seeds is not None else config.seed
     run = {"experiment": config.name, "models": config.model_names(), "datasets": config.dataset_names(),
@@ -350,8 +356,10 @@ def run_experiment(config: ExperimentConfig, calm: CALMExperimentConfig | None =
            **({"calm": asdict(calm)} if calm is not None else {})}
     if not table:  # the calm experiment's train phase: scores only, no table yet
         return ExperimentResult(metrics=metrics, run=run, paths=folders, output_dir=out)
+    datasets = (calm.open_domains.split(",") if calm is not None and calm.open_ended == "only"
+                else config.dataset_names())
     header = (f"experiment {config.name}: models {', '.join(model_alias(m) for m in config.model_names())}; "
-              f"datasets {', '.join(config.dataset_names())}; questions per dataset {sizes}; seed {seeds}; "
+              f"datasets {', '.join(datasets)}; questions per dataset {sizes}; seed {seeds}; "
               f"95% bootstrap intervals ({config.n_resamples} resamples); sub-runs {run['wall_seconds_sub_runs']:.0f} s "
               f"of compute as recorded when they ran, this invocation {run['wall_seconds_this_invocation']:.0f} s")
     write_json(out / "metrics.json", {"run": run, **metrics})
