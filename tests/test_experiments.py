@@ -76,6 +76,11 @@ def test_calm_experiment_smoke(tiny_model_dir, tmp_path, capsys):
     assert (out / "reliability_id_test.png").is_file() and (out / "table.md").is_file()
     # trained on length-matched HaluEval (2 options): L_tr and the entropy read A and B only
     assert json.loads((out / "scores" / "bome.json").read_text())["num_options"] == 2
+    # the validation curve: one point per evaluation, its conf-ECE the value the selection rule read
+    selection = json.loads((out / "scores" / "sft.json").read_text())["selection"]
+    assert [p["step"] for p in selection["validation_curve"]] == [s for s, _ in selection["evaluated"]]
+    assert [p["conf_ece"] for p in selection["validation_curve"]] == [v for _, v in selection["evaluated"]]
+    assert "### validation curve" in (out / "table.md").read_text()
 
 
 def test_calm_splits_are_disjoint_and_each_balanced_on_its_own():

@@ -201,13 +201,16 @@ def _selection_kwargs(config: CALMExperimentConfig) -> dict:
 
 
 def _selection_info(trainer, config: CALMExperimentConfig) -> dict:
-    """The rule, every evaluated (step, value) and the step restored."""
+    """The rule, every evaluated (step, value), the step restored, and the validation curve: per evaluation the
+    step, the validation loss (the training cross-entropy on the validation split), NLL, conf-ECE and accuracy."""
     if config.select_by == "last":
         return {"rule": "last", "selected_step": trainer.state.global_step}
     key = f"eval_{config.select_by}"
     evaluated = [[e["step"], e[key]] for e in trainer.state.log_history if key in e]
+    curve = [{"step": e["step"], **{k: e.get(f"eval_{k}") for k in ("loss", "nll", "conf_ece", "accuracy")}}
+             for e in trainer.state.log_history if "eval_loss" in e]
     return {"rule": config.select_by, "split": "validation", "every": config.select_every, "evaluated": evaluated,
-            "selected_step": trainer.state.best_global_step}
+            "selected_step": trainer.state.best_global_step, "validation_curve": curve}
 
 
 def _train_method(method: str, splits, config: CALMExperimentConfig, *, model_name: str, out: Path, seed: int,
@@ -474,6 +477,13 @@ def report(out: Path, scores: dict, infos: dict, ood: list, *, header: str, n_re
     checks, results["claim_evidence"] = claim_check([(probs, labels)], list(ood), open_row=open_row, **kw)
     results["claims"] = [{"claim": c, "held": h, "evidence": e} for c, h, e in checks]
     lines += ["### claim check (this seed)", "", format_claim_check(checks), ""]
+    curves = {m: i["selection"]["validation_curve"] for m, i in infos.items()
+              if "validation_curve" in i.get("selection", {})}
+    if curves:
+        lines += ["### validation curve (loss = the training cross-entropy on the validation split; * = kept)", "",
+                  "```"] + [f"{m:<16} " + "  ".join(
+                      f"{p['step']}: {p['loss']:.3f}{'*' if p['step'] == infos[m]['selection']['selected_step'] else ''}"
+                      for p in c) for m, c in curves.items()] + ["```", ""]
     scored_as = {m: "uncalibrated" if m == "ts" else m for m in table}  # TS reuses the uncalibrated scores
     timing = {m: infos[scored_as[m]] for m in table if scored_as[m] in infos}
     results["timing"] = {m: {k: v for k, v in t.items() if k != "log"} for m, t in timing.items()}
