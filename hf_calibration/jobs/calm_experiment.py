@@ -14,6 +14,13 @@ steps and at the last, the model is scored on the labelled validation split and 
 §5: "labelled, for checkpoint selection and post-hoc fitting"; TS is fitted on the same split), not S_V, whose
 labels CALM never uses. The untrained model is not a candidate (it is the ``uncalibrated`` row).
 
+Seeds (``seeds="0,1,2"``): each seed draws its own splits and trains every method into ``<output>/seed_<s>/``;
+``seeds.md`` gives the mean and range over seeds and CALM − TS / − SFT pooled over seeds by a stratified paired
+bootstrap (``metrics.stratified_bootstrap``: each seed's questions resampled on their own). Every report ends
+with a claim check against the paper (``claim_check``): OOD conf-ECE below TS and below SFT, in-domain accuracy
+at least 95 % of SFT's, and, with ``open_ended`` (``jobs.calm_open``: generative CALM on free-form answers,
+Semantic ECE), the lowest mean Semantic-ECE out of domain.
+
 Two phases, so a long run can be resumed: ``train`` writes ``<output>/scores/<method>.npz`` (option
 log-scores per split) and skips methods already scored; ``report`` builds the table (``report.md``,
 ``report.json``, ``items.jsonl``, reliability diagrams ``reliability_<split>.png``) from them.
