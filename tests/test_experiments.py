@@ -124,6 +124,7 @@ def test_calm_splits_are_disjoint_and_each_balanced_on_its_own():
         (["experiment", "calm", "--seeds", "0,x"], "--seeds: must be distinct integers ≥ 0 separated by commas, got '0,x'"),
         (["experiment", "calm", "--seeds", "1,1"], "--seeds: must be distinct integers"),
         (["experiment", "calm", "--open-ended", "yes"], "--open-ended"),
+        (["experiment", "calm", "--eta", "1.5"], "--eta: must be in (0, 1], got 1.5"),
         (["experiment", "calm", "--open-domains", "gsm8k_open,nope"], "--open-domains: must be distinct names among"),
         (["experiment", "calm", "--open-samples", "0"], "--open-samples: must be a positive integer, got 0"),
         (["experiment", "calm", "--open-equivalence", "nli"], "--open-equivalence"),

@@ -80,6 +80,7 @@ class CALMExperimentConfig:
     alpha_learning_rate: float = field(default=5e-2, metadata={"help": "Learning rate of the logit adjustment (α)."})
     inner_learning_rate: float = field(default=1e-2, metadata={"help": "ξ_in of BOME's inner steps."})
     inner_steps: int = field(default=1, metadata={"help": "T: BOME's inner steps."})
+    eta: float = field(default=0.5, metadata={"help": "η in (0, 1] of BOME's control barrier φ (CALMConfig.eta)."})
     bome_optimizer: str = field(default="trainer", metadata={
         "help": "Optimizer of 'bome' and 'scalar' (CALMConfig.bome_optimizer): 'trainer' (AdamW, as the other "
                 "methods), or BOME's own step 'sgd' / 'sgd_momentum' (momentum 0.9), which needs learning rates of "
@@ -128,6 +129,9 @@ class CALMExperimentConfig:
         check_int(self.select_every, "select_every")
         for name in ("learning_rate", "alpha_learning_rate", "inner_learning_rate"):
             check_positive_number(getattr(self, name), name)
+        check_positive_number(self.eta, "eta")
+        if self.eta > 1:
+            raise ParameterError("eta", self.eta, f"must be in (0, 1], got {self.eta!r}")
         if self.seeds is not None:
             self.seed_list()
         check_choice(self.open_ended, "open_ended", OPEN_ENDED)
@@ -234,6 +238,7 @@ def _train_method(method: str, splits, config: CALMExperimentConfig, *, model_na
         max_steps=config.max_steps, per_device_train_batch_size=config.train_batch_size,
         learning_rate=config.learning_rate, alpha_learning_rate=config.alpha_learning_rate,
         inner_steps=config.inner_steps, num_options=num_options, inner_learning_rate=config.inner_learning_rate,
+        eta=config.eta,
         label_smoothing_factor=0.1 if method == "label_smoothing" else 0.0, lr_scheduler_type="constant",
         warmup_steps=0, bf16=False, activation_checkpointing=False, report_to="none",
         logging_steps=10, seed=seed, use_cpu=modeling.resolve_device(device) == "cpu", max_length=None,

@@ -192,7 +192,7 @@ def train_open_method(method: str, splits: dict, config, *, model_name: str, out
         output_dir=str(out / "runs" / method), method=method, entropy_domain="vocab", adjustment_tokens="vocab",
         max_steps=config.max_steps, per_device_train_batch_size=config.train_batch_size,
         learning_rate=config.learning_rate, alpha_learning_rate=config.alpha_learning_rate,
-        inner_steps=config.inner_steps, inner_learning_rate=config.inner_learning_rate,
+        inner_steps=config.inner_steps, inner_learning_rate=config.inner_learning_rate, eta=config.eta,
         lr_scheduler_type="constant", warmup_steps=0, bf16=False, activation_checkpointing=False, report_to="none",
         logging_steps=10, seed=seed, use_cpu=modeling.resolve_device(device) == "cpu", max_length=None,
         disable_tqdm=True, dataset_num_proc=None, eval_strategy="steps", eval_steps=config.select_every,
