@@ -70,6 +70,17 @@ def test_cli_report_takes_folders_as_positionals(folders, tmp_path, capsys):
     assert err.count("\n") == 1 and "missing" in err and not (tmp_path / "x.html").exists()
 
 
+def test_cli_report_on_folders_without_results_is_one_line_and_writes_nothing(tmp_path, capsys):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "notes.txt").write_text("no results here")
+    out = tmp_path / "r.html"
+    assert main(["report", str(empty), "--output", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("hf-calibration: error: --inputs: found no result") and str(empty) in err[0]
+    assert not out.exists()
+
+
 def test_report_rescores_the_per_answer_files_with_the_ece_options(folders, tmp_path):
     """--n-bins 4 --binning quantile --norm l2: evaluate's predictions.jsonl re-scored; conf-ECE and the constant
     reference against expected_calibration_error called on the written answers (hand-made records in a second

@@ -56,7 +56,8 @@ def run_report(config: ReportConfig) -> JobResult:
     ``n_bins``, ``binning``, ``norm`` also the per-answer files re-scored under those ECE options.
 
     MissingPathError naming ``inputs`` for a folder that does not exist; ParameterError naming ``output`` for a
-    place that cannot be written; both before anything is read or written.
+    place that cannot be written (both before anything is read or written), or naming ``inputs`` when the folders
+    hold no result at all (nothing written).
     """
     folders = [Path(f) for f in config.inputs]
     for f in folders:
@@ -64,6 +65,10 @@ def run_report(config: ReportConfig) -> JobResult:
             raise MissingPathError("inputs", str(f), f"{str(f)!r} is not a folder")
     out = check_output_file(config.output)
     page = render_report(folders, title=config.title, ece=config.ece_options(), n_resamples=config.n_resamples)
+    if page.count("<table>") == 0 and page.count("<img ") == 0:
+        raise ParameterError("inputs", [str(f) for f in folders], "found no result (a metrics.json, report.json, "
+                             "per-answer file or diagram) in " + ", ".join(repr(str(f)) for f in folders)
+                             + "; give folders written by evaluate, diagnose, secl, calm or an experiment")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(page, encoding="utf-8")
     n_tables = page.count("<table>")
