@@ -1,6 +1,7 @@
 """`hf-calibration experiment NAME` on a tiny random model and a handful of items (smoke + consistency)."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -81,6 +82,15 @@ def test_calm_experiment_smoke(tiny_model_dir, tmp_path, capsys):
     assert [p["step"] for p in selection["validation_curve"]] == [s for s, _ in selection["evaluated"]]
     assert [p["conf_ece"] for p in selection["validation_curve"]] == [v for _, v in selection["evaluated"]]
     assert "### validation curve" in (out / "table.md").read_text()
+    # examples/calm_sensitivity.py reads the folder: its dev conf-ECE is the report's validation row
+    import runpy
+
+    sensitivity = runpy.run_path(str(Path(__file__).parents[1] / "examples" / "calm_sensitivity.py"))
+    row = sensitivity["summarize"](out, n_resamples=20)
+    assert row["dev_conf_ece"] == pytest.approx(report["tables"]["bome"]["validation"]["conf_ece"]["value"], abs=1e-12)
+    assert row["test_accuracy_share"] == pytest.approx(
+        report["tables"]["bome"]["id_test"]["accuracy"]["value"] / report["tables"]["sft"]["id_test"]["accuracy"]["value"])
+    assert sensitivity["main"]([str(out / "scores")]) == 2  # not an experiment folder: one error line
 
 
 def test_calm_splits_are_disjoint_and_each_balanced_on_its_own():

@@ -268,7 +268,7 @@ def _scored_file(out: Path, method: str, suffix: str) -> Path:
     return out / "scores" / f"{'uncalibrated' if method == 'ts' else method}.{suffix}"
 
 
-def _read_scored(out: Path) -> tuple[dict, dict]:
+def read_scored(out: Path) -> tuple[dict, dict]:
     """The scores and infos of every method already scored in ``out/scores`` (a finished sub-run, read to resume)."""
     scores, infos = {}, {}
     for method in METHODS:
@@ -284,7 +284,7 @@ def train_and_score(out: Path, splits, config: CALMExperimentConfig, *, model_na
     ``scores/<method>.npz`` and ``.json``; → (scores, infos) of every scored method, those of earlier runs read
     back."""
     (out / "scores").mkdir(parents=True, exist_ok=True)
-    scores, infos = ({}, {}) if overwrite else _read_scored(out)
+    scores, infos = ({}, {}) if overwrite else read_scored(out)
     ood = [k for k in splits if k not in SPLITS]
     base = tokenizer = None  # loaded at the first method that needs work: a report-only rerun loads no model
     for method in config.methods:
@@ -549,7 +549,7 @@ def run_calm_experiment(out: Path, config: CALMExperimentConfig, *, model_name: 
             return ({"open_ended": open_results} if open_results else {}), open_text, {**run, "sizes": sizes}
     if config.phase == "report":
         sizes = json.loads((out / "run.json").read_text())["sizes"] if (out / "run.json").exists() else {}
-        scores, infos = _read_scored(out)
+        scores, infos = read_scored(out)
     else:
         splits = build_splits(train_domain, config, seed=seed)
         sizes = {k: len(v) for k, v in splits.items()}
@@ -591,7 +591,7 @@ def seeds_report(out: Path, per_seed: dict, ood: list, *, header: str, n_resampl
     from hf_calibration.reports import format_claim_check, write_json
 
     splits = ("id_test", *ood)
-    runs = [method_probabilities(_read_scored(out / f"seed_{s}")[0], ("validation", *splits)) for s in per_seed]
+    runs = [method_probabilities(read_scored(out / f"seed_{s}")[0], ("validation", *splits)) for s in per_seed]
     kw = dict(n_resamples=n_resamples, seed=seed)
     tables = [r["tables"] for r in per_seed.values()]
     methods = [m for m in tables[0] if all(m in t for t in tables)]
