@@ -365,6 +365,9 @@ def test_calm_experiment_open_ended_only(tiny_model_dir, tmp_path, capsys):
     unc = json.loads((out / "open_ended" / "answers" / "uncalibrated.json").read_text())
     assert ts["splits"]["id_test"]["greedy"] == unc["splits"]["id_test"]["greedy"] and ts["info"]["temperature"] > 0
     assert report["claim"]["claim"].startswith("lowest mean Semantic-ECE")
+    acc = {m: report["tables"][m]["id_test"]["accuracy"]["value"] for m in ("bome", "sft")}
+    assert report["accuracy_share"]["value"] == pytest.approx(acc["bome"] - 0.95 * acc["sft"], abs=1e-12)
+    assert "in-domain accuracy of CALM ≥ 95% of SFT's (open-ended)" in (out / "open_ended" / "report.md").read_text()
     # the report phase reads everything back
     assert main(["experiment", "calm", "--models", str(tiny_model_dir), "--n-resamples", "20", "--open-ended", "only",
                  "--phase", "report", "--output-dir", str(out), *sizes]) == 0

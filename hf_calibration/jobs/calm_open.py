@@ -307,6 +307,17 @@ def _pooled_open(scores: dict, a: str, b: str, splits: list, *, n_resamples: int
             "per_split": [statistic(k, np.arange(len(sa[0]))) for k, (sa, _) in enumerate(strata)]}
 
 
+def _accuracy_share(scores: dict, a: str, b: str, split: str, *, n_resamples: int, seed: int,
+                    share: float = 0.95) -> dict:
+    """Accuracy of a − ``share`` · accuracy of b on the same questions of ``split``, paired bootstrap interval."""
+    from hf_calibration.metrics import stratified_bootstrap
+
+    ya, yb = scores[a][split][1], scores[b][split][1]
+    est, low, high = stratified_bootstrap(lambda k, idx: float(ya[idx].mean() - share * yb[idx].mean()), [len(ya)],
+                                          n_resamples=n_resamples, seed=seed)
+    return {"value": est, "low": low, "high": high, "a": float(ya.mean()), "b": float(yb.mean())}
+
+
 def open_claim(scores: dict, ood: list, *, n_resamples: int, seed: int) -> tuple:
     """The paper's open-ended claim, "CALM has the lowest mean Semantic-ECE cross-domain", as a claim-check row:
     held when CALM − every other method's mean OOD Sem-ECE has an interval below 0, not held when one lies
@@ -327,7 +338,7 @@ def open_report(out: Path, answers: dict, splits: dict, *, train_domain: str, eq
     """The open-ended table (module docstring) → (results, Markdown text, claim row); writes ``report.md`` and
     ``report.json`` into ``out``."""
     from hf_calibration.metrics import calibration_report
-    from hf_calibration.reports import write_json
+    from hf_calibration.reports import format_claim_check, write_json
 
     ood = [k for k in splits if k not in SPLITS]
     domains = {"validation": train_domain, "id_test": train_domain, **{d: d for d in ood}}
@@ -360,6 +371,15 @@ def open_report(out: Path, answers: dict, splits: dict, *, train_domain: str, eq
             lines.append(f"| {name} | bome − {m} | {d['value']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}] |")
     claim, held, evidence, _ = open_claim(scores, ood, **kw)
     results["claim"] = {"claim": claim, "held": held, "evidence": evidence}
+    checks = [(claim, held, evidence)]
+    if {"bome", "sft"} <= set(scores):
+        d = _accuracy_share(scores, "bome", "sft", "id_test", **kw)
+        results["accuracy_share"] = d
+        checks.append(("in-domain accuracy of CALM ≥ 95% of SFT's (open-ended)",
+                       True if d["low"] > 0 else False if d["high"] < 0 else None,
+                       f"CALM {d['a']:.3f} / SFT {d['b']:.3f}; CALM − 0.95·SFT {d['value']:+.3f} "
+                       f"[{d['low']:+.3f}, {d['high']:+.3f}]"))
+    lines += ["", "Claim check (open-ended):", "", format_claim_check(checks)]
     timing = {m: a.get("info", {}) for m, a in answers.items()}
     lines += ["", "Wall time per method (training and generation): " + ", ".join(
         f"{m} {t.get('wall_seconds', float('nan')):.0f} s"
