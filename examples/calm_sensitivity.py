@@ -96,7 +96,7 @@ def main(argv=None) -> int:
               + f" | {r['dev_conf_ece']:.3f} | {r['dev_accuracy_share']:.0%} | {r['test_accuracy_share']:.0%} | "
               f"{r['test_ood_conf_ece']:.3f} ({r['test_ood_conf_ece_ts']:.3f}) | "
               f"{d['value']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}] | {word[r['beats_ts']]} | {word[r['keeps_95']]} | "
-              f"{r['seconds_per_step']:.1f} | {r["mean_temperature"]:.3g} |")
+              f"{r['seconds_per_step']:.1f} | {r['mean_temperature']:.3g} |")
     if args.output:
         Path(args.output).write_text(json.dumps(rows, indent=2, default=float) + "\n")
     return 0
