@@ -131,7 +131,12 @@ def test_calm_splits_are_disjoint_and_each_balanced_on_its_own():
         (["experiment", "diagnose", "--datasets", ","], "--datasets: must not be empty, got ','"),
         (["experiment", "secl", "--n-train", "4"], "unrecognized arguments: --n-train 4"),  # calm's option
         (["experiment", "calm", "--n-train", "abc"], "--n-train"),
-        (["experiment", "calm", "--seeds", "0,x"], "--seeds: must be distinct integers ≥ 0 separated by commas, got '0,x'"),
+        (["experiment", "calm", "--seeds", "0,x"], "--seeds: must be distinct integers in [0, 2**32 - 1] separated by commas, got '0,x'"),
+        (["experiment", "calm", "--seeds", "0,²"], "--seeds: must be distinct integers"),
+        (["experiment", "calm", "--seeds", "4294967296"], "--seeds: must be distinct integers"),
+        (["experiment", "calm", "--seed", "4294967296"], "--seed: must be at most 2**32 - 1"),
+        (["experiment", "calm", "--open-domains", "halueval_qa_open,"], "--open-domains: must be distinct names among"),
+        (["experiment", "calm", "--open-ended", "only", "--methods", "cft"], "--methods: the open-ended setting runs"),
         (["experiment", "calm", "--seeds", "1,1"], "--seeds: must be distinct integers"),
         (["experiment", "calm", "--open-ended", "yes"], "--open-ended"),
         (["experiment", "calm", "--eta", "1.5"], "--eta: must be in (0, 1], got 1.5"),
@@ -414,3 +419,43 @@ def test_open_generation_reuses_the_prompt_cache_and_equals_plain_generate(tiny_
     assert greedy == tok.batch_decode(g[:, w:], skip_special_tokens=True)
     texts = tok.batch_decode(s[:, w:], skip_special_tokens=True)
     assert samples == [texts[0:3], texts[3:6], texts[6:9]]
+
+
+def test_calm_report_checks_before_writing_and_keeps_the_run_settings(tiny_model_dir, tmp_path, capsys):
+    """A trained folder: reporting with other OOD sets or sizes is one line naming the option; a report over seeds
+    with one seed missing rewrites nothing; --methods ts alone scores the uncalibrated model it needs."""
+    out = tmp_path / "calm"
+    options = {"--n-train": "4", "--n-calibration": "2", "--n-validation": "3", "--n-test": "4", "--n-ood": "3",
+               "--max-steps": "1", "--select-every": "1", "--train-batch-size": "2", "--n-resamples": "20",
+               "--ood-domains": "mmlu:stem", "--seeds": "0,1", "--methods": "ts"}
+
+    def run(phase, **change):
+        argv = [x for k, v in {**options, **change}.items() for x in (k, v)]
+        return main(["experiment", "calm", "--models", str(tiny_model_dir), "--phase", phase, "--output-dir", str(out),
+                     *argv])
+
+    assert run("train") == 0
+    assert (out / "seed_1" / "scores" / "uncalibrated.npz").is_file()  # ts needs it
+    capsys.readouterr()
+    for change, prefix in [({"--ood-domains": "mmlu:humanities"}, "--ood-domains: "), ({"--n-test": "5"}, "--n-test: "),
+                           ({"--seeds": "0,1,2"}, "--phase: no method has been scored")]:
+        before = sorted(p.name for p in (out / "seed_0").iterdir())
+        code = run("report", **change)
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code == 2 and len(err) == 1 and err[0].startswith(f"hf-calibration: error: {prefix}"), (change, err)
+        assert sorted(p.name for p in (out / "seed_0").iterdir()) == before  # no report written
+    assert run("report") == 0
+
+
+def test_calm_open_ended_report_without_answers_writes_nothing(tiny_model_dir, tmp_path, capsys):
+    out = tmp_path / "calm"
+    code = main(["experiment", "calm", "--models", str(tiny_model_dir), "--open-ended", "only", "--phase", "report",
+                 "--output-dir", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "--phase" in err[0] and "no answers" in err[0], err
+    assert not out.exists()
+    code = main(["experiment", "calm", "--models", str(tmp_path / "nope"), "--open-ended", "also",
+                 "--output-dir", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith("hf-calibration: error: --models:"), err
+    assert not out.exists()

@@ -48,6 +48,7 @@ PHASES = ("all", "train", "report")
 SELECTION_RULES = ("conf_ece", "cw_ece", "nll", "last")
 SPLITS = ("train", "calibration", "validation", "id_test")
 OPEN_ENDED = ("off", "also", "only")
+MAX_SEED = 2**32 - 1  # numpy's and the Trainer's seed range
 
 
 @dataclass(kw_only=True)
@@ -134,16 +135,23 @@ class CALMExperimentConfig:
             raise ParameterError("eta", self.eta, f"must be in (0, 1], got {self.eta!r}")
         if self.seeds is not None:
             self.seed_list()
+        if self.open_ended is False:  # YAML reads a bare `off` as false
+            self.open_ended = "off"
         check_choice(self.open_ended, "open_ended", OPEN_ENDED)
         check_choice(self.open_equivalence, "open_equivalence", ("lexical", "embedding"))
         check_int(self.open_samples, "open_samples")
         check_int(self.open_max_new_tokens, "open_max_new_tokens")
         from hf_calibration.jobs.calm_open import OPEN_DOMAINS
 
-        domains = [d.strip() for d in str(self.open_domains).split(",") if d.strip()]
+        domains = [d.strip() for d in str(self.open_domains).split(",")]
         if len(domains) < 1 or any(d not in OPEN_DOMAINS for d in domains) or len(set(domains)) != len(domains):
             raise ParameterError("open_domains", self.open_domains, f"must be distinct names among "
                                  f"{', '.join(OPEN_DOMAINS)}, training domain first, got {self.open_domains!r}")
+        from hf_calibration.jobs.calm_open import OPEN_METHODS
+
+        if self.open_ended != "off" and not set(self.methods) & set(OPEN_METHODS):
+            raise ParameterError("methods", self.methods, f"the open-ended setting runs {', '.join(OPEN_METHODS)}; "
+                                 f"none is among {{methods}} {' '.join(self.methods)}", related=("open_ended",))
         if self.ood_domains is not None:
             with renamed_parameters(domains="ood_domains"):
                 parse_domains(self.ood_domains, tuple(MCQA_DATASETS))
@@ -153,9 +161,10 @@ class CALMExperimentConfig:
         if self.seeds is None:
             return None
         parts = [p.strip() for p in str(self.seeds).split(",") if p.strip()]
-        if not parts or not all(p.isdigit() for p in parts) or len(set(map(int, parts))) != len(parts):
-            raise ParameterError("seeds", self.seeds, f"must be distinct integers ≥ 0 separated by commas, got "
-                                 f"{self.seeds!r}")
+        if (not parts or not all(p.isascii() and p.isdigit() and int(p) <= MAX_SEED for p in parts)
+                or len(set(map(int, parts))) != len(parts)):
+            raise ParameterError("seeds", self.seeds, f"must be distinct integers in [0, 2**32 - 1] separated by "
+                                 f"commas, got {self.seeds!r}")
         return [int(p) for p in parts]
 
     def ood_specs(self, train_domain: str) -> list[str]:
@@ -287,7 +296,10 @@ def train_and_score(out: Path, splits, config: CALMExperimentConfig, *, model_na
     scores, infos = ({}, {}) if overwrite else read_scored(out)
     ood = [k for k in splits if k not in SPLITS]
     base = tokenizer = None  # loaded at the first method that needs work: a report-only rerun loads no model
-    for method in config.methods:
+    methods = list(config.methods)
+    if "ts" in methods and "uncalibrated" not in methods:  # TS is fitted on the uncalibrated scores
+        methods.insert(0, "uncalibrated")
+    for method in methods:
         if method in scores:  # checked per method, so two processes can share the list of methods
             progress_line(f"{method}: already scored", progress)
             continue
@@ -528,15 +540,69 @@ def check_output_folders(out: Path) -> None:
         check_output_dir(folder)
 
 
+RUN_FIELDS = ("n_train", "n_calibration", "n_validation", "n_test", "n_ood", "max_steps", "train_batch_size", "lora_r",
+              "learning_rate", "alpha_learning_rate", "inner_learning_rate", "inner_steps", "eta", "bome_optimizer",
+              "balance_gold", "select_by", "select_every")
+
+
+def check_same_run(out: Path, current: dict, *, names: dict | None = None) -> None:
+    """A folder holding an earlier run (``out/run.json``) is resumed or reported only with the settings it was run
+    with: ParameterError naming the first field of ``current`` whose stored value differs (``names`` maps a
+    run.json key to the option's field name). Fields the stored run does not record are not compared."""
+    path = out / "run.json"
+    if not path.is_file():
+        return
+    try:
+        stored = json.loads(path.read_text())
+    except ValueError:
+        raise ParameterError("output_dir", str(out), f"{str(path)!r} is not valid JSON; remove it or use another "
+                             f"{{output_dir}}") from None
+    flat = {**stored.get("config", {}), **{k: v for k, v in stored.items() if k != "config"}}
+    for key, value in current.items():
+        if key in flat and flat[key] != value:
+            name = (names or {}).get(key, key)
+            raise ParameterError(name, value, f"{str(out)!r} holds a run with {key} {flat[key]!r}, not {value!r}; "
+                                 f"give the same settings, or another {{output_dir}}", related=("output_dir",))
+
+
+def _mcq_identity(config: CALMExperimentConfig, *, model_name: str, train_domain: str, seed: int, ood: list) -> dict:
+    return {"model": model_name, "train_domain": train_domain, "seed": seed, "ood": ood,
+            **{k: getattr(config, k) for k in RUN_FIELDS}}
+
+
+MCQ_NAMES = {"model": "models", "train_domain": "datasets", "ood": "ood_domains"}
+
+
 def run_calm_experiment(out: Path, config: CALMExperimentConfig, *, model_name: str, train_domain: str, seed: int,
                         device: str, batch_size: int, n_resamples: int, overwrite: bool = False,
                         progress: bool = True) -> tuple[dict, str, dict]:
-    """The calm experiment into ``out`` (module docstring) → (results, Markdown table, run info). Splits are built
-    before any model is resolved; methods scored by an earlier run are read back (``overwrite``: trained and
-    scored again), and the phase ``report`` alone reads back every score."""
+    """The calm experiment into ``out`` (module docstring) → (results, Markdown table, run info). Every check comes
+    before anything is written: the splits are built (and the model resolved) before any training, the phase
+    ``report`` finds every score it needs first, and a folder holding an earlier run is only resumed or reported
+    with that run's settings (``check_same_run``). Methods scored by an earlier run are read back
+    (``overwrite``: trained and scored again)."""
     check_output_folders(out)
     ood = [domain_key(s) for s in config.ood_specs(train_domain)]
     run = {"model": model_name, "train_domain": train_domain, "seed": seed, **asdict(config)}
+    mcq = config.open_ended != "only"
+    identity = _mcq_identity(config, model_name=model_name, train_domain=train_domain, seed=seed, ood=ood)
+    if mcq and not overwrite:
+        check_same_run(out, identity, names=MCQ_NAMES)
+    if mcq and config.phase == "report":
+        sizes = json.loads((out / "run.json").read_text())["sizes"] if (out / "run.json").exists() else {}
+        scores, infos = read_scored(out)
+        if not scores:
+            raise ParameterError("phase", config.phase, f"no method has been scored in {str(out / 'scores')!r} yet; "
+                                 f"run the train phase first")
+        missing = [name for name in ("validation", "id_test", *ood) if f"{name}_logits" not in next(iter(scores.values()))]
+        if missing:
+            raise ParameterError("ood_domains", config.ood_domains, f"the scores in {str(out / 'scores')!r} have no "
+                                 f"{', '.join(missing)}; report with the OOD sets the run was trained with")
+    elif mcq:
+        splits = build_splits(train_domain, config, seed=seed)
+        sizes = {k: len(v) for k, v in splits.items()}
+        progress_line(f"sizes: {sizes}", progress)
+        modeling.resolve_model_path(model_name)
     open_row = None
     if config.open_ended != "off":
         from hf_calibration.jobs.calm_open import run_open_ended
@@ -544,28 +610,18 @@ def run_calm_experiment(out: Path, config: CALMExperimentConfig, *, model_name: 
         open_results, open_text, open_row = run_open_ended(
             out / "open_ended", config, model_name=model_name, seed=seed, device=device, batch_size=batch_size,
             n_resamples=n_resamples, overwrite=overwrite, progress=progress)
-        if config.open_ended == "only":
+        if not mcq:
             sizes = (open_results or {}).get("sizes", {})
             return ({"open_ended": open_results} if open_results else {}), open_text, {**run, "sizes": sizes}
-    if config.phase == "report":
-        sizes = json.loads((out / "run.json").read_text())["sizes"] if (out / "run.json").exists() else {}
-        scores, infos = read_scored(out)
-    else:
-        splits = build_splits(train_domain, config, seed=seed)
-        sizes = {k: len(v) for k, v in splits.items()}
-        progress_line(f"sizes: {sizes}", progress)
-        modeling.resolve_model_path(model_name)
+    if config.phase != "report":
         out.mkdir(parents=True, exist_ok=True)
-        (out / "run.json").write_text(json.dumps({"model": model_name, "train_domain": train_domain, "seed": seed,
-                                                  "config": asdict(config), "sizes": sizes}, indent=2) + "\n")
+        (out / "run.json").write_text(json.dumps({**identity, "config": asdict(config), "sizes": sizes}, indent=2,
+                                                 default=str) + "\n")
         scores, infos = train_and_score(out, splits, config, model_name=model_name, seed=seed, device=device,
                                         batch_size=batch_size, overwrite=overwrite, progress=progress)
     run["sizes"] = sizes
     if config.phase == "train":
         return {}, "", run
-    if not scores:
-        raise ParameterError("phase", config.phase, f"no method has been scored in {str(out / 'scores')!r} yet; "
-                             f"run the train phase first")
     selection = ("the last step" if config.select_by == "last" else
                  f"the checkpoint with the lowest validation {config.select_by} of every {config.select_every} steps")
     header = (f"{model_name}, trained on {train_domain}, seed {seed}; sizes {sizes}; {config.max_steps} steps of "
@@ -583,7 +639,8 @@ def _mean_range(values) -> str:
     return f"{values.mean():.3f} ({values.min():.3f}–{values.max():.3f})" if len(values) > 1 else f"{values[0]:.3f}"
 
 
-def seeds_report(out: Path, per_seed: dict, ood: list, *, header: str, n_resamples: int, seed: int) -> tuple[dict, str]:
+def seeds_report(out: Path, per_seed: dict, ood: list, *, header: str, n_resamples: int, seed: int,
+                 open_row: tuple | None = None) -> tuple[dict, str]:
     """The summary over training seeds of ``per_seed`` (``{seed: report results}``, each seed's scores read back
     from ``out/seed_<s>/scores``): per split and method the mean and range over seeds of accuracy, conf-ECE, Brier
     and AUROC (and the constant-accuracy reference); CALM − TS and − SFT pooled over seeds (``pooled_difference``)
@@ -621,7 +678,7 @@ def seeds_report(out: Path, per_seed: dict, ood: list, *, header: str, n_resampl
             lines.append(f"| {name} | {a} − {b} | " + " | ".join(
                 f"{v['value']:+.3f} [{v['low']:+.3f}, {v['high']:+.3f}] ("
                 + ", ".join(f"{x:+.3f}" for x in v["per_stratum"]) + ")" for v in d.values()) + " |")
-    checks, evidence = claim_check(runs, list(ood), **kw)
+    checks, evidence = claim_check(runs, list(ood), open_row=open_row, **kw)
     lines += ["", f"### claim check (pooled over {len(per_seed)} seeds)", "", format_claim_check(checks), ""]
     results = {"seeds": list(per_seed), "summary": summary, "pooled": pooled,
                "claims": [{"claim": c, "held": h, "evidence": e} for c, h, e in checks], "claim_evidence": evidence}
@@ -637,6 +694,11 @@ def run_calm_seeds(out: Path, config: CALMExperimentConfig, *, model_name: str, 
     """``run_calm_experiment`` once per seed of ``config.seed_list()`` into ``out/seed_<s>/`` (each resumable as
     one run), then ``seeds_report`` → (results, Markdown text, run info); the train phase returns no table."""
     seeds = config.seed_list()
+    if config.phase == "report":  # every seed's scores first: a missing seed must not leave the others rewritten
+        for s in seeds:
+            if not read_scored(out / f"seed_{s}")[0]:
+                raise ParameterError("phase", config.phase, f"no method has been scored in "
+                                     f"{str(out / f'seed_{s}' / 'scores')!r} yet; run the train phase first")
     per_seed, runs = {}, {}
     for s in seeds:
         progress_line(f"seed {s}", progress)
@@ -651,7 +713,15 @@ def run_calm_seeds(out: Path, config: CALMExperimentConfig, *, model_name: str, 
     header = (f"{model_name}, trained on {train_domain}, seeds {', '.join(map(str, seeds))}; sizes "
               f"{runs[seeds[0]]['sizes']} per seed; {config.max_steps} steps of {config.train_batch_size}; 95% "
               f"bootstrap intervals ({n_resamples} resamples)")
-    results, text = seeds_report(out, per_seed, ood, header=header, n_resamples=n_resamples, seed=seeds[0])
-    results["per_seed"] = {s: {k: v for k, v in r.items() if k in ("ood_mean", "timing", "claims")}
+    open_row = None
+    if config.open_ended == "also":  # each seed's open-ended claim; one verdict only where all seeds agree
+        rows = {s: r["claims"][-1] for s, r in per_seed.items()}
+        verdicts = {json.dumps(r["held"]) for r in rows.values()}
+        open_row = (next(iter(rows.values()))["claim"], rows[seeds[0]]["held"] if len(verdicts) == 1 else None,
+                    "per seed (open_ended/report.md of each): " + "; ".join(
+                        f"{s}: {r['held']}" for s, r in rows.items()))
+    results, text = seeds_report(out, per_seed, ood, header=header, n_resamples=n_resamples, seed=seeds[0],
+                                 open_row=open_row)
+    results["per_seed"] = {s: {k: v for k, v in r.items() if k in ("ood_mean", "timing", "claims", "open_ended")}
                            for s, r in per_seed.items()}
     return results, text, run

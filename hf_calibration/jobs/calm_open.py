@@ -395,16 +395,34 @@ def run_open_ended(out: Path, config, *, model_name: str, seed: int, device: str
                    n_resamples: int, overwrite: bool = False, progress: bool = True) -> tuple[dict, str, tuple]:
     """The open-ended setting into ``out`` (``<output_dir>/open_ended``): splits from ``config.open_domains``
     (training domain first), answers generated or read back, the table → (results, Markdown text, claim row)."""
+    from hf_calibration.jobs.calm_experiment import RUN_FIELDS, check_same_run
+
     domains = [d.strip() for d in config.open_domains.split(",")]
     sizes = {"train": config.n_train, "calibration": config.n_calibration, "validation": config.n_validation,
              "id_test": config.n_test, "ood": config.n_ood}
+    identity = {"model": model_name, "seed": seed, "open_domains": config.open_domains,
+                "open_samples": config.open_samples, "open_max_new_tokens": config.open_max_new_tokens,
+                **{k: getattr(config, k) for k in RUN_FIELDS}}
+    if not overwrite:
+        check_same_run(out, identity, names={"model": "models"})
     splits = open_splits(domains, sizes, seed=seed)
-    out.mkdir(parents=True, exist_ok=True)
+    methods = [m for m in config.methods if m in OPEN_METHODS]
+    if config.phase == "report":
+        missing = [m for m in methods if not _answers_file(out, m).is_file()]
+        if missing:
+            raise ParameterError("phase", "report", f"the open-ended method(s) {', '.join(missing)} have no answers "
+                                 f"in {str(out / 'answers')!r} yet; run the train phase first")
+    else:
+        modeling.resolve_model_path(model_name)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "run.json").write_text(json.dumps({**identity, "sizes": {k: len(v) for k, v in splits.items()}},
+                                                 indent=2) + "\n")
     answers = open_answers(out, splits, config, train_domain=domains[0], model_name=model_name, seed=seed,
                            device=device, batch_size=batch_size, overwrite=overwrite, progress=progress)
     if config.phase == "train":
         return {}, "", ("", "not run", "")
-    header = (f"### open-ended: {model_name}, trained on {domains[0]}, OOD {', '.join(domains[1:])}, seed {seed}; "
+    header = (f"### open-ended: {model_name}, trained on {domains[0]}, OOD {', '.join(domains[1:]) or 'none'}, "
+              f"seed {seed}; "
               f"{config.open_samples} samples per question (temperature 1, T for ts), equivalence "
               f"{config.open_equivalence}; {config.max_steps} steps of {config.train_batch_size}, the checkpoint with "
               f"the lowest validation token loss of every {config.select_every} steps; 95% bootstrap intervals "

@@ -28,7 +28,7 @@ import numpy as np
 from hf_calibration import modeling
 from hf_calibration.data import MCQA_DATASETS, check_dataset_name, parse_domains
 from hf_calibration.errors import ParameterError, renamed_parameters
-from hf_calibration.jobs.calm_experiment import CALMExperimentConfig, run_calm_experiment, run_calm_seeds
+from hf_calibration.jobs.calm_experiment import MAX_SEED, CALMExperimentConfig, run_calm_experiment, run_calm_seeds
 from hf_calibration.jobs.common import (JobResult, batch_size_field, check_choice, check_device, check_int,
                                         check_non_empty, check_output_dir, device_field, n_resamples_field,
                                         progress_line, seed_field)
@@ -91,6 +91,8 @@ class ExperimentConfig:
             if getattr(self, name) is not None:
                 check_int(getattr(self, name), name)
         check_int(self.seed, "seed", minimum=0)
+        if self.seed > MAX_SEED:
+            raise ParameterError("seed", self.seed, f"must be at most 2**32 - 1 (numpy's seed range), got {self.seed}")
         check_int(self.batch_size, "batch_size")
         check_int(self.n_resamples, "n_resamples")
         self.device = check_device(self.device)
@@ -345,6 +347,7 @@ def run_experiment(config: ExperimentConfig, calm: CALMExperimentConfig | None =
                 metrics, table, calm_run = run_calm_seeds(out, calm, **common)
                 folders = {f"seed_{s}": out / f"seed_{s}" for s in calm.seed_list()}
                 timings = [r.get("timing", {}) for r in metrics.get("per_seed", {}).values()]
+                timings += [(r.get("open_ended") or {}).get("info", {}) for r in metrics.get("per_seed", {}).values()]
         timings.append((metrics.get("open_ended") or {}).get("info", {}))
         sub_seconds = sum(t.get("wall_seconds", 0.0) for timing in timings for t in timing.values())
         sizes = calm_run["sizes"]
