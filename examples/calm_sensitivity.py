@@ -59,7 +59,9 @@ def summarize(folder: Path, *, n_resamples: int = 1000, seed: int = 0) -> dict:
 
     rows, evidence = claim_check([(probs, labels)], ood, n_resamples=n_resamples, seed=seed)
     held = {claim: h for claim, h, _ in rows}
-    d = evidence.get("bome − ts ood conf_ece", {})
+    if not ood:
+        raise SystemExit(f"calm_sensitivity.py: error: {folder}: the run has no OOD set")
+    d = evidence["bome − ts ood conf_ece"]
     config = run["config"]
     return {
         "folder": str(folder), "setting": {k: config[k] for k in ("eta", "inner_steps", "alpha_learning_rate",
@@ -81,11 +83,28 @@ def main(argv=None) -> int:
     parser.add_argument("--n-resamples", type=int, default=1000)
     parser.add_argument("--output", help="also write the rows as JSON here")
     args = parser.parse_args(argv)
+
+    def fail(message: str) -> int:
+        print(f"calm_sensitivity.py: error: {message}", file=sys.stderr)
+        return 2
+
+    if args.n_resamples < 1:
+        return fail(f"--n-resamples must be a positive integer, got {args.n_resamples}")
+    if args.output is not None and (not args.output or Path(args.output).is_dir()
+                                    or not Path(args.output).resolve().parent.is_dir()):
+        return fail(f"--output: cannot write a file at {args.output!r}")
     for f in args.folders:
         if not (Path(f) / "run.json").is_file():
-            print(f"calm_sensitivity.py: error: {f!r} is not a calm experiment folder (no run.json)", file=sys.stderr)
+            return fail(f"{f!r} is not a calm experiment folder (no run.json)")
+    rows = []
+    for f in args.folders:
+        try:
+            rows.append(summarize(Path(f), n_resamples=args.n_resamples))
+        except SystemExit as exc:  # summarize's own one-line error
+            print(exc.code, file=sys.stderr)
             return 2
-    rows = [summarize(Path(f), n_resamples=args.n_resamples) for f in args.folders]
+        except (KeyError, ValueError, OSError) as exc:  # a run.json or score file that is not what the job writes
+            return fail(f"{f!r}: unreadable results ({type(exc).__name__}: {exc})")
     word = {True: "yes", False: "no", None: "undecided"}
     print("| folder | setting | dev conf-ECE | dev acc / SFT | test acc / SFT | test OOD conf-ECE (TS) | "
           "CALM − TS OOD [95 %] | beats TS | keeps 95 % | s/step | mean τ |")

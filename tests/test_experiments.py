@@ -91,6 +91,8 @@ def test_calm_experiment_smoke(tiny_model_dir, tmp_path, capsys):
     assert row["test_accuracy_share"] == pytest.approx(
         report["tables"]["bome"]["id_test"]["accuracy"]["value"] / report["tables"]["sft"]["id_test"]["accuracy"]["value"])
     assert sensitivity["main"]([str(out / "scores")]) == 2  # not an experiment folder: one error line
+    assert sensitivity["main"]([str(out), "--n-resamples", "0"]) == 2
+    assert sensitivity["main"]([str(out), "--output", str(out)]) == 2  # a folder, not a file
 
 
 def test_calm_splits_are_disjoint_and_each_balanced_on_its_own():
