@@ -144,14 +144,12 @@ class CALMExperimentConfig:
         check_choice(self.open_equivalence, "open_equivalence", ("lexical", "embedding"))
         check_int(self.open_samples, "open_samples")
         check_int(self.open_max_new_tokens, "open_max_new_tokens")
-        from hf_calibration.jobs.calm_open import OPEN_DOMAINS
+        from hf_calibration.jobs.calm_open import OPEN_DOMAINS, OPEN_METHODS
 
         domains = [d.strip() for d in str(self.open_domains).split(",")]
         if len(domains) < 1 or any(d not in OPEN_DOMAINS for d in domains) or len(set(domains)) != len(domains):
             raise ParameterError("open_domains", self.open_domains, f"must be distinct names among "
                                  f"{', '.join(OPEN_DOMAINS)}, training domain first, got {self.open_domains!r}")
-        from hf_calibration.jobs.calm_open import OPEN_METHODS
-
         if self.open_ended != "off" and not set(self.methods) & set(OPEN_METHODS):
             raise ParameterError("methods", self.methods, f"the open-ended setting runs {', '.join(OPEN_METHODS)}; "
                                  f"none is among {{methods}} {' '.join(self.methods)}", related=("open_ended",))
@@ -356,6 +354,11 @@ def method_probabilities(scores: dict, splits) -> tuple[dict, dict]:
 PAIRS = (("bome", "ts"), ("bome", "sft"))
 
 
+def _top_label(probs: dict, labels: dict, method: str, split: str) -> tuple[np.ndarray, np.ndarray]:
+    p = probs[method][split]
+    return (p.argmax(1) == labels[split]).astype(int), p.max(1)
+
+
 def paired_comparisons(probs: dict, labels: dict, splits, *, n_resamples: int, seed: int) -> dict:
     """``{split: {"bome − ts": {"conf_ece": …, "accuracy": …}, "bome − sft": …}}``: paired bootstrap
     (``metrics.paired_bootstrap``, the same resampled questions for both methods) of the top-label conf-ECE (15
@@ -372,8 +375,7 @@ def paired_comparisons(probs: dict, labels: dict, splits, *, n_resamples: int, s
         for a, b in PAIRS:
             if a not in probs or b not in probs:
                 continue
-            (ya, ca), (yb, cb) = [((probs[m][name].argmax(1) == labels[name]).astype(int), probs[m][name].max(1))
-                                  for m in (a, b)]
+            (ya, ca), (yb, cb) = _top_label(probs, labels, a, name), _top_label(probs, labels, b, name)
             per_pair[f"{a} − {b}"] = {
                 key: dict(zip(("value", "low", "high"), paired_bootstrap(metric, ya, ca, yb, cb, n_resamples=n_resamples,
                                                                          seed=seed)))
@@ -386,21 +388,14 @@ def paired_comparisons(probs: dict, labels: dict, splits, *, n_resamples: int, s
 ACCURACY_SHARE = 0.95  # the paper's claim: CALM keeps at least 95 % of SFT's in-domain accuracy
 
 
-def _top_label(probs: dict, labels: dict, method: str, split: str) -> tuple[np.ndarray, np.ndarray]:
-    p = probs[method][split]
-    return (p.argmax(1) == labels[split]).astype(int), p.max(1)
-
-
-def pooled_difference(runs: list, splits, a: str, b: str, *, key: str = "conf_ece", share: float = 1.0,
-                      n_resamples: int, seed: int) -> dict:
-    """Method a − ``share`` · method b on the same questions, averaged with equal weights over the strata
-    (seed, split) of ``runs`` (a list of (probs, labels), one per training seed) × ``splits``: ``key`` "conf_ece"
-    (top-label, 15 equal-width bins) or "accuracy". Interval: ``metrics.stratified_bootstrap`` (each stratum's
-    questions resampled on their own, the same draw for a and b). → ``{"value", "low", "high", "per_stratum"}``
-    with the point value of every stratum in order (seed-major)."""
+def paired_strata_difference(strata: list, *, key: str = "conf_ece", share: float = 1.0, n_resamples: int,
+                             seed: int) -> dict:
+    """Method a − ``share`` · method b on the same questions, averaged with equal weights over ``strata``, a list of
+    ((correct_a, confidence_a), (correct_b, confidence_b)) arrays, one pair per stratum: ``key`` "conf_ece"
+    (15 equal-width bins) or "accuracy". Interval: ``metrics.stratified_bootstrap`` (each stratum's questions
+    resampled on their own, the same draw for a and b). → ``{"value", "low", "high", "per_stratum"}`` with the
+    point value of every stratum in order."""
     from hf_calibration.metrics import expected_calibration_error, stratified_bootstrap
-
-    strata = [(_top_label(probs, labels, a, s), _top_label(probs, labels, b, s)) for probs, labels in runs for s in splits]
 
     def value(ya, ca):
         return expected_calibration_error(ya, ca) if key == "conf_ece" else float(np.mean(ya))
@@ -413,6 +408,14 @@ def pooled_difference(runs: list, splits, a: str, b: str, *, key: str = "conf_ec
                                           seed=seed)
     return {"value": est, "low": low, "high": high,
             "per_stratum": [statistic(k, np.arange(len(sa[0]))) for k, (sa, _) in enumerate(strata)]}
+
+
+def pooled_difference(runs: list, splits, a: str, b: str, *, key: str = "conf_ece", share: float = 1.0,
+                      n_resamples: int, seed: int) -> dict:
+    """``paired_strata_difference`` of the top-label (correct, confidence) of methods a and b over the strata
+    (seed, split) of ``runs`` (a list of (probs, labels), one per training seed) × ``splits``, seed-major."""
+    strata = [(_top_label(probs, labels, a, s), _top_label(probs, labels, b, s)) for probs, labels in runs for s in splits]
+    return paired_strata_difference(strata, key=key, share=share, n_resamples=n_resamples, seed=seed)
 
 
 def claim_check(runs: list, ood: list, *, n_resamples: int, seed: int,

@@ -290,32 +290,29 @@ def semantic_scores(answers: dict, splits: dict, *, domains: dict, equivalence: 
     return out
 
 
+def _strata(scores: dict, a: str, b: str, splits: list) -> list:
+    """((correct, confidence) of a, of b) per split, as ``calm_experiment.paired_strata_difference`` takes them."""
+    return [((scores[a][s][1], scores[a][s][0]), (scores[b][s][1], scores[b][s][0])) for s in splits]
+
+
 def _pooled_open(scores: dict, a: str, b: str, splits: list, *, n_resamples: int, seed: int) -> dict:
     """Sem-ECE of method a − method b on the same questions, mean over ``splits`` (equal weights), interval from
     ``metrics.stratified_bootstrap``."""
-    from hf_calibration.metrics import expected_calibration_error, stratified_bootstrap
+    from hf_calibration.jobs.calm_experiment import paired_strata_difference
 
-    strata = [(scores[a][s], scores[b][s]) for s in splits]
-
-    def statistic(k, idx):
-        (ca, ya), (cb, yb) = strata[k]
-        return expected_calibration_error(ya[idx], ca[idx]) - expected_calibration_error(yb[idx], cb[idx])
-
-    est, low, high = stratified_bootstrap(statistic, [len(sa[0]) for sa, _ in strata], n_resamples=n_resamples,
-                                          seed=seed)
-    return {"value": est, "low": low, "high": high,
-            "per_split": [statistic(k, np.arange(len(sa[0]))) for k, (sa, _) in enumerate(strata)]}
+    d = paired_strata_difference(_strata(scores, a, b, splits), n_resamples=n_resamples, seed=seed)
+    return {"value": d["value"], "low": d["low"], "high": d["high"], "per_split": d["per_stratum"]}
 
 
 def _accuracy_share(scores: dict, a: str, b: str, split: str, *, n_resamples: int, seed: int,
                     share: float = 0.95) -> dict:
     """Accuracy of a − ``share`` · accuracy of b on the same questions of ``split``, paired bootstrap interval."""
-    from hf_calibration.metrics import stratified_bootstrap
+    from hf_calibration.jobs.calm_experiment import paired_strata_difference
 
-    ya, yb = scores[a][split][1], scores[b][split][1]
-    est, low, high = stratified_bootstrap(lambda k, idx: float(ya[idx].mean() - share * yb[idx].mean()), [len(ya)],
-                                          n_resamples=n_resamples, seed=seed)
-    return {"value": est, "low": low, "high": high, "a": float(ya.mean()), "b": float(yb.mean())}
+    d = paired_strata_difference(_strata(scores, a, b, [split]), key="accuracy", share=share,
+                                 n_resamples=n_resamples, seed=seed)
+    return {"value": d["value"], "low": d["low"], "high": d["high"], "a": float(scores[a][split][1].mean()),
+            "b": float(scores[b][split][1].mean())}
 
 
 def open_claim(scores: dict, ood: list, *, n_resamples: int, seed: int) -> tuple:

@@ -65,15 +65,15 @@ def run_report(config: ReportConfig) -> JobResult:
             raise MissingPathError("inputs", str(f), f"{str(f)!r} is not a folder")
     out = check_output_file(config.output)
     page = render_report(folders, title=config.title, ece=config.ece_options(), n_resamples=config.n_resamples)
-    if page.count("<table>") == 0 and page.count("<img ") == 0:
+    n_tables, n_images = page.count("<table>"), page.count("<img ")
+    if n_tables == 0 and n_images == 0:
         raise ParameterError("inputs", [str(f) for f in folders], "found no result (a metrics.json, report.json, "
                              "per-answer file or diagram) in " + ", ".join(repr(str(f)) for f in folders)
                              + "; give folders written by evaluate, diagnose, secl, calm or an experiment")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(page, encoding="utf-8")
-    n_tables = page.count("<table>")
     run = {"inputs": [str(f) for f in folders], "title": config.title, "ece": config.ece_options(), "tables": n_tables,
-           "images": page.count("<img ")}
+           "images": n_images}
     return JobResult(metrics={}, run=run, paths={"report": out}, output_dir=out.parent,
                      table=f"{n_tables} tables and {run['images']} diagrams from {len(folders)} folder(s)")
 
