@@ -101,7 +101,13 @@ def main():
     items = build_stream(tokenizer, "mmlu", limit_per_domain=args.n)
     pad_id = tokenizer.pad_token_id
     # burst_size=1: start_burst() makes exactly the next question a burst question
-    model = apply_secl(model, tokenizer, SECLConfig(burst_size=1, ph_threshold=1e12))
+    config = SECLConfig(burst_size=1, ph_threshold=1e12)
+    model = apply_secl(model, tokenizer, config)
+    defaults = SECLConfig().to_dict()
+    print("SECLConfig defaults (those that act here): " + ", ".join(
+        f"{k}={defaults[k]}" for k in ("adapter_scope", "bin_gate_width", "n_bins", "alpha_step", "delta", "tau_n",
+                                       "num_distractors", "steps_per_update", "learning_rate", "lora_r"))
+          + "; changed for the benchmark: burst_size=1, ph_threshold=1e12", flush=True)
     warm = torch.tensor([items[0].prompt_ids])
     model.generate(warm, attention_mask=torch.ones_like(warm), max_new_tokens=2, do_sample=False,
                    pad_token_id=pad_id, secl_update=False)  # warm-up of both paths

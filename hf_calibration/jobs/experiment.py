@@ -289,7 +289,7 @@ def _secl(out: Path, config: ExperimentConfig, progress: bool) -> tuple[dict, di
             continue
         job = SECLStreamConfig(output_dir=str(dest), model=model_name, stream=",".join(config.dataset_names()),
                                limit_per_domain=config.limits()[config.dataset_names()[0]], balance_gold=True,
-                               burst_at_start=True, seed=config.seed, device=config.device,
+                               burst_at_start=True, compare_adapter_scopes=True, seed=config.seed, device=config.device,
                                n_resamples=config.n_resamples)
         with renamed_parameters(stream="datasets", limit_per_domain="limit", model="models"):
             res = run_secl_stream(job, progress=progress)

@@ -496,7 +496,7 @@ class SECLGenerationMixin:
         record["forward_passes"] = passes
         return record
 
-    def secl_pseudo_label(self, prompt, answer_ids, distractors=None, *, choices=None) -> dict:
+    def secl_pseudo_label(self, prompt, answer_ids, distractors=None, *, choices=None, prompt_cache=None) -> dict:
         """SECL's pseudo-label for one answer, without touching the adapter or the gate. In the "confidence"
         scope it is read with the adapter off: the base model's P(True)Norm, however the adapter has moved.
 
@@ -508,8 +508,19 @@ class SECLGenerationMixin:
         Returns {"p_true": (1 + k,) P(True) of the answer then the k distractors, "norm_p_true": c*,
         "n_distractors": k, "forward_passes": reads (+ beams)}. ValueError for both distractors and choices,
         or a number of choices outside 2..10.
+
+        prompt_cache : optional cache (batch 1) whose first ``len(prompt)`` positions hold ``prompt`` run as the
+            teacher reads it (adapter off; e.g. ``generate``'s returned ``cache`` for a batch of one unpadded
+            prompt, while the adapter is the identity or in the "confidence" scope); the prompt is then not run
+            again (the P(True) reads continue it). Not modified. ValueError if it holds fewer positions.
         """
-        return self._secl_label(prompt, answer_ids, distractors, choices)
+        context = None
+        if prompt_cache is not None:
+            if prompt_cache.get_seq_length() < len(prompt):
+                raise ValueError(f"prompt_cache: holds {prompt_cache.get_seq_length()} positions, the prompt has "
+                                 f"{len(prompt)}")
+            context = (cache_row(prompt_cache, 0, len(prompt)), torch.ones(len(prompt), dtype=torch.long))
+        return self._secl_label(prompt, answer_ids, distractors, choices, context)
 
     def _secl_label(self, prompt, answer_ids, distractors, choices, prompt_context=None) -> dict:
         """``secl_pseudo_label``; prompt_context : (cache, mask) of the prompt computed as the teacher reads it

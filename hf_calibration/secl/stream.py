@@ -127,6 +127,7 @@ def _generate(model, item: StreamItem, *, max_new_tokens: int, update: bool) -> 
     record["consistency"] = float(torch.exp(logp[torch.arange(len(chosen)), chosen].mean()))
     record["answer_ids"] = answer[:length]
     record["text"] = model.secl_tokenizer.decode(answer[:length], skip_special_tokens=True)
+    record["cache"] = getattr(out, "cache", None)
     return record
 
 
@@ -157,7 +158,10 @@ def baseline_pass(model, items: list, *, max_new_tokens: int = 8, progress: bool
     for item in tqdm(items, desc="baseline pass", disable=not progress, unit="q"):
         start = time.perf_counter()
         r = _generate(model, item, max_new_tokens=max_new_tokens, update=False)
-        label = model.secl_pseudo_label(item.prompt_ids, r["answer_ids"], choices=item.choices)
+        # the P(True) reads continue generate's prompt cache (identity adapter: the teacher's weights), so the
+        # prompt runs once per question, not twice
+        label = model.secl_pseudo_label(item.prompt_ids, r["answer_ids"], choices=item.choices,
+                                        prompt_cache=r.pop("cache"))
         parsed, correct = judge(item, r["text"])
         gen_passes = r["forward_passes"]  # generation + verbalized reads
         records.append({

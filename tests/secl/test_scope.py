@@ -211,6 +211,38 @@ def test_p_true_of_options_equals_diagnose(tiny_tokenizer, tiny_model):
         assert label["p_true"] == pytest.approx(signals.p_true_options[0, order], abs=1e-5)
 
 
+def test_pseudo_label_continues_a_prompt_cache(tiny_tokenizer, tiny_model):
+    """The baseline pass's path (``stream.baseline_pass``): P(True) reads continue generate's prompt cache, the
+    same values as running the prompt again, and the prompt is not run a second time."""
+    model = apply_secl(tiny_model, tiny_tokenizer, SECLConfig())
+    prompt = tiny_tokenizer.encode(
+        tiny_tokenizer.apply_chat_template([{"role": "user", "content": QUESTION}], tokenize=False,
+                                           add_generation_prompt=True), add_special_tokens=False)
+    ids = torch.tensor([prompt])
+    out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=N_NEW, min_new_tokens=N_NEW,
+                         do_sample=False, return_dict_in_generate=True, secl_update=False)
+    answer = out.sequences[0, len(prompt):].tolist()
+    calls, handle = trace(model)
+    try:
+        plain = model.secl_pseudo_label(prompt, answer, choices=CHOICES)
+        plain_calls = list(calls)
+        cached = model.secl_pseudo_label(prompt, answer, choices=CHOICES, prompt_cache=out.cache)
+    finally:
+        handle.remove()
+    cached_calls = calls[len(plain_calls):]
+    assert cached["p_true"] == pytest.approx(plain["p_true"], abs=1e-6)
+    assert cached["norm_p_true"] == pytest.approx(plain["norm_p_true"], abs=1e-6)
+    # the random answer names no option, so all four options are its distractors: five reads, counted as before
+    assert cached["forward_passes"] == plain["forward_passes"] == 5
+    # without the cache: the prompt (batch 1), then one batched read; with it: the same read alone, adapter off
+    assert plain_calls[0] == (len(prompt), 1, False, False) and cached_calls == plain_calls[1:]
+    assert cached_calls[0][1:] == (5, False, False)
+    assert out.cache.get_seq_length() == len(prompt) + N_NEW - 1  # not modified
+    with pytest.raises(ValueError, match="prompt_cache: holds 2 positions"):
+        from hf_calibration.secl.confidence import cache_row
+        model.secl_pseudo_label(prompt, answer, choices=CHOICES, prompt_cache=cache_row(out.cache, 0, 2))
+
+
 def test_choices_and_distractors_are_exclusive(tiny_tokenizer, tiny_model):
     model = apply_secl(tiny_model, tiny_tokenizer, SECLConfig())
     with pytest.raises(ValueError, match=r"^secl_choices: "):
