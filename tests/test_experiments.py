@@ -58,6 +58,9 @@ def test_secl_experiment_table_and_pngs(tiny_model_dir, tmp_path, capsys):
     assert (out / alias / "reliability_halueval_qa_lm.png").is_file() and (out / alias / "reliability_gsm8k.png").is_file()
     summary = json.loads((out / "metrics.json").read_text())["results"][alias]["summary"]
     assert summary["overall"]["share_trained"] == pytest.approx(np.mean([r["updated"] for r in records]))
+    # issue 16's table: SECL with answers untouched (the default scope) and with answers adapted (scope "all")
+    assert all("secl" in r and "secl_all" in r for r in records)
+    assert "secl_all" in summary["overall"]["signals"] and "SECL (scope all)" in printed
 
 
 def test_calm_experiment_smoke(tiny_model_dir, tmp_path, capsys):
