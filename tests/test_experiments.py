@@ -147,6 +147,12 @@ def test_calm_splits_are_disjoint_and_each_balanced_on_its_own():
         (["experiment", "calm", "--eta", "1.5"], "--eta: must be in (0, 1], got 1.5"),
         (["experiment", "calm", "--open-domains", "gsm8k_open,nope"], "--open-domains: must be distinct names among"),
         (["experiment", "calm", "--open-samples", "0"], "--open-samples: must be a positive integer, got 0"),
+        (["experiment", "calm", "--open-ended", "also", "--open-samples", "101"], "--open-samples: must be at most 100"),
+        (["experiment", "calm", "--open-ended", "only", "--open-max-new-tokens", "5000"],
+         "--open-max-new-tokens: must be at most 1024, got 5000"),
+        (["experiment", "calm", "--open-samples", "3"], "--open-samples: acts only on the open-ended setting, which "
+                                                        "--open-ended off leaves out"),
+        (["experiment", "calm", "--open-equivalence", "embedding"], "--open-equivalence: acts only on the open-ended"),
         (["experiment", "calm", "--open-equivalence", "nli"], "--open-equivalence"),
         (["experiment", "calm", "--seeds", "0,1", "--open-ended", "only"], "--seeds: pools the multiple-choice"),
         (["experiment", "calm", "--seeds", "-1"], "--seeds: must be distinct integers"),
@@ -464,3 +470,16 @@ def test_calm_open_ended_report_without_answers_writes_nothing(tiny_model_dir, t
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and err[0].startswith("hf-calibration: error: --models:"), err
     assert not out.exists()
+
+
+def test_calm_splits_warn_when_n_ood_exceeds_a_domain():
+    """A huge --n-ood is cut to the OOD domain's size with a warning naming n_ood (the ID sizes are an error)."""
+    from hf_calibration.errors import ParameterWarning
+    from hf_calibration.jobs.calm_experiment import CALMExperimentConfig, build_splits, load_domain
+
+    n = len(load_domain("gpqa"))
+    config = CALMExperimentConfig(n_train=2, n_calibration=2, n_validation=2, n_test=2, n_ood=n + 5,
+                                  ood_domains="gpqa")
+    with pytest.warns(ParameterWarning, match=f"n_ood {n + 5} exceeds the {n} questions of 'gpqa'; using all {n}"):
+        splits = build_splits("halueval_qa_lm", config)
+    assert len(splits["gpqa"]) == n

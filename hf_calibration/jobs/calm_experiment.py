@@ -30,7 +30,8 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, dataclass, field
+import warnings
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
@@ -38,7 +39,7 @@ import numpy as np
 from hf_calibration import modeling
 from hf_calibration.calm.config import BOME_OPTIMIZERS
 from hf_calibration.data import MCQA_DATASETS, balance_gold, domain_key, load_mcqa, parse_domains
-from hf_calibration.errors import ParameterError, renamed_parameters
+from hf_calibration.errors import ParameterError, ParameterWarning, renamed_parameters
 from hf_calibration.jobs.common import check_choice, check_int, check_output_dir, check_positive_number, progress_line
 
 METHODS = ("uncalibrated", "ts", "sft", "label_smoothing", "cft", "bome", "iterate", "regularization", "scalar")
@@ -49,6 +50,13 @@ SELECTION_RULES = ("conf_ece", "cw_ece", "nll", "last")
 SPLITS = ("train", "calibration", "validation", "id_test")
 OPEN_ENDED = ("off", "also", "only")
 MAX_SEED = 2**32 - 1  # numpy's and the Trainer's seed range
+
+
+# Upper bounds of the open-ended generation sizes (a typo like 5000 samples would run for days, not fail).
+MAX_OPEN_SAMPLES = 100
+MAX_OPEN_NEW_TOKENS = 1024
+# Options that act only with open_ended "also" or "only".
+OPEN_OPTIONS = ("open_domains", "open_samples", "open_max_new_tokens", "open_equivalence")
 
 
 @dataclass(kw_only=True)
@@ -104,8 +112,8 @@ class CALMExperimentConfig:
     open_domains: str = field(default="halueval_qa_open,gsm8k_open", metadata={
         "help": "Open-ended domains: the training domain first, then the OOD ones (halueval_qa_open, gsm8k_open)."})
     open_samples: int = field(default=5, metadata={"help": "Answers sampled per question for the semantic "
-                                                           "confidence (open-ended setting)."})
-    open_max_new_tokens: int = field(default=16, metadata={"help": "Tokens per generated open-ended answer."})
+                                                           "confidence (open-ended setting; at most 100)."})
+    open_max_new_tokens: int = field(default=16, metadata={"help": "Tokens per generated open-ended answer (at most 1024)."})
     open_equivalence: str = field(default="lexical", metadata={
         "help": "When two open-ended answers (and an answer and the reference) mean the same: 'lexical' (SQuAD "
                 "normalisation or the same number) or 'embedding' (all-MiniLM-L6-v2 cosine ≥ 0.9).",
@@ -142,14 +150,23 @@ class CALMExperimentConfig:
             self.open_ended = "off"
         check_choice(self.open_ended, "open_ended", OPEN_ENDED)
         check_choice(self.open_equivalence, "open_equivalence", ("lexical", "embedding"))
-        check_int(self.open_samples, "open_samples")
-        check_int(self.open_max_new_tokens, "open_max_new_tokens")
+        for name, most in (("open_samples", MAX_OPEN_SAMPLES), ("open_max_new_tokens", MAX_OPEN_NEW_TOKENS)):
+            check_int(getattr(self, name), name)
+            if getattr(self, name) > most:
+                raise ParameterError(name, getattr(self, name), f"must be at most {most}, got {getattr(self, name)!r}")
         from hf_calibration.jobs.calm_open import OPEN_DOMAINS, OPEN_METHODS
 
         domains = [d.strip() for d in str(self.open_domains).split(",")]
         if len(domains) < 1 or any(d not in OPEN_DOMAINS for d in domains) or len(set(domains)) != len(domains):
             raise ParameterError("open_domains", self.open_domains, f"must be distinct names among "
                                  f"{', '.join(OPEN_DOMAINS)}, training domain first, got {self.open_domains!r}")
+        if self.open_ended == "off":
+            defaults = {f.name: f.default for f in fields(self)}
+            for name in OPEN_OPTIONS:
+                if getattr(self, name) != defaults[name]:
+                    raise ParameterError(name, getattr(self, name), f"acts only on the open-ended setting, which "
+                                         f"{{open_ended}} off leaves out; give --open-ended also or only, or drop "
+                                         f"{{{name}}}", related=("open_ended",))
         if self.open_ended != "off" and not set(self.methods) & set(OPEN_METHODS):
             raise ParameterError("methods", self.methods, f"the open-ended setting runs {', '.join(OPEN_METHODS)}; "
                                  f"none is among {{methods}} {' '.join(self.methods)}", related=("open_ended",))
@@ -198,6 +215,10 @@ def build_splits(train_domain: str, config: CALMExperimentConfig, *, seed: int =
         splits = {n: balance_gold(split, seed=seed) for n, split in splits.items()}
     for spec in config.ood_specs(train_domain):
         splits[domain_key(spec)] = load_domain(spec, limit=config.n_ood, seed=seed, balance_gold=config.balance_gold)
+        if len(splits[domain_key(spec)]) < config.n_ood:
+            n = len(splits[domain_key(spec)])
+            warnings.warn(ParameterWarning("n_ood", config.n_ood, f"{{n_ood}} {config.n_ood} exceeds the {n} questions "
+                                           f"of {spec!r}; using all {n}"), stacklevel=2)
     return splits
 
 
