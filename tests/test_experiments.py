@@ -483,3 +483,23 @@ def test_calm_splits_warn_when_n_ood_exceeds_a_domain():
     with pytest.warns(ParameterWarning, match=f"n_ood {n + 5} exceeds the {n} questions of 'gpqa'; using all {n}"):
         splits = build_splits("halueval_qa_lm", config)
     assert len(splits["gpqa"]) == n
+
+
+def test_calm_corrupt_score_file_names_the_output_folder(tmp_path, capsys, no_model_load, monkeypatch):
+    """A truncated scores/<method>.npz (a run killed while writing) is one error line naming --output-dir and the
+    file, not a traceback; nothing is written."""
+    import hf_calibration.modeling
+
+    monkeypatch.setattr(hf_calibration.modeling, "resolve_model_path", lambda name: name)
+    out = tmp_path / "run"
+    (out / "scores").mkdir(parents=True)
+    (out / "scores" / "uncalibrated.npz").write_bytes(b"PK\x03\x04 truncated")
+    (out / "scores" / "uncalibrated.json").write_text("{}")
+    before = sorted(p.name for p in out.rglob("*"))
+    assert main(["experiment", "calm", "--datasets", "halueval_qa_lm", "--methods", "uncalibrated", "--n-train", "2",
+                 "--n-calibration", "2", "--n-validation", "2", "--n-test", "2", "--n-ood", "2",
+                 "--output-dir", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("hf-calibration: error: --output-dir:"), err
+    assert "uncalibrated.npz' is not a readable score file" in err[0] and "--overwrite" in err[0]
+    assert sorted(p.name for p in out.rglob("*")) == before

@@ -81,6 +81,18 @@ def test_cli_report_on_folders_without_results_is_one_line_and_writes_nothing(tm
     assert not out.exists()
 
 
+def test_cli_report_names_an_invalid_metrics_json(tmp_path, capsys):
+    """A truncated metrics.json is skipped by the page; when nothing else is found the error names it."""
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / "metrics.json").write_text('{"report": {"conf_ece": ')
+    assert main(["report", str(folder), "--output", str(tmp_path / "r.html")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "found no result" in err[0], err
+    assert f"not valid JSON: {str(folder / 'metrics.json')!r}" in err[0]
+    assert not (tmp_path / "r.html").exists()
+
+
 def test_report_rescores_the_per_answer_files_with_the_ece_options(folders, tmp_path):
     """--n-bins 4 --binning quantile --norm l2: evaluate's predictions.jsonl re-scored; conf-ECE and the constant
     reference against expected_calibration_error called on the written answers (hand-made records in a second

@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import time
 import warnings
+import zipfile
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
@@ -304,8 +305,17 @@ def read_scored(out: Path) -> tuple[dict, dict]:
     scores, infos = {}, {}
     for method in METHODS:
         if method != "ts" and _scored_file(out, method, "npz").exists():
-            scores[method] = dict(np.load(_scored_file(out, method, "npz")))
-            infos[method] = json.loads(_scored_file(out, method, "json").read_text())
+            for kind in ("npz", "json"):
+                path = _scored_file(out, method, kind)
+                try:
+                    if kind == "npz":
+                        scores[method] = dict(np.load(path))
+                    else:
+                        infos[method] = json.loads(path.read_text())
+                except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:  # truncated, missing, not JSON
+                    raise ParameterError("output_dir", str(out), f"{str(path)!r} is not a readable score file "
+                                         f"({type(err).__name__}); remove it to score {method} again, or give "
+                                         f"{{overwrite}}", related=("overwrite",)) from None
     return scores, infos
 
 
@@ -615,6 +625,7 @@ def run_calm_experiment(out: Path, config: CALMExperimentConfig, *, model_name: 
     identity = _mcq_identity(config, model_name=model_name, train_domain=train_domain, seed=seed, ood=ood)
     if mcq and not overwrite:
         check_same_run(out, identity, names=MCQ_NAMES)
+        read_scored(out)  # an unreadable score file is an error before anything is written
     if mcq and config.phase == "report":
         sizes = json.loads((out / "run.json").read_text())["sizes"] if (out / "run.json").exists() else {}
         scores, infos = read_scored(out)

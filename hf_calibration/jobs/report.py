@@ -67,8 +67,11 @@ def run_report(config: ReportConfig) -> JobResult:
     page = render_report(folders, title=config.title, ece=config.ece_options(), n_resamples=config.n_resamples)
     n_tables, n_images = page.count("<table>"), page.count("<img ")
     if n_tables == 0 and n_images == 0:
+        unreadable = _unreadable_json(folders)
+        why = (f"; not valid JSON: {', '.join(repr(str(p)) for p in unreadable[:3])}"
+               + (f" and {len(unreadable) - 3} more" if len(unreadable) > 3 else "")) if unreadable else ""
         raise ParameterError("inputs", [str(f) for f in folders], "found no result (a metrics.json, report.json, "
-                             "per-answer file or diagram) in " + ", ".join(repr(str(f)) for f in folders)
+                             "per-answer file or diagram) in " + ", ".join(repr(str(f)) for f in folders) + why
                              + "; give folders written by evaluate, diagnose, secl, calm or an experiment")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(page, encoding="utf-8")
@@ -79,3 +82,18 @@ def run_report(config: ReportConfig) -> JobResult:
 
 
 __all__ = ["ReportConfig", "run_report"]
+
+
+def _unreadable_json(folders) -> list[Path]:
+    """The ``*.json`` files under ``folders`` that do not parse (a truncated or hand-edited metrics.json), which the
+    page skips; named in the error when nothing else was found."""
+    import json
+
+    bad = []
+    for folder in folders:
+        for path in sorted(Path(folder).rglob("*.json")):
+            try:
+                json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError, ValueError):
+                bad.append(path)
+    return bad
