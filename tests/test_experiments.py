@@ -135,6 +135,9 @@ def test_calm_splits_are_disjoint_and_each_balanced_on_its_own():
         (["experiment", "diagnose", "--models", ""], "--models: must not be empty, got ''"),
         (["experiment", "diagnose", "--datasets", ","], "--datasets: must not be empty, got ','"),
         (["experiment", "secl", "--n-train", "4"], "unrecognized arguments: --n-train 4"),  # calm's option
+        (["experiment", "calm", "--workers", "2"], "--workers: only secl runs passes in parallel, 1 to 3 of them"),
+        (["experiment", "secl", "--workers", "4"], "--workers: only secl runs passes in parallel"),
+        (["experiment", "secl", "--workers", "0"], "--workers: must be a positive integer, got 0"),
         (["experiment", "calm", "--n-train", "abc"], "--n-train"),
         (["experiment", "calm", "--seeds", "0,x"], "--seeds: must be distinct integers in [0, 2**32 - 1] separated by commas, got '0,x'"),
         (["experiment", "calm", "--seeds", "0,²"], "--seeds: must be distinct integers"),

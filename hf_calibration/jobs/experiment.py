@@ -77,6 +77,9 @@ class ExperimentConfig:
     limit_open: int | None = field(default=None, metadata={
         "help": "Diagnose only: GSM8K problems (default 40; each costs a generation, a beam search for the "
                 "alternatives and their P(True) reads, several times an MCQA question)."})
+    workers: int | None = field(default=None, metadata={
+        "help": "secl only: processes for the stream's three passes (baseline, SECL, SECL with the other adapter "
+                "scope), 1 to 3 (default 1; SECLStreamConfig.workers)."})
     seed: int = seed_field()
     batch_size: int = batch_size_field()
     device: str = device_field()
@@ -97,6 +100,11 @@ class ExperimentConfig:
         check_int(self.n_resamples, "n_resamples")
         self.device = check_device(self.device)
         datasets, models = self.dataset_names(), self.model_names()
+        if self.workers is not None:
+            check_int(self.workers, "workers")
+            if self.name != "secl" or self.workers > 3:
+                raise ParameterError("workers", self.workers, f"only secl runs passes in parallel, 1 to 3 of them; got "
+                                     f"{{workers}} {self.workers} for {self.name}")
         if self.name != "diagnose" and self.limit_open is not None:
             raise ParameterError("limit_open", self.limit_open, f"only diagnose has an open-ended dataset size, got "
                                  f"{{limit_open}} {self.limit_open}")
@@ -289,7 +297,8 @@ def _secl(out: Path, config: ExperimentConfig, progress: bool) -> tuple[dict, di
             continue
         job = SECLStreamConfig(output_dir=str(dest), model=model_name, stream=",".join(config.dataset_names()),
                                limit_per_domain=config.limits()[config.dataset_names()[0]], balance_gold=True,
-                               burst_at_start=True, compare_adapter_scopes=True, seed=config.seed, device=config.device,
+                               burst_at_start=True, compare_adapter_scopes=True, workers=config.workers or 1,
+                               seed=config.seed, device=config.device,
                                n_resamples=config.n_resamples)
         with renamed_parameters(stream="datasets", limit_per_domain="limit", model="models"):
             res = run_secl_stream(job, progress=progress)

@@ -3,13 +3,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import shutil
+import tempfile
 import time
 import warnings
 from collections import Counter
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
+import torch
 
 from hf_calibration import modeling
 from hf_calibration.data import domain_key
@@ -50,14 +56,24 @@ class SECLStreamConfig:
         "help": "Also run the SECL pass with the other adapter scope (--adapter-scope: 'confidence' <-> 'all'), from "
                 "the identity adapter on the same stream; its rows are 'secl_<scope>'. The configured scope's pass "
                 "runs last, so the saved adapter and the counters are its own."})
+    workers: int = field(default=1, metadata={
+        "help": "Processes for the stream's passes, which are independent (the baseline pass reads the identity "
+                "adapter, each SECL pass starts from it): 1 runs them one after the other; 2 runs the SECL "
+                "pass(es) in a second process beside the baseline pass; 3 (with --compare-adapter-scopes) one "
+                "process per pass. The same records; CPU threads are shared out among the processes."})
     seed: int = seed_field()
     device: str = device_field()
     n_resamples: int = n_resamples_field()
 
     def __post_init__(self):
         check_stream(self.stream, self.limit_per_domain)
-        for name in ("max_new_tokens", "n_resamples"):
+        for name in ("max_new_tokens", "n_resamples", "workers"):
             check_int(getattr(self, name), name)
+        passes = 3 if self.compare_adapter_scopes else 2
+        if self.workers > passes:
+            raise ParameterError("workers", self.workers, f"must be at most {passes}, the stream's passes (baseline, "
+                                 f"SECL{', SECL with the other adapter scope' if passes == 3 else ''}), got "
+                                 f"{self.workers}", related=("compare_adapter_scopes",))
         check_int(self.seed, "seed", minimum=0)
         self.device = check_device(self.device)
 
@@ -98,6 +114,63 @@ def _plot_domain(records: list, domain: str, title: str, signals: tuple):
     return plot_reliability_diagrams(panels, title=f"{title} · {domain} (n={len(sub)})")
 
 
+def _secl_pass_worker(job: dict) -> tuple[list, dict]:
+    """One SECL pass in a spawned process (``SECLStreamConfig.workers``): the model loaded and wrapped as in the
+    parent, its identity adapter set to the parent's (the same LoRA A), the same stream. Returns the pass's record
+    fields (one dict per question, with its ``passes`` entry) and counters; saves the adapter to
+    ``job["save_to"]`` when given."""
+    torch.set_num_threads(job["threads"])
+    model, tokenizer = modeling.load_model(job["model"], device=job["device"])
+    model = apply_secl(model, tokenizer, SECLConfig(**job["secl"]))
+    model._secl_initial = job["initial"]
+    items = build_stream(tokenizer, job["stream"], limit_per_domain=job["limit_per_domain"], seed=job["seed"],
+                         balance_gold=job["balance_gold"], prompt_format=model.secl_config.prompt_format)
+    fields = [{"passes": {}} for _ in items]
+    counters = secl_pass(model, items, fields, scope=job["scope"], **job["options"])
+    if job["save_to"] is not None:
+        model.save_pretrained(job["save_to"])
+    return fields, counters
+
+
+def _parallel_passes(model, items, config, secl, scopes, options, adapter_dir) -> tuple[list, dict]:
+    """The baseline pass here and the SECL passes of ``scopes`` in ``config.workers - 1`` spawned processes (each
+    pass independent, module docstring of ``secl.stream``); → (records as the sequential run builds them, counters
+    per scope). The last scope's process saves its adapter to ``adapter_dir``. Threads: this process's count
+    shared out (at least one each)."""
+    import multiprocessing
+
+    threads = max(1, torch.get_num_threads() // config.workers)
+    initial = {k: v.detach().cpu().clone() for k, v in model._secl_initial.items()}
+    groups = [scopes] if config.workers == 2 else [[s] for s in scopes]
+    jobs = [[{"model": config.model, "device": config.device, "secl": secl.to_dict(), "initial": initial,
+              "stream": config.stream, "limit_per_domain": config.limit_per_domain, "seed": config.seed,
+              "balance_gold": config.balance_gold, "scope": s, "options": {**options, "progress": False},
+              "threads": threads, "save_to": str(adapter_dir) if s == scopes[-1] else None} for s in group]
+            for group in groups]
+    own_threads = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        with ProcessPoolExecutor(max_workers=len(groups), mp_context=multiprocessing.get_context("spawn")) as pool:
+            futures = [pool.submit(_run_jobs, group) for group in jobs]
+            records = baseline_pass(model, items, max_new_tokens=config.max_new_tokens, progress=options["progress"])
+            done = [f.result() for f in futures]
+    finally:
+        torch.set_num_threads(own_threads)
+    counters_of = {}
+    for group, results in zip(jobs, done):
+        for job, (fields, counters) in zip(group, results):
+            for rec, extra in zip(records, fields):
+                passes = extra.pop("passes")
+                rec.update(extra)
+                rec["passes"].update(passes)
+            counters_of[job["scope"]] = counters
+    return records, counters_of
+
+
+def _run_jobs(group: list) -> list:
+    return [_secl_pass_worker(job) for job in group]
+
+
 def run_secl_stream(config: SECLStreamConfig, secl: SECLConfig | None = None, *,
                     progress: bool = True) -> SECLStreamResult:
     """Two passes over one stream with the same model (``secl.stream``): the baselines (verbalized, P(True),
@@ -116,6 +189,7 @@ def run_secl_stream(config: SECLStreamConfig, secl: SECLConfig | None = None, *,
     start = time.perf_counter()
     model, tokenizer = modeling.load_model(config.model, device=config.device)
     load_s = time.perf_counter() - start
+    torch.manual_seed(config.seed)  # PEFT draws the LoRA A of the identity adapter: the same one on every rerun
     model = apply_secl(model, tokenizer, secl)
     items = build_stream(tokenizer, config.stream, limit_per_domain=config.limit_per_domain, seed=config.seed,
                          balance_gold=config.balance_gold, prompt_format=secl.prompt_format)
@@ -123,14 +197,33 @@ def run_secl_stream(config: SECLStreamConfig, secl: SECLConfig | None = None, *,
     scope = secl.adapter_scope
     other = next(s for s in ADAPTER_SCOPES if s != scope) if config.compare_adapter_scopes else None
     start = time.perf_counter()
-    records = baseline_pass(model, items, max_new_tokens=config.max_new_tokens, progress=progress)
     options = {"max_new_tokens": config.max_new_tokens, "burst_at_start": config.burst_at_start, "progress": progress}
-    compared = None
-    if other is not None:  # first, so that the configured scope's adapter, gate and counters are the model's after
-        compared = {"adapter_scope": other, "key": secl_key(other, scope),
-                    "counters": secl_pass(model, items, records, scope=other, **options)}
-    counters = secl_pass(model, items, records, **options)
-    wall = time.perf_counter() - start
+    scopes = ([other] if other is not None else []) + [scope]  # the configured scope last: its adapter is saved
+    adapter_dir = None
+    with contextlib.ExitStack() as stack:
+        if config.workers == 1:
+            records = baseline_pass(model, items, max_new_tokens=config.max_new_tokens, progress=progress)
+            counters_of = {s: secl_pass(model, items, records, scope=s, **options) for s in scopes}
+        else:
+            scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="secl-passes-")))
+            adapter_dir = scratch / "secl_adapter"
+            records, counters_of = _parallel_passes(model, items, config, secl, scopes, options, adapter_dir)
+        compared = None
+        if other is not None:
+            compared = {"adapter_scope": other, "key": secl_key(other, scope), "counters": counters_of[other]}
+        counters = counters_of[scope]
+        wall = time.perf_counter() - start
+        result = _write_stream(out, model, records, items, config, secl, compared, counters, load_s, wall, progress,
+                               adapter_dir)
+    return result
+
+
+def _write_stream(out, model, records, items, config, secl, compared, counters, load_s, wall, progress,
+                  adapter_dir):
+    """Summary, files and the printed table of ``run_secl_stream`` (its docstring); ``adapter_dir``: the calibrated
+    adapter saved by the process that ran the configured scope's pass (None: ``model`` holds it)."""
+    scope = secl.adapter_scope
+    other = None if compared is None else compared["adapter_scope"]
     keys = ("secl",) if compared is None else ("secl", compared["key"])
     summary = summarize_stream(records, n_resamples=config.n_resamples, seed=config.seed, signals=signal_rows(keys))
     seconds = {"baseline_pass": sum(r["baseline_seconds"] for r in records) / len(records),
@@ -142,7 +235,7 @@ def run_secl_stream(config: SECLStreamConfig, secl: SECLConfig | None = None, *,
            "n": len(items), "seed": config.seed, "prompt_format": model.secl_prompt_format,
            "max_new_tokens": config.max_new_tokens, "burst_at_start": config.burst_at_start,
            "balance_gold": config.balance_gold, "adapter_scope": scope, "compared": compared,
-           "config": secl.to_dict(), "counters": counters,
+           "config": secl.to_dict(), "counters": counters, "workers": config.workers,
            "load_seconds": round(load_s, 1), "wall_seconds": round(wall, 1), "seconds_per_question": seconds}
     domains = list(dict.fromkeys(r["domain"] for r in records))
     pngs = {d: f"reliability_{domain_key(d)}.png" for d in domains}
@@ -150,7 +243,10 @@ def run_secl_stream(config: SECLStreamConfig, secl: SECLConfig | None = None, *,
     with AtomicOutputDir(out) as tmp:
         write_jsonl(tmp / "records.jsonl", records)
         write_json(tmp / "metrics.json", {"run": run, "summary": summary})
-        model.save_pretrained(tmp / "secl_adapter")
+        if adapter_dir is None:
+            model.save_pretrained(tmp / "secl_adapter")
+        else:
+            shutil.copytree(adapter_dir, tmp / "secl_adapter")
         for domain, name in pngs.items():
             _plot_domain(records, domain, config.model.split("/")[-1], plotted).savefig(tmp / name, dpi=100,
                                                                                        bbox_inches="tight")

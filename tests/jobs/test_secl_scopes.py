@@ -42,3 +42,47 @@ def test_run_secl_stream_records_the_scope(tiny_model_dir, tmp_path):
     assert result.run["adapter_scope"] == "all" and result.run["compared"] is None
     assert "secl_all" not in result.records[0] and "secl" in result.metrics["summary"]["overall"]["signals"]
     assert "adapter scope all" in result.table
+
+
+def test_parallel_passes_give_the_sequential_records(tiny_model_dir, tmp_path):
+    """--workers 3: the baseline pass here, each SECL pass in its own spawned process with the parent's identity
+    adapter; the same records (every field, floats to float32 rounding), counters and saved adapter as one process
+    running the passes in turn."""
+    import math
+
+    from safetensors.torch import load_file
+
+    secl = SECLConfig(burst_size=3, bin_gate_width=0, learning_rate=0.1)
+    runs = {}
+    for workers in (1, 3):
+        config = SECLStreamConfig(model=str(tiny_model_dir), stream="mmlu:stem,halueval_qa_lm", limit_per_domain=2,
+                                  burst_at_start=True, compare_adapter_scopes=True, n_resamples=20, workers=workers,
+                                  output_dir=str(tmp_path / f"w{workers}"))
+        runs[workers] = run_secl_stream(config, secl, progress=False)
+    one, three = runs[1], runs[3]
+    assert three.run["workers"] == 3 and one.counters == three.counters
+    assert one.run["compared"]["counters"] == three.run["compared"]["counters"]
+    assert any(r["updated"] for r in one.records) and any(r["secl_all_updated"] for r in one.records)
+    for a, b in zip(one.records, three.records):
+        assert list(a) == list(b) and a["passes"] == b["passes"]
+        for key, value in a.items():
+            if "seconds" in key or key == "passes":
+                continue
+            if isinstance(value, float):
+                assert math.isclose(value, b[key], rel_tol=1e-5, abs_tol=1e-6) or math.isnan(value) == math.isnan(
+                    b[key]) == True, key  # noqa: E712  (no greedy digit on the tiny model: NaN in both)
+            else:
+                assert value == b[key], key
+    weights = [load_file(r.paths["secl_adapter"] / "adapter_model.safetensors") for r in (one, three)]
+    assert weights[0].keys() == weights[1].keys()
+    assert all(float((weights[0][k] - weights[1][k]).abs().max()) < 1e-5 for k in weights[0])
+    assert any(float(weights[0][k].abs().max()) > 0 for k in weights[0] if "lora_B" in k)  # it did train
+
+
+def test_workers_beyond_the_passes_is_an_error():
+    import pytest
+
+    from hf_calibration.errors import ParameterError
+
+    with pytest.raises(ParameterError, match="workers: must be at most 2, the stream's passes"):
+        SECLStreamConfig(model="m", stream="gsm8k", output_dir="o", workers=3)
