@@ -139,3 +139,14 @@ def test_config_file_with_equals_sign(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--config: unknown fields no_such_field" in err, err
     assert not (tmp_path / "o").exists()
+
+
+def test_every_command_help_formats():
+    """argparse %-formats each option's help: a bare "%" in a help text (e.g. "4 %") breaks --help of the whole
+    command with a TypeError."""
+    from hf_calibration import cli
+
+    commands = cli.build_parser().commands
+    assert {"secl", "experiment secl", "evaluate"} <= set(commands)
+    for name, parser in commands.items():
+        assert parser.format_help(), name

@@ -34,7 +34,7 @@ class SECLConfig:
     bin_gate_width: int = field(default=0, metadata={
         "help": "Skip the update when |bin(c) − bin(c*)| <= this many bins (paper: 1). Default 0, chosen on a "
                 "development stream (docs/secl_results.md): at 1, 8 of the 50 start-burst questions of HaluEval "
-                "QA-LM passed (4 % of the domain trained, below the paper's 6-26 %); at 0, 31 of 50 would."})
+                "QA-LM passed (4 percent of the domain trained, below the paper's 6-26 percent); at 0, 31 of 50 would."})
     ema_rate: float = field(default=0.02, metadata={
         "help": "EMA rate of the entropy mean/variance used to standardise it (measured, see drift.py)."})
     ph_delta: float = field(default=0.5, metadata={
