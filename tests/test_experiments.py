@@ -49,7 +49,7 @@ def test_diagnose_experiment_writes_every_sub_run_and_resumes(tiny_model_dir, tm
 def test_secl_experiment_table_and_pngs(tiny_model_dir, tmp_path, capsys):
     out = tmp_path / "secl"
     assert main(["experiment", "secl", "--models", str(tiny_model_dir), "--datasets", "halueval_qa_lm,gsm8k",
-                 "--limit", "2", "--n-resamples", "20", "--output-dir", str(out)]) == 0
+                 "--limit", "2", "--n-resamples", "20", "--workers", "2", "--output-dir", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "SECL" in printed and "trained on" in printed and "constant_accuracy" in printed
     alias = tiny_model_dir.name
@@ -61,6 +61,7 @@ def test_secl_experiment_table_and_pngs(tiny_model_dir, tmp_path, capsys):
     # issue 16's table: SECL with answers untouched (the default scope) and with answers adapted (scope "all")
     assert all("secl" in r and "secl_all" in r for r in records)
     assert "secl_all" in summary["overall"]["signals"] and "SECL (scope all)" in printed
+    assert json.loads((out / "metrics.json").read_text())["results"][alias]["run"]["workers"] == 2
 
 
 def test_calm_experiment_smoke(tiny_model_dir, tmp_path, capsys):
