@@ -347,8 +347,9 @@ def train_and_score(out: Path, splits, config: CALMExperimentConfig, *, model_na
                                         device=device, tokenizer=tokenizer)
             method_scores = _score_all(model, tokenizer, splits, batch_size, ood)
         info["wall_seconds"] = time.perf_counter() - start
-        np.savez(_scored_file(out, method, "npz"), **method_scores)
+        # the .npz marks the method scored (read_scored): written last, so a run killed in between scores it again
         _scored_file(out, method, "json").write_text(json.dumps(info, indent=2, default=float) + "\n")
+        np.savez(_scored_file(out, method, "npz"), **method_scores)
         scores[method], infos[method] = method_scores, info
         progress_line(f"{method}: {info['wall_seconds']:.0f} s"
                       + (f" ({info['seconds_per_step']:.2f} s/step)" if "seconds_per_step" in info else ""), progress)
