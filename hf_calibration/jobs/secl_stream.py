@@ -72,8 +72,9 @@ class SECLStreamConfig:
         passes = 3 if self.compare_adapter_scopes else 2
         if self.workers > passes:
             raise ParameterError("workers", self.workers, f"must be at most {passes}, the stream's passes (baseline, "
-                                 f"SECL{', SECL with the other adapter scope' if passes == 3 else ''}), got "
-                                 f"{self.workers}", related=("compare_adapter_scopes",))
+                                 f"SECL{', SECL with the other adapter scope' if passes == 3 else ''}"
+                                 f"{'' if passes == 3 else '; 3 with {compare_adapter_scopes}'}), got {self.workers}",
+                                 related=("compare_adapter_scopes",))
         check_int(self.seed, "seed", minimum=0)
         self.device = check_device(self.device)
 
