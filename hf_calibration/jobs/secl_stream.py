@@ -183,6 +183,10 @@ def run_secl_stream(config: SECLStreamConfig, secl: SECLConfig | None = None, *,
 
     Every input is checked before the model loads; ParameterError naming the field. A domain with fewer
     questions than ``limit_per_domain`` is a ParameterWarning; all of its questions are used.
+
+    With ``workers`` > 1 the SECL passes run in processes started by ``multiprocessing``'s "spawn" method, which
+    imports the calling script again: call this from a script under ``if __name__ == "__main__":`` (the CLI does).
+    The records are the same as with one process; torch is seeded with ``seed`` before the adapter is made.
     """
     secl = SECLConfig() if secl is None else secl
     out = check_output_dir(config.output_dir)
