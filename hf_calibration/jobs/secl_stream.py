@@ -3,16 +3,12 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
-import shutil
-import tempfile
 import time
 import warnings
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -115,11 +111,11 @@ def _plot_domain(records: list, domain: str, title: str, signals: tuple):
     return plot_reliability_diagrams(panels, title=f"{title} · {domain} (n={len(sub)})")
 
 
-def _secl_pass_worker(job: dict) -> tuple[list, dict]:
+def _secl_pass_worker(job: dict) -> tuple[list, dict, dict | None]:
     """One SECL pass in a spawned process (``SECLStreamConfig.workers``): the model loaded and wrapped as in the
     parent, its identity adapter set to the parent's (the same LoRA A), the same stream. Returns the pass's record
-    fields (one dict per question, with its ``passes`` entry) and counters; saves the adapter to
-    ``job["save_to"]`` when given."""
+    fields (one dict per question, with its ``passes`` entry), its counters and, when ``job["keep"]``, the state
+    the pass left (adapter weights, gate, open burst, counters) for the parent to take over."""
     torch.set_num_threads(job["threads"])
     model, tokenizer = modeling.load_model(job["model"], device=job["device"])
     model = apply_secl(model, tokenizer, SECLConfig(**job["secl"]))
@@ -128,17 +124,24 @@ def _secl_pass_worker(job: dict) -> tuple[list, dict]:
                          balance_gold=job["balance_gold"], prompt_format=model.secl_config.prompt_format)
     fields = [{"passes": {}} for _ in items]
     counters = secl_pass(model, items, fields, scope=job["scope"], **job["options"])
-    if job["save_to"] is not None:
-        model.save_pretrained(job["save_to"])
-    return fields, counters
+    state = None
+    if job["keep"]:
+        state = {"adapter": {k: v.detach().cpu().clone() for k, v in model._secl_adapter_state().items()},
+                 "gate": model.secl_gate.state_dict(), "burst_left": model.secl_burst_left, "counters": counters}
+    return fields, counters, state
 
 
-def _parallel_passes(model, items, config, secl, scopes, options, adapter_dir) -> tuple[list, dict]:
+def _parallel_passes(model, items, config, secl, scopes, options) -> tuple[list, dict]:
     """The baseline pass here and the SECL passes of ``scopes`` in ``config.workers - 1`` spawned processes (each
     pass independent, module docstring of ``secl.stream``); → (records as the sequential run builds them, counters
-    per scope). The last scope's process saves its adapter to ``adapter_dir``. Threads: this process's count
-    shared out (at least one each)."""
+    per scope). ``model`` is left as the last scope's pass leaves it in a sequential run (adapter, gate, open burst,
+    counters), so it saves the same calibrated adapter. Threads: this process's count shared out (at least one
+    each)."""
     import multiprocessing
+
+    from peft import set_peft_model_state_dict
+
+    from hf_calibration.secl.mixin import ADAPTER_NAME
 
     threads = max(1, torch.get_num_threads() // config.workers)
     initial = {k: v.detach().cpu().clone() for k, v in model._secl_initial.items()}
@@ -146,7 +149,7 @@ def _parallel_passes(model, items, config, secl, scopes, options, adapter_dir) -
     jobs = [[{"model": config.model, "device": config.device, "secl": secl.to_dict(), "initial": initial,
               "stream": config.stream, "limit_per_domain": config.limit_per_domain, "seed": config.seed,
               "balance_gold": config.balance_gold, "scope": s, "options": {**options, "progress": False},
-              "threads": threads, "save_to": str(adapter_dir) if s == scopes[-1] else None} for s in group]
+              "threads": threads, "keep": s == scopes[-1]} for s in group]
             for group in groups]
     own_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
@@ -159,12 +162,15 @@ def _parallel_passes(model, items, config, secl, scopes, options, adapter_dir) -
         torch.set_num_threads(own_threads)
     counters_of = {}
     for group, results in zip(jobs, done):
-        for job, (fields, counters) in zip(group, results):
+        for job, (fields, counters, state) in zip(group, results):
             for rec, extra in zip(records, fields):
                 passes = extra.pop("passes")
                 rec.update(extra)
                 rec["passes"].update(passes)
             counters_of[job["scope"]] = counters
+            if state is not None:
+                set_peft_model_state_dict(model.peft_model, state["adapter"], adapter_name=ADAPTER_NAME)
+                model._secl_load_state(state)
     return records, counters_of
 
 
@@ -204,31 +210,16 @@ def run_secl_stream(config: SECLStreamConfig, secl: SECLConfig | None = None, *,
     start = time.perf_counter()
     options = {"max_new_tokens": config.max_new_tokens, "burst_at_start": config.burst_at_start, "progress": progress}
     scopes = ([other] if other is not None else []) + [scope]  # the configured scope last: its adapter is saved
-    adapter_dir = None
-    with contextlib.ExitStack() as stack:
-        if config.workers == 1:
-            records = baseline_pass(model, items, max_new_tokens=config.max_new_tokens, progress=progress)
-            counters_of = {s: secl_pass(model, items, records, scope=s, **options) for s in scopes}
-        else:
-            scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="secl-passes-")))
-            adapter_dir = scratch / "secl_adapter"
-            records, counters_of = _parallel_passes(model, items, config, secl, scopes, options, adapter_dir)
-        compared = None
-        if other is not None:
-            compared = {"adapter_scope": other, "key": secl_key(other, scope), "counters": counters_of[other]}
-        counters = counters_of[scope]
-        wall = time.perf_counter() - start
-        result = _write_stream(out, model, records, items, config, secl, compared, counters, load_s, wall, progress,
-                               adapter_dir)
-    return result
-
-
-def _write_stream(out, model, records, items, config, secl, compared, counters, load_s, wall, progress,
-                  adapter_dir):
-    """Summary, files and the printed table of ``run_secl_stream`` (its docstring); ``adapter_dir``: the calibrated
-    adapter saved by the process that ran the configured scope's pass (None: ``model`` holds it)."""
-    scope = secl.adapter_scope
-    other = None if compared is None else compared["adapter_scope"]
+    if config.workers == 1:
+        records = baseline_pass(model, items, max_new_tokens=config.max_new_tokens, progress=progress)
+        counters_of = {s: secl_pass(model, items, records, scope=s, **options) for s in scopes}
+    else:
+        records, counters_of = _parallel_passes(model, items, config, secl, scopes, options)
+    compared = None
+    if other is not None:
+        compared = {"adapter_scope": other, "key": secl_key(other, scope), "counters": counters_of[other]}
+    counters = counters_of[scope]
+    wall = time.perf_counter() - start
     keys = ("secl",) if compared is None else ("secl", compared["key"])
     summary = summarize_stream(records, n_resamples=config.n_resamples, seed=config.seed, signals=signal_rows(keys))
     seconds = {"baseline_pass": sum(r["baseline_seconds"] for r in records) / len(records),
@@ -248,10 +239,7 @@ def _write_stream(out, model, records, items, config, secl, compared, counters, 
     with AtomicOutputDir(out) as tmp:
         write_jsonl(tmp / "records.jsonl", records)
         write_json(tmp / "metrics.json", {"run": run, "summary": summary})
-        if adapter_dir is None:
-            model.save_pretrained(tmp / "secl_adapter")
-        else:
-            shutil.copytree(adapter_dir, tmp / "secl_adapter")
+        model.save_pretrained(tmp / "secl_adapter")
         for domain, name in pngs.items():
             _plot_domain(records, domain, config.model.split("/")[-1], plotted).savefig(tmp / name, dpi=100,
                                                                                        bbox_inches="tight")

@@ -77,6 +77,9 @@ def test_parallel_passes_give_the_sequential_records(tiny_model_dir, tmp_path):
     assert weights[0].keys() == weights[1].keys()
     assert all(float((weights[0][k] - weights[1][k]).abs().max()) < 1e-5 for k in weights[0])
     assert any(float(weights[0][k].abs().max()) > 0 for k in weights[0] if "lora_B" in k)  # it did train
+    # the gate, the open burst and the counters the configured scope's pass left, saved beside the adapter
+    states = [json.loads((r.paths["secl_adapter"] / "secl_state.json").read_text()) for r in (one, three)]
+    assert states[0] == states[1] and states[0]["counters"] == one.counters
 
 
 def test_workers_beyond_the_passes_is_an_error():
