@@ -302,30 +302,31 @@ def _scored_file(out: Path, method: str, suffix: str) -> Path:
 
 def read_scored(out: Path) -> tuple[dict, dict]:
     """The scores and infos of every method already scored in ``out/scores`` (a finished sub-run, read to resume)."""
+    def load(method, kind, read):
+        path = _scored_file(out, method, kind)
+        try:
+            return read(path)
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:  # truncated, missing, not JSON
+            raise ParameterError("output_dir", str(out), f"{str(path)!r} is not a readable score file "
+                                 f"({type(err).__name__}); remove it to score {method} again, or give "
+                                 f"{{overwrite}}", related=("overwrite",)) from None
+
     scores, infos = {}, {}
     for method in METHODS:
         if method != "ts" and _scored_file(out, method, "npz").exists():
-            for kind in ("npz", "json"):
-                path = _scored_file(out, method, kind)
-                try:
-                    if kind == "npz":
-                        scores[method] = dict(np.load(path))
-                    else:
-                        infos[method] = json.loads(path.read_text())
-                except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:  # truncated, missing, not JSON
-                    raise ParameterError("output_dir", str(out), f"{str(path)!r} is not a readable score file "
-                                         f"({type(err).__name__}); remove it to score {method} again, or give "
-                                         f"{{overwrite}}", related=("overwrite",)) from None
+            scores[method] = load(method, "npz", lambda path: dict(np.load(path)))
+            infos[method] = load(method, "json", lambda path: json.loads(path.read_text()))
     return scores, infos
 
 
 def train_and_score(out: Path, splits, config: CALMExperimentConfig, *, model_name: str, seed: int, device: str,
-                    batch_size: int, overwrite: bool = False, progress: bool = True) -> tuple[dict, dict]:
+                    batch_size: int, overwrite: bool = False, progress: bool = True,
+                    scored: tuple | None = None) -> tuple[dict, dict]:
     """Train and score every method of ``config.methods`` not scored yet (every one with ``overwrite``) into
     ``scores/<method>.npz`` and ``.json``; → (scores, infos) of every scored method, those of earlier runs read
-    back."""
+    back (``scored``: ``read_scored(out)`` when the caller has read it already)."""
     (out / "scores").mkdir(parents=True, exist_ok=True)
-    scores, infos = ({}, {}) if overwrite else read_scored(out)
+    scores, infos = ({}, {}) if overwrite else read_scored(out) if scored is None else scored
     ood = [k for k in splits if k not in SPLITS]
     base = tokenizer = None  # loaded at the first method that needs work: a report-only rerun loads no model
     methods = list(config.methods)
@@ -624,12 +625,13 @@ def run_calm_experiment(out: Path, config: CALMExperimentConfig, *, model_name: 
     run = {"model": model_name, "train_domain": train_domain, "seed": seed, **asdict(config)}
     mcq = config.open_ended != "only"
     identity = _mcq_identity(config, model_name=model_name, train_domain=train_domain, seed=seed, ood=ood)
+    scored = None
     if mcq and not overwrite:
         check_same_run(out, identity, names=MCQ_NAMES)
-        read_scored(out)  # an unreadable score file is an error before anything is written
+        scored = read_scored(out)  # an unreadable score file is an error before anything is written
     if mcq and config.phase == "report":
         sizes = json.loads((out / "run.json").read_text())["sizes"] if (out / "run.json").exists() else {}
-        scores, infos = read_scored(out)
+        scores, infos = read_scored(out) if scored is None else scored
         if not scores:
             raise ParameterError("phase", config.phase, f"no method has been scored in {str(out / 'scores')!r} yet; "
                                  f"run the train phase first")
@@ -657,7 +659,7 @@ def run_calm_experiment(out: Path, config: CALMExperimentConfig, *, model_name: 
         (out / "run.json").write_text(json.dumps({**identity, "config": asdict(config), "sizes": sizes}, indent=2,
                                                  default=str) + "\n")
         scores, infos = train_and_score(out, splits, config, model_name=model_name, seed=seed, device=device,
-                                        batch_size=batch_size, overwrite=overwrite, progress=progress)
+                                        batch_size=batch_size, overwrite=overwrite, progress=progress, scored=scored)
     run["sizes"] = sizes
     if config.phase == "train":
         return {}, "", run
