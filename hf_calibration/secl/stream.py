@@ -6,7 +6,8 @@ Two passes over the same stream with the same model:
    verbalized confidence, P(True) of the answer, P(True)Norm over the answer and its distractors (MCQA: the
    other options, each shown as "B. <option text>"; open-ended: beam-search alternatives) and the
    DINCO-style score (``confidence.dinco_score`` with the answer's length-normalised sequence probability as
-   the self-consistency term);
+   the self-consistency term); ``p_true_options`` keeps P(True) of the answer, then of each distractor, so
+   P(True)Norm can be recomputed at another τ_n (``examples/secl_target_study.py``);
 2. **SECL pass** (``secl_pass``; adapter, gate and counters reset first): the same prompts through
    ``generate`` with SECL on; the SECL confidence of a question is the verbalized confidence returned by
    ``generate`` for it (read before the update it may trigger, with the adapter that earlier questions
@@ -168,6 +169,7 @@ def baseline_pass(model, items: list, *, max_new_tokens: int = 8, progress: bool
             "domain": item.domain, "n_options": item.n_options, "answer": r["text"], "parsed": parsed, "correct": bool(correct),
             "verbalized": r["confidence"], "verbalized_greedy": r["verbalized_greedy"], "entropy": r["entropy"],
             "p_true": float(label["p_true"][0]), "norm_p_true": label["norm_p_true"],
+            "p_true_options": [float(v) for v in label["p_true"]],
             "dinco": float(dinco_score(label["p_true"][None], np.array([0]), np.array([r["consistency"]]))[0]),
             "n_distractors": label["n_distractors"],
             "passes": {"verbalized": gen_passes, "p_true": 2,

@@ -3,6 +3,7 @@ the comparison pass ("all", the paper's variant) is reported beside it, each wit
 
 import json
 
+import numpy as np
 import pytest
 
 from hf_calibration.jobs import SECLStreamConfig, run_secl_stream
@@ -26,6 +27,11 @@ def test_run_secl_stream_compares_the_adapter_scopes(tiny_model_dir, tmp_path):
         assert r["burst"] and r["secl_all_burst"] and r["passes"]["secl"] >= 1 and r["passes"]["secl_all"] >= 1
         # the default scope answers as the base model did in the baseline pass, update or not
         assert r["secl_answer"] == r["answer"] and r["secl_correct"] == r["correct"]
+        # P(True) of the answer and its distractors are kept: P(True)Norm is their softmax at τ_n (hand form)
+        options = np.array(r["p_true_options"])
+        assert len(options) == 1 + r["n_distractors"] and options[0] == r["p_true"]
+        weights = np.exp(options / SECLConfig().tau_n)
+        assert r["norm_p_true"] == pytest.approx(weights[0] / weights.sum(), abs=1e-9)
     overall = summary["overall"]
     assert {"secl", "secl_all"} <= set(overall["signals"]) and overall["accuracy_change_secl"] == 0.0
     assert overall["secl_all"]["share_in_burst"] == overall["share_in_burst"] == 1.0
