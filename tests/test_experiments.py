@@ -507,3 +507,24 @@ def test_calm_corrupt_score_file_names_the_output_folder(tmp_path, capsys, no_mo
     assert len(err) == 1 and err[0].startswith("hf-calibration: error: --output-dir:"), err
     assert "uncalibrated.npz' is not a readable score file" in err[0] and "--overwrite" in err[0]
     assert sorted(p.name for p in out.rglob("*")) == before
+
+
+def test_score_file_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
+    """``write_npz_atomic``: a write that fails midway leaves an earlier complete file as it was and no partial
+    file beside it; a write that succeeds reads back equal."""
+    from hf_calibration.jobs.calm_experiment import write_npz_atomic
+
+    path = tmp_path / "uncalibrated.npz"
+    write_npz_atomic(path, {"id_test_logits": np.arange(6.0).reshape(3, 2)})
+    assert np.array_equal(np.load(path)["id_test_logits"], np.arange(6.0).reshape(3, 2))
+
+    def half_written(f, **arrays):
+        f.write(b"PK\x03\x04 half")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(np, "savez", half_written)
+    with pytest.raises(OSError, match="disk full"):
+        write_npz_atomic(path, {"id_test_logits": np.zeros((3, 2))})
+    monkeypatch.undo()
+    assert np.array_equal(np.load(path)["id_test_logits"], np.arange(6.0).reshape(3, 2))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["uncalibrated.npz"]

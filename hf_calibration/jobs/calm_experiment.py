@@ -29,6 +29,7 @@ log-scores per split) and skips methods already scored; ``report`` builds the ta
 from __future__ import annotations
 
 import json
+import os
 import time
 import warnings
 import zipfile
@@ -300,6 +301,18 @@ def _scored_file(out: Path, method: str, suffix: str) -> Path:
     return out / "scores" / f"{'uncalibrated' if method == 'ts' else method}.{suffix}"
 
 
+def write_npz_atomic(path: Path, arrays: dict) -> None:
+    """``np.savez(path, **arrays)`` through a temporary file in the same folder and ``os.replace``: ``path`` is
+    either absent or complete, never a truncated archive; a failed write removes its temporary file and re-raises."""
+    tmp = path.with_name(f".{path.name}.partial")
+    try:
+        with open(tmp, "wb") as f:
+            np.savez(f, **arrays)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def read_scored(out: Path) -> tuple[dict, dict]:
     """The scores and infos of every method already scored in ``out/scores`` (a finished sub-run, read to resume)."""
     def load(method, kind, read):
@@ -348,9 +361,10 @@ def train_and_score(out: Path, splits, config: CALMExperimentConfig, *, model_na
                                         device=device, tokenizer=tokenizer)
             method_scores = _score_all(model, tokenizer, splits, batch_size, ood)
         info["wall_seconds"] = time.perf_counter() - start
-        # the .npz marks the method scored (read_scored): written last, so a run killed in between scores it again
+        # the .npz marks the method scored (read_scored): written last, and whole (a temporary file renamed), so a
+        # run killed in between or mid-write scores the method again instead of leaving a truncated .npz
         _scored_file(out, method, "json").write_text(json.dumps(info, indent=2, default=float) + "\n")
-        np.savez(_scored_file(out, method, "npz"), **method_scores)
+        write_npz_atomic(_scored_file(out, method, "npz"), method_scores)
         scores[method], infos[method] = method_scores, info
         progress_line(f"{method}: {info['wall_seconds']:.0f} s"
                       + (f" ({info['seconds_per_step']:.2f} s/step)" if "seconds_per_step" in info else ""), progress)
