@@ -260,7 +260,7 @@ def test_calm_experiment_output_dir_under_a_file(tmp_path, capsys, no_model_load
 def test_calm_paired_comparisons_against_the_metrics_on_the_same_draws():
     """CALM − TS and CALM − SFT: the point values are the metric differences, the intervals those of a hand loop
     over default_rng(seed).integers(0, n, (R, n)) shared by both methods."""
-    from hf_calibration.jobs.calm_experiment import paired_comparisons
+    from hf_calibration.jobs.calm_experiment import paired_comparisons, pooled_difference
     from hf_calibration.metrics import expected_calibration_error
 
     rng = np.random.default_rng(3)
@@ -284,6 +284,9 @@ def test_calm_paired_comparisons_against_the_metrics_on_the_same_draws():
         low, high = np.percentile(hand, [2.5, 97.5])
         assert (d["conf_ece"]["low"], d["conf_ece"]["high"]) == (pytest.approx(low, abs=1e-12),
                                                                  pytest.approx(high, abs=1e-12))
+        # one seed, one split: the pooled interval of the claim check is this one
+        pooled = pooled_difference([(probs, labels)], ("id_test",), "bome", other, n_resamples=100, seed=7)
+        assert [pooled[k] for k in ("value", "low", "high")] == [d["conf_ece"][k] for k in ("value", "low", "high")]
     del probs["sft"]
     assert list(paired_comparisons(probs, labels, ("id_test",), n_resamples=10, seed=0)["id_test"]) == ["bome − ts"]
 

@@ -407,26 +407,22 @@ def _top_label(probs: dict, labels: dict, method: str, split: str) -> tuple[np.n
 
 
 def paired_comparisons(probs: dict, labels: dict, splits, *, n_resamples: int, seed: int) -> dict:
-    """``{split: {"bome − ts": {"conf_ece": …, "accuracy": …}, "bome − sft": …}}``: paired bootstrap
-    (``metrics.paired_bootstrap``, the same resampled questions for both methods) of the top-label conf-ECE (15
-    equal-width bins) and of the accuracy, method a − method b, each ``{"value", "low", "high"}`` (95 %); the
-    pairs of ``PAIRS`` whose methods were both scored."""
-    from hf_calibration.metrics import expected_calibration_error, paired_bootstrap
-
-    def accuracy(y, p):
-        return float(np.mean(y))
-
+    """``{split: {"bome − ts": {"conf_ece": …, "accuracy": …}, "bome − sft": …}}``: paired bootstrap (the same
+    resampled questions for both methods) of the top-label conf-ECE (15 equal-width bins) and of the accuracy,
+    method a − method b, each ``{"value", "low", "high"}`` (95 %); the pairs of ``PAIRS`` whose methods were both
+    scored. ``paired_strata_difference`` with the split as its one stratum, so a single seed's interval here and
+    the pooled one of ``pooled_difference`` over that split come from the same draws."""
     out = {}
     for name in splits:
         per_pair = {}
         for a, b in PAIRS:
             if a not in probs or b not in probs:
                 continue
-            (ya, ca), (yb, cb) = _top_label(probs, labels, a, name), _top_label(probs, labels, b, name)
-            per_pair[f"{a} − {b}"] = {
-                key: dict(zip(("value", "low", "high"), paired_bootstrap(metric, ya, ca, yb, cb, n_resamples=n_resamples,
-                                                                         seed=seed)))
-                for key, metric in (("conf_ece", expected_calibration_error), ("accuracy", accuracy))}
+            stratum = [(_top_label(probs, labels, a, name), _top_label(probs, labels, b, name))]
+            per_pair[f"{a} − {b}"] = {}
+            for key in ("conf_ece", "accuracy"):
+                d = paired_strata_difference(stratum, key=key, n_resamples=n_resamples, seed=seed)
+                per_pair[f"{a} − {b}"][key] = {k: d[k] for k in ("value", "low", "high")}
         if per_pair:
             out[name] = per_pair
     return out
