@@ -96,7 +96,8 @@ def rescored_table(path, ece: dict, *, n_resamples: int = 1000, seed: int = 0) -
     file is not one (unreadable, not JSON lines, a record without a boolean ``correct``, no confidence field)."""
     import numpy as np
 
-    from hf_calibration.reports import references, report_with_ece_options
+    from hf_calibration.metrics import calibration_report
+    from hf_calibration.reports import references
     from hf_calibration.secl.confidence import SIGNAL_NAMES
 
     try:
@@ -116,7 +117,7 @@ def rescored_table(path, ece: dict, *, n_resamples: int = 1000, seed: int = 0) -
         correct_key = f"{name}_correct" if all(isinstance(r.get(f"{name}_correct"), bool) for r in records) else "correct"
         y = np.array([r[correct_key] for r in records], dtype=int)
         conf = np.array([r[name] for r in records], dtype=np.float64)
-        table[SIGNAL_NAMES.get(name, name)] = report_with_ece_options(y, conf, **ece, n_resamples=n_resamples, seed=seed)
+        table[SIGNAL_NAMES.get(name, name)] = calibration_report(y, conf, **ece, n_resamples=n_resamples, seed=seed)
     if table:
         y = np.array([r["correct"] for r in records], dtype=int)
         table["constant_accuracy"] = references(y, 2, **ece, n_resamples=n_resamples, seed=seed)["constant_accuracy"]

@@ -36,49 +36,15 @@ TABLE_COLUMNS = (
 )
 
 
-def binned_entries(y_true, y_prob, *, n_bins: int = 15, binning: str = "uniform", norm: str = "l1",
-                   n_resamples: int = 1000, seed: int = 0) -> dict:
-    """The binned metrics of a ``calibration_report`` under the chosen ECE options, each ``{"value", "low",
-    "high"}`` (95 % percentile interval on the same resamples ``calibration_report(..., seed=seed)`` draws).
-
-    ``conf_ece``: ``expected_calibration_error(n_bins=, binning=, norm=)``; ``mce``: the same bins, max norm;
-    ``ace``: ``n_bins`` equal-mass bins (its definition); ``cw_ece`` for (n, K) probabilities: ``n_bins``
-    equal-width bins per class. ``y_true``, ``y_prob`` as ``calibration_report`` takes them. With the
-    defaults the entries equal ``calibration_report``'s. Raises ValueError / TypeError as the metrics do.
-    """
-    from hf_calibration.metrics import adaptive_calibration_error, bootstrap, classwise_ece, expected_calibration_error
-
-    def entry(metric, **options):
-        value, low, high = bootstrap(metric, y_true, y_prob, n_resamples=n_resamples, seed=seed, metric_kwargs=options)
-        return {"value": value, "low": low, "high": high}
-
-    entries = {
-        "conf_ece": entry(expected_calibration_error, n_bins=n_bins, binning=binning, norm=norm),
-        "mce": entry(expected_calibration_error, n_bins=n_bins, binning=binning, norm="max"),
-        "ace": entry(adaptive_calibration_error, n_bins=n_bins),
-    }
-    if np.ndim(y_prob) == 2:
-        entries["cw_ece"] = entry(classwise_ece, n_bins=n_bins)
-    return entries
-
-
-def report_with_ece_options(y_true, y_prob, *, n_bins: int = 15, binning: str = "uniform", norm: str = "l1",
-                            n_resamples: int = 1000, seed: int = 0) -> dict:
-    """``metrics.calibration_report`` with conf-ECE's ``n_bins``, ``binning`` and ``norm`` (kept as the name the
-    jobs use; ``calibration_report`` takes them itself)."""
-    return calibration_report(y_true, y_prob, n_bins=n_bins, binning=binning, norm=norm, n_resamples=n_resamples,
-                              seed=seed)
-
-
 def references(correct: np.ndarray, n_options: int, *, accuracy: float | None = None, **kwargs) -> dict:
     """Reports of the two constant confidences of SPEC §5: ``accuracy`` (default: measured on ``correct``;
     pass the validation split's) and 1/K, as binary confidences against ``correct``. ``kwargs``: those of
-    ``report_with_ece_options`` (bootstrap and ECE options)."""
+    ``calibration_report`` (bootstrap and ECE options)."""
     acc = float(np.mean(correct)) if accuracy is None else accuracy
     correct = np.asarray(correct).astype(int)
     return {
-        "constant_accuracy": report_with_ece_options(correct, np.full(len(correct), acc), **kwargs),
-        "constant_1/K": report_with_ece_options(correct, np.full(len(correct), 1.0 / n_options), **kwargs),
+        "constant_accuracy": calibration_report(correct, np.full(len(correct), acc), **kwargs),
+        "constant_1/K": calibration_report(correct, np.full(len(correct), 1.0 / n_options), **kwargs),
     }
 
 
@@ -88,13 +54,13 @@ def mcqa_report(labels, probs, *, binning: str = "uniform", norm: str = "l1", **
     The top-label confidence against correctness gives every metric a constant reference also has
     (conf-ECE, smECE, Brier and NLL of the confidence, AUROC …), so the rows of one table compare;
     ``cw_ece``, ``brier_multiclass`` and ``nll_multiclass`` come from the full (n, K) vectors.
-    ``binning`` and ``norm`` are conf-ECE's (``report_with_ece_options``); ``kwargs`` are
+    ``binning`` and ``norm`` are conf-ECE's (``calibration_report`` takes them); ``kwargs`` are
     ``calibration_report``'s.
     """
     probs = np.asarray(probs, dtype=np.float64)
     labels = np.asarray(labels)
     correct = (probs.argmax(axis=1) == labels).astype(int)
-    report = report_with_ece_options(correct, probs.max(axis=1), binning=binning, norm=norm, **kwargs)
+    report = calibration_report(correct, probs.max(axis=1), binning=binning, norm=norm, **kwargs)
     multiclass = calibration_report(labels, probs, **kwargs)
     report.update(cw_ece=multiclass["cw_ece"], brier_multiclass=multiclass["brier"], nll_multiclass=multiclass["nll"])
     return report
@@ -124,7 +90,7 @@ def posthoc_report(calibrator, scores, **kwargs) -> dict:
     """
     if calibrator.input_kind == "logits":
         return mcqa_report(scores.labels, calibrator.transform(scores.option_logits), **kwargs)
-    return report_with_ece_options(scores.correct.astype(int),
+    return calibration_report(scores.correct.astype(int),
                        calibrator.transform(_top_confidence_as(scores, calibrator.input_format)), **kwargs)
 
 
@@ -148,7 +114,7 @@ def mcqa_metrics(scores, *, n_resamples: int = 1000, seed: int = 0, calibrator=N
                  binning: str = "uniform", norm: str = "l1") -> dict:
     """metrics.json content for MCQA scores: the model's top-label report, optionally the report after a
     post-hoc ``calibrator``, the constant references, and the position bias; every binned metric with the
-    ECE options ``n_bins``, ``binning`` and ``norm`` (``report_with_ece_options``)."""
+    ECE options ``n_bins``, ``binning`` and ``norm`` (``calibration_report`` takes them)."""
     kwargs = dict(n_resamples=n_resamples, seed=seed, n_bins=n_bins, binning=binning, norm=norm)
     k = scores.probs.shape[1]
     signals = {"option_probability": mcqa_report(scores.labels, scores.probs, **kwargs)}
