@@ -331,7 +331,55 @@ def summarize_stream(records: list[dict], *, n_resamples: int = 1000, seed: int 
                 out[name].update(shares)
             else:
                 out[name][key] = shares
+    if len(domains) > 1:
+        for key in secl_keys:
+            overall = out["overall"] if key == "secl" else out["overall"][key]
+            overall["paired"]["delta_auroc_within_domains"] = within_domain_auroc_difference(
+                records, key, n_resamples=n_resamples, seed=seed)
     return out
+
+
+def within_domain_auroc_difference(records: list[dict], key: str = "secl", *, n_resamples: int = 1000,
+                                   seed: int = 0) -> dict:
+    """AUROC of the SECL pass ``key`` minus AUROC of the verbalized confidence, within each domain of ``records``
+    (each against its own pass's answers), averaged over the domains with weights n_domain / n; interval:
+    ``metrics.stratified_bootstrap`` (each domain's questions resampled on their own, the same draw for both
+    signals). → ``{"value", "low", "high", "per_domain": {domain: value}}``.
+
+    The pooled AUROC of a stream mixes domains of different accuracy: lowering every confidence on a domain whose
+    answers are mostly wrong raises it without ranking any answer better within a domain. The paper's AUROC
+    claim is about the ranking within a domain, so the overall claim check reads this one. A domain where one
+    pass's answers are all right or all wrong has no AUROC: it is left out of the mean (its ``per_domain`` value
+    is NaN), and a resample where a kept domain has none is skipped; with no such domain (or resample) left, the
+    value and interval are NaN."""
+    from hf_calibration.metrics import confidence_auroc, stratified_bootstrap
+
+    domains = list(dict.fromkeys(r["domain"] for r in records))
+    strata = []
+    for d in domains:
+        sub = [r for r in records if r["domain"] == d]
+        strata.append((np.array([r[secl_field(key, "correct")] for r in sub], dtype=int),
+                       np.array([r[key] for r in sub], dtype=float),
+                       np.array([r["correct"] for r in sub], dtype=int),
+                       np.array([r["verbalized"] for r in sub], dtype=float)))
+
+    def auroc(y, c):
+        return confidence_auroc(y, c) if 0 < y.sum() < len(y) else float("nan")
+
+    def statistic(k, idx):
+        ys, cs, yv, cv = (a[idx] for a in strata[k])
+        return auroc(ys, cs) - auroc(yv, cv)
+
+    per_domain = {d: statistic(k, np.arange(len(strata[k][0]))) for k, d in enumerate(domains)}
+    strata = [st for st, d in zip(strata, domains) if np.isfinite(per_domain[d])]
+    sizes = [len(st[0]) for st in strata]
+    try:
+        if not strata:
+            raise ValueError("no domain has an AUROC")
+        est, low, high = stratified_bootstrap(statistic, sizes, weights=sizes, n_resamples=n_resamples, seed=seed)
+    except ValueError:  # no domain, or no resample, where both passes have right and wrong answers
+        est = low = high = float("nan")
+    return {"value": est, "low": low, "high": high, "per_domain": per_domain}
 
 
 def paired_differences(y_secl, secl, y_verbal, verbal, *, n_resamples: int = 1000, seed: int = 0, n_bins: int = 15,
@@ -368,7 +416,8 @@ def claim_check(domain: dict, key: str = "secl") -> list[tuple[str, bool | None,
     """The paper's claims on one domain's summary (``summarize_stream``) for the SECL pass ``key``: a list of
     (claim, held, evidence). held is True/False, or None when the interval does not decide. Rules: ECE at least
     56 % below verbalized (point estimate, and the paired ΔECE interval below 0); within-domain AUROC not below
-    verbalized (held unless the paired ΔAUROC interval lies below 0); Brier below the constant-accuracy Brier
+    verbalized (held unless the paired ΔAUROC interval lies below 0; for the overall summary of several domains
+    the interval of ``within_domain_auroc_difference``, not of the pooled AUROC); Brier below the constant-accuracy Brier
     (paired interval below 0: held; above 0: not; else undecided); accuracy unchanged (the pass's answers against
     the baseline's); 6–26 % of the questions trained; at most 4.6 forward passes per question."""
     s = domain["signals"]
@@ -376,7 +425,10 @@ def claim_check(domain: dict, key: str = "secl") -> list[tuple[str, bool | None,
     p = shares["paired"]
     verb, ece = s["verbalized"]["conf_ece"]["value"], s[key]["conf_ece"]["value"]
     cut = (verb - ece) / verb if verb > 0 else float("nan")
-    d_ece, d_auc, d_brier = p["delta_ece"], p["delta_auroc"], p["delta_brier_vs_constant"]
+    d_ece, d_brier = p["delta_ece"], p["delta_brier_vs_constant"]
+    # over a stream of several domains: the within-domain AUROC difference (within_domain_auroc_difference)
+    within = "delta_auroc_within_domains" in p
+    d_auc = p["delta_auroc_within_domains"] if within else p["delta_auroc"]
 
     def interval(d):
         return f"{d['value']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]"
@@ -393,7 +445,8 @@ def claim_check(domain: dict, key: str = "secl") -> list[tuple[str, bool | None,
     change = shares["accuracy_change_secl"]
     return [
         ("ECE ≥ 56 % below verbalized", ece_held, f"cut {cut:+.0%}; paired ΔECE {interval(d_ece)}"),
-        ("AUROC not below verbalized", auc_held, f"paired ΔAUROC {interval(d_auc)}"),
+        ("AUROC not below verbalized", auc_held,
+         f"{'within-domain ΔAUROC (mean over domains)' if within else 'paired ΔAUROC'} {interval(d_auc)}"),
         ("Brier below the constant-accuracy Brier", decided(d_brier), f"paired ΔBrier {interval(d_brier)}"),
         ("accuracy unchanged", change == 0.0, f"change {change:+.3f}"),
         ("6–26 % of the questions trained", TRAINED_SHARE[0] <= trained <= TRAINED_SHARE[1], f"{trained:.1%}"),

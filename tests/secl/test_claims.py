@@ -77,3 +77,57 @@ def test_experiment_table_prints_the_paired_intervals_and_the_claims():
     run = {"stream": "d", "limit_per_domain": 80, "seed": 0, "burst_at_start": True, "wall_seconds": 1.0}
     text = secl_table({"smollm2": {"run": run, "summary": summary}})
     assert "SECL − verbalized, paired bootstrap: ΔECE" in text and "| claim | result | evidence |" in text
+
+
+def _level_shift_stream(seed=0):
+    """Two domains: "easy" (80 % right) and "hard" (20 % right). Verbalized ranks within each domain (right answers
+    0.1 higher) but is more confident on "hard"; SECL ranks within no domain but is 0.3 lower on "hard": its pooled
+    AUROC beats the verbalized one, its AUROC within each domain is 0.5."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for domain, acc, level, verbal_level in (("easy", 0.8, 0.8, 0.6), ("hard", 0.2, 0.5, 0.8)):
+        for i in range(100):
+            c = i < acc * 100
+            verbal = verbal_level + (0.1 if c else 0.0) + rng.normal(0, 0.02)
+            out.append({"domain": domain, "n_options": 2, "correct": bool(c), "verbalized": float(verbal),
+                        "p_true": 0.5, "norm_p_true": 0.5, "dinco": 0.5, "secl": level, "secl_correct": bool(c),
+                        "burst": False, "updated": False, "skipped_by_bin_gate": False, "alarm": False,
+                        "passes": {"verbalized": 3, "p_true": 2, "norm_p_true": 3, "dinco": 3, "secl": 3}})
+    return out
+
+
+def test_overall_auroc_claim_reads_the_within_domain_difference():
+    recs = _level_shift_stream()
+    summary = summarize_stream(recs, n_resamples=200, seed=0, signals=("verbalized", "secl"))
+    y = np.array([r["correct"] for r in recs], dtype=int)
+    secl, verb = np.array([r["secl"] for r in recs]), np.array([r["verbalized"] for r in recs])
+    # pooled: SECL's level shift ranks "easy" above "hard" and beats the verbalized confidence
+    assert roc_auc_score(y, secl) > roc_auc_score(y, verb)
+    assert summary["overall"]["paired"]["delta_auroc"]["low"] > 0
+    within = summary["overall"]["paired"]["delta_auroc_within_domains"]
+    hand = {d: roc_auc_score(y[k * 100:(k + 1) * 100], secl[k * 100:(k + 1) * 100])
+            - roc_auc_score(y[k * 100:(k + 1) * 100], verb[k * 100:(k + 1) * 100]) for k, d in enumerate(("easy", "hard"))}
+    assert within["per_domain"] == pytest.approx(hand, abs=1e-12)
+    assert within["value"] == pytest.approx(0.5 * hand["easy"] + 0.5 * hand["hard"], abs=1e-12)
+    assert within["high"] < 0  # within each domain SECL (0.5) ranks worse than verbalized (≈ 1)
+    checks = {claim: (held, evidence) for claim, held, evidence in claim_check(summary["overall"])}
+    held, evidence = checks["AUROC not below verbalized"]
+    assert held is False and evidence.startswith("within-domain ΔAUROC")
+    # one domain: the pooled (= within-domain) difference, as before
+    one = summarize_stream(recs[:100], n_resamples=50, seed=0, signals=("verbalized", "secl"))
+    assert "delta_auroc_within_domains" not in one["overall"]["paired"]
+
+
+def test_within_domain_auroc_leaves_out_a_domain_without_one():
+    from hf_calibration.secl.stream import within_domain_auroc_difference
+
+    recs = _level_shift_stream()
+    for r in recs[100:]:
+        r["correct"] = r["secl_correct"] = True  # "hard" all right: no AUROC there
+    d = within_domain_auroc_difference(recs, n_resamples=50)
+    alone = within_domain_auroc_difference(recs[:100], n_resamples=50)
+    assert np.isnan(d["per_domain"]["hard"])
+    assert [d[k] for k in ("value", "low", "high")] == [alone[k] for k in ("value", "low", "high")]
+    for r in recs[:100]:
+        r["correct"] = r["secl_correct"] = False
+    assert np.isnan(within_domain_auroc_difference(recs, n_resamples=50)["value"])
