@@ -228,8 +228,9 @@ def secl_table(results: dict) -> str:
                 blocks.append(f"{SIGNAL_NAMES[key]} − verbalized, paired bootstrap: ΔECE {_signed(paired['delta_ece'])}, "
                               f"ΔAUROC {_signed(paired['delta_auroc'])}, ΔBrier {_signed(paired['delta_brier'])}; "
                               f"Brier − constant-accuracy Brier {_signed(paired['delta_brier_vs_constant'])}"
-                              + (f"; within-domain ΔAUROC (mean over domains) "
-                                 f"{_signed(paired['delta_auroc_within_domains'])}"
+                              + (f"; within domains (mean over domains): ΔAUROC "
+                                 f"{_signed(paired['delta_auroc_within_domains'])}, Brier − each domain's "
+                                 f"constant-accuracy Brier {_signed(paired['delta_brier_vs_constant_within_domains'])}"
                                  if "delta_auroc_within_domains" in paired else "") + ". "
                               f"Claim check ({SIGNAL_NAMES[key]}, {domain}):\n\n"
                               + format_claim_check(claim_check(s, key)))
@@ -292,8 +293,9 @@ def _secl(out: Path, config: ExperimentConfig, progress: bool) -> tuple[dict, di
             results[alias] = _read_back(dest / "metrics.json", alias, progress)
             summary = results[alias]["summary"]
             if (any("paired" not in s for s in summary.values())
-                    or (len(summary) > 2 and "delta_auroc_within_domains" not in summary["overall"]["paired"])):
-                # written before the paired intervals (or the within-domain AUROC difference of a stream of
+                    or (len(summary) > 2 and "delta_brier_vs_constant_within_domains"
+                        not in summary["overall"]["paired"])):
+                # written before the paired intervals (or the within-domain differences of a stream of
                 # several domains) existed: summarised again from its records
                 records = [json.loads(line) for line in (dest / "records.jsonl").read_text().splitlines()]
                 compared = results[alias]["run"].get("compared")

@@ -334,50 +334,64 @@ def summarize_stream(records: list[dict], *, n_resamples: int = 1000, seed: int 
     if len(domains) > 1:
         for key in secl_keys:
             overall = out["overall"] if key == "secl" else out["overall"][key]
-            overall["paired"]["delta_auroc_within_domains"] = within_domain_auroc_difference(
-                records, key, n_resamples=n_resamples, seed=seed)
+            for metric, name in WITHIN_DOMAIN.items():
+                overall["paired"][name] = within_domain_difference(records, key, metric=metric,
+                                                                   n_resamples=n_resamples, seed=seed)
     return out
 
 
-def within_domain_auroc_difference(records: list[dict], key: str = "secl", *, n_resamples: int = 1000,
-                                   seed: int = 0) -> dict:
-    """AUROC of the SECL pass ``key`` minus AUROC of the verbalized confidence, within each domain of ``records``
-    (each against its own pass's answers), averaged over the domains with weights n_domain / n; interval:
-    ``metrics.stratified_bootstrap`` (each domain's questions resampled on their own, the same draw for both
-    signals). → ``{"value", "low", "high", "per_domain": {domain: value}}``.
+WITHIN_DOMAIN = {"auroc": "delta_auroc_within_domains",
+                 "brier_vs_constant": "delta_brier_vs_constant_within_domains"}
 
-    The pooled AUROC of a stream mixes domains of different accuracy: lowering every confidence on a domain whose
-    answers are mostly wrong raises it without ranking any answer better within a domain. The paper's AUROC
-    claim is about the ranking within a domain, so the overall claim check reads this one. A domain where one
-    pass's answers are all right or all wrong has no AUROC: it is left out of the mean (its ``per_domain`` value
-    is NaN), and a resample where a kept domain has none is skipped; with no such domain (or resample) left, the
-    value and interval are NaN."""
-    from hf_calibration.metrics import confidence_auroc, stratified_bootstrap
 
+def within_domain_difference(records: list[dict], key: str = "secl", *, metric: str = "auroc",
+                             n_resamples: int = 1000, seed: int = 0) -> dict:
+    """A paired difference of the SECL pass ``key`` computed within each domain of ``records`` and averaged over the
+    domains with weights n_domain / n; interval: ``metrics.stratified_bootstrap`` (each domain's questions
+    resampled on their own, the same draw for both terms). → ``{"value", "low", "high", "per_domain": {domain:
+    value}}``.
+
+    metric : "auroc": AUROC(SECL) − AUROC(verbalized), each against its own pass's answers;
+        "brier_vs_constant": Brier(SECL) − Brier(constant = the SECL answers' accuracy in that domain), the
+        per-domain form of ``paired_differences``' ``delta_brier_vs_constant``.
+
+    Pooled over a stream, both reward a level shift between domains of different accuracy: lowering every
+    confidence on a domain whose answers are mostly wrong raises the pooled AUROC and beats the one pooled
+    constant, without ranking any answer better within a domain. The paper's claims are about what a confidence
+    tells within a domain, so the overall claim check reads these. A domain where a term is undefined (AUROC with
+    all answers right or all wrong) is left out of the mean (its ``per_domain`` value is NaN), and a resample
+    where a kept domain has none is skipped; with no such domain (or resample) left, value and interval are NaN."""
+    from hf_calibration.metrics import brier_score, confidence_auroc, stratified_bootstrap
+
+    if metric not in WITHIN_DOMAIN:
+        raise ValueError(f"metric: must be one of {sorted(WITHIN_DOMAIN)}, got {metric!r}")
     domains = list(dict.fromkeys(r["domain"] for r in records))
     strata = []
     for d in domains:
         sub = [r for r in records if r["domain"] == d]
-        strata.append((np.array([r[secl_field(key, "correct")] for r in sub], dtype=int),
-                       np.array([r[key] for r in sub], dtype=float),
+        y_secl = np.array([r[secl_field(key, "correct")] for r in sub], dtype=int)
+        strata.append((y_secl, np.array([r[key] for r in sub], dtype=float),
                        np.array([r["correct"] for r in sub], dtype=int),
-                       np.array([r["verbalized"] for r in sub], dtype=float)))
+                       np.array([r["verbalized"] for r in sub], dtype=float),
+                       np.full(len(sub), y_secl.mean())))
 
     def auroc(y, c):
         return confidence_auroc(y, c) if 0 < y.sum() < len(y) else float("nan")
 
     def statistic(k, idx):
-        ys, cs, yv, cv = (a[idx] for a in strata[k])
-        return auroc(ys, cs) - auroc(yv, cv)
+        ys, cs, yv, cv, const = (a[idx] for a in strata[k])
+        if metric == "auroc":
+            return auroc(ys, cs) - auroc(yv, cv)
+        return brier_score(ys, cs) - brier_score(ys, const)
 
     per_domain = {d: statistic(k, np.arange(len(strata[k][0]))) for k, d in enumerate(domains)}
     strata = [st for st, d in zip(strata, domains) if np.isfinite(per_domain[d])]
     sizes = [len(st[0]) for st in strata]
     try:
         if not strata:
-            raise ValueError("no domain has an AUROC")
+            raise ValueError("no domain has the difference")
         est, low, high = stratified_bootstrap(statistic, sizes, weights=sizes, n_resamples=n_resamples, seed=seed)
-    except ValueError:  # no domain, or no resample, where both passes have right and wrong answers
+    except ValueError:  # no domain, or no resample, where the difference is defined
         est = low = high = float("nan")
     return {"value": est, "low": low, "high": high, "per_domain": per_domain}
 
@@ -417,7 +431,7 @@ def claim_check(domain: dict, key: str = "secl") -> list[tuple[str, bool | None,
     (claim, held, evidence). held is True/False, or None when the interval does not decide. Rules: ECE at least
     56 % below verbalized (point estimate, and the paired ΔECE interval below 0); within-domain AUROC not below
     verbalized (held unless the paired ΔAUROC interval lies below 0; for the overall summary of several domains
-    the interval of ``within_domain_auroc_difference``, not of the pooled AUROC); Brier below the constant-accuracy Brier
+    the interval of ``within_domain_difference``, not of the pooled AUROC, and the same for Brier); Brier below the constant-accuracy Brier
     (paired interval below 0: held; above 0: not; else undecided); accuracy unchanged (the pass's answers against
     the baseline's); 6–26 % of the questions trained; at most 4.6 forward passes per question."""
     s = domain["signals"]
@@ -425,10 +439,11 @@ def claim_check(domain: dict, key: str = "secl") -> list[tuple[str, bool | None,
     p = shares["paired"]
     verb, ece = s["verbalized"]["conf_ece"]["value"], s[key]["conf_ece"]["value"]
     cut = (verb - ece) / verb if verb > 0 else float("nan")
-    d_ece, d_brier = p["delta_ece"], p["delta_brier_vs_constant"]
-    # over a stream of several domains: the within-domain AUROC difference (within_domain_auroc_difference)
-    within = "delta_auroc_within_domains" in p
-    d_auc = p["delta_auroc_within_domains"] if within else p["delta_auroc"]
+    d_ece = p["delta_ece"]
+    # over a stream of several domains: the within-domain differences (within_domain_difference)
+    within = WITHIN_DOMAIN["auroc"] in p
+    d_auc = p[WITHIN_DOMAIN["auroc"]] if within else p["delta_auroc"]
+    d_brier = p[WITHIN_DOMAIN["brier_vs_constant"]] if within else p["delta_brier_vs_constant"]
 
     def interval(d):
         return f"{d['value']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]"
@@ -447,7 +462,9 @@ def claim_check(domain: dict, key: str = "secl") -> list[tuple[str, bool | None,
         ("ECE ≥ 56 % below verbalized", ece_held, f"cut {cut:+.0%}; paired ΔECE {interval(d_ece)}"),
         ("AUROC not below verbalized", auc_held,
          f"{'within-domain ΔAUROC (mean over domains)' if within else 'paired ΔAUROC'} {interval(d_auc)}"),
-        ("Brier below the constant-accuracy Brier", decided(d_brier), f"paired ΔBrier {interval(d_brier)}"),
+        ("Brier below the constant-accuracy Brier", decided(d_brier),
+         f"{'within-domain ΔBrier vs each domain constant (mean over domains)' if within else 'paired ΔBrier'} "
+         f"{interval(d_brier)}"),
         ("accuracy unchanged", change == 0.0, f"change {change:+.3f}"),
         ("6–26 % of the questions trained", TRAINED_SHARE[0] <= trained <= TRAINED_SHARE[1], f"{trained:.1%}"),
         ("≤ 4.6 forward passes per question", passes <= PASS_BUDGET, f"{passes:.2f}"),

@@ -113,21 +113,33 @@ def test_overall_auroc_claim_reads_the_within_domain_difference():
     checks = {claim: (held, evidence) for claim, held, evidence in claim_check(summary["overall"])}
     held, evidence = checks["AUROC not below verbalized"]
     assert held is False and evidence.startswith("within-domain ΔAUROC")
+    # Brier: pooled, SECL's two levels beat the one pooled constant (0.5); within each domain a constant at the
+    # domain's own accuracy is exactly SECL's level on "easy" (0.8) and 0.3 closer than it on "hard" (0.2 vs 0.5)
+    pooled = summary["overall"]["paired"]["delta_brier_vs_constant"]
+    assert pooled["high"] < 0
+    brier = summary["overall"]["paired"]["delta_brier_vs_constant_within_domains"]
+    hand_brier = {"easy": 0.0, "hard": float(np.mean((0.5 - y[100:]) ** 2) - np.mean((0.2 - y[100:]) ** 2))}
+    assert brier["per_domain"] == pytest.approx(hand_brier, abs=1e-12)
+    assert brier["value"] == pytest.approx(0.5 * hand_brier["hard"], abs=1e-12) and brier["low"] > 0
+    held, evidence = checks["Brier below the constant-accuracy Brier"]
+    assert held is False and evidence.startswith("within-domain ΔBrier")
     # one domain: the pooled (= within-domain) difference, as before
     one = summarize_stream(recs[:100], n_resamples=50, seed=0, signals=("verbalized", "secl"))
     assert "delta_auroc_within_domains" not in one["overall"]["paired"]
 
 
 def test_within_domain_auroc_leaves_out_a_domain_without_one():
-    from hf_calibration.secl.stream import within_domain_auroc_difference
+    from hf_calibration.secl.stream import within_domain_difference
 
     recs = _level_shift_stream()
     for r in recs[100:]:
         r["correct"] = r["secl_correct"] = True  # "hard" all right: no AUROC there
-    d = within_domain_auroc_difference(recs, n_resamples=50)
-    alone = within_domain_auroc_difference(recs[:100], n_resamples=50)
+    d = within_domain_difference(recs, n_resamples=50)
+    alone = within_domain_difference(recs[:100], n_resamples=50)
     assert np.isnan(d["per_domain"]["hard"])
     assert [d[k] for k in ("value", "low", "high")] == [alone[k] for k in ("value", "low", "high")]
     for r in recs[:100]:
         r["correct"] = r["secl_correct"] = False
-    assert np.isnan(within_domain_auroc_difference(recs, n_resamples=50)["value"])
+    assert np.isnan(within_domain_difference(recs, n_resamples=50)["value"])
+    with pytest.raises(ValueError, match="metric: must be one of"):
+        within_domain_difference(recs, metric="ece")
