@@ -280,6 +280,10 @@ def summarize_stream(records: list[dict], *, n_resamples: int = 1000, seed: int 
         pass's answers. The shares of the "secl" pass (in burst, trained, bin-gate skips, alarms, accuracy
         change) sit beside "signals"; another pass's under its key.
     n_bins, binning, norm : the binned metrics' options (``calibration_report``), references included.
+
+    Each SECL pass's ``paired`` holds ``paired_differences`` against the verbalized confidence; with several
+    domains, the overall one also holds the within-domain differences of ``within_domain_difference``
+    (``WITHIN_DOMAIN``'s keys), which ``claim_check`` reads for the overall AUROC and Brier claims.
     """
     from hf_calibration.metrics import calibration_report
     from hf_calibration.reports import references
