@@ -37,8 +37,8 @@ from hf_calibration.jobs.diagnose import DiagnoseConfig, run_diagnose
 from hf_calibration.jobs.secl_stream import SECLStreamConfig, check_stream, run_secl_stream
 from hf_calibration.reports import format_cell, format_table, write_json
 from hf_calibration.secl.confidence import SIGNAL_NAMES
-from hf_calibration.secl.stream import (STREAM_COLUMNS, claim_check, format_claim_check, signal_rows,
-                                        summarize_stream)
+from hf_calibration.secl.stream import (STREAM_COLUMNS, WITHIN_DOMAIN, claim_check, format_claim_check,
+                                        signal_rows, summarize_stream)
 
 EXPERIMENTS = ("diagnose", "secl", "calm")
 MODEL_ALIASES = {
@@ -229,9 +229,9 @@ def secl_table(results: dict) -> str:
                               f"ΔAUROC {_signed(paired['delta_auroc'])}, ΔBrier {_signed(paired['delta_brier'])}; "
                               f"Brier − constant-accuracy Brier {_signed(paired['delta_brier_vs_constant'])}"
                               + (f"; within domains (mean over domains): ΔAUROC "
-                                 f"{_signed(paired['delta_auroc_within_domains'])}, Brier − each domain's "
-                                 f"constant-accuracy Brier {_signed(paired['delta_brier_vs_constant_within_domains'])}"
-                                 if "delta_auroc_within_domains" in paired else "") + ". "
+                                 f"{_signed(paired[WITHIN_DOMAIN['auroc']])}, Brier − each domain's constant-accuracy "
+                                 f"Brier {_signed(paired[WITHIN_DOMAIN['brier_vs_constant']])}"
+                                 if WITHIN_DOMAIN["auroc"] in paired else "") + ". "
                               f"Claim check ({SIGNAL_NAMES[key]}, {domain}):\n\n"
                               + format_claim_check(claim_check(s, key)))
     return "\n\n".join(blocks)
@@ -293,8 +293,7 @@ def _secl(out: Path, config: ExperimentConfig, progress: bool) -> tuple[dict, di
             results[alias] = _read_back(dest / "metrics.json", alias, progress)
             summary = results[alias]["summary"]
             if (any("paired" not in s for s in summary.values())
-                    or (len(summary) > 2 and "delta_brier_vs_constant_within_domains"
-                        not in summary["overall"]["paired"])):
+                    or (len(summary) > 2 and not set(WITHIN_DOMAIN.values()) <= set(summary["overall"]["paired"]))):
                 # written before the paired intervals (or the within-domain differences of a stream of
                 # several domains) existed: summarised again from its records
                 records = [json.loads(line) for line in (dest / "records.jsonl").read_text().splitlines()]

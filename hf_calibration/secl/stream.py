@@ -379,13 +379,10 @@ def within_domain_difference(records: list[dict], key: str = "secl", *, metric: 
                        np.array([r["verbalized"] for r in sub], dtype=float),
                        np.full(len(sub), y_secl.mean())))
 
-    def auroc(y, c):
-        return confidence_auroc(y, c) if 0 < y.sum() < len(y) else float("nan")
-
     def statistic(k, idx):
         ys, cs, yv, cv, const = (a[idx] for a in strata[k])
-        if metric == "auroc":
-            return auroc(ys, cs) - auroc(yv, cv)
+        if metric == "auroc":  # NaN where a pass's answers are all right or all wrong
+            return confidence_auroc(ys, cs) - confidence_auroc(yv, cv)
         return brier_score(ys, cs) - brier_score(ys, const)
 
     per_domain = {d: statistic(k, np.arange(len(strata[k][0]))) for k, d in enumerate(domains)}
@@ -434,10 +431,11 @@ def claim_check(domain: dict, key: str = "secl") -> list[tuple[str, bool | None,
     """The paper's claims on one domain's summary (``summarize_stream``) for the SECL pass ``key``: a list of
     (claim, held, evidence). held is True/False, or None when the interval does not decide. Rules: ECE at least
     56 % below verbalized (point estimate, and the paired ΔECE interval below 0); within-domain AUROC not below
-    verbalized (held unless the paired ΔAUROC interval lies below 0; for the overall summary of several domains
-    the interval of ``within_domain_difference``, not of the pooled AUROC, and the same for Brier); Brier below the constant-accuracy Brier
-    (paired interval below 0: held; above 0: not; else undecided); accuracy unchanged (the pass's answers against
-    the baseline's); 6–26 % of the questions trained; at most 4.6 forward passes per question."""
+    verbalized (held unless the paired ΔAUROC interval lies below 0); Brier below the constant-accuracy Brier
+    (paired interval below 0: held; above 0: not; else undecided) — for the overall summary of several domains
+    both read ``within_domain_difference``, not the pooled AUROC and the one pooled constant; accuracy unchanged
+    (the pass's answers against the baseline's); 6–26 % of the questions trained; at most 4.6 forward passes per
+    question."""
     s = domain["signals"]
     shares = domain if key == "secl" else domain[key]
     p = shares["paired"]
