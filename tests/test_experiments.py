@@ -531,3 +531,33 @@ def test_score_file_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
     monkeypatch.undo()
     assert np.array_equal(np.load(path)["id_test_logits"], np.arange(6.0).reshape(3, 2))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["uncalibrated.npz"]
+
+
+def test_calm_experiment_entropy_domain_vocab(tiny_model_dir, tmp_path, capsys, monkeypatch):
+    """--entropy-domain vocab (issue 17.3's variant) reaches CALM's trainer only: bome's L_tr and H read the full
+    next-token distribution and α covers every token id; SFT keeps the option letters. run.json records it, and a
+    report with the other domain is one line naming the option."""
+    import hf_calibration.calm as calm
+
+    seen = {}
+    train = calm.CALMTrainer.train
+
+    def record(self, *args, **kwargs):
+        result = train(self, *args, **kwargs)
+        seen[self.args.method] = (self.args.entropy_domain, self.model.logit_adjustment.temperature.numel(),
+                                  self.model.config.vocab_size)
+        return result
+
+    monkeypatch.setattr(calm.CALMTrainer, "train", record)
+    out = tmp_path / "calm"
+    argv = ["experiment", "calm", "--models", str(tiny_model_dir), "--n-resamples", "20", "--output-dir", str(out),
+            *("--n-train 4 --n-calibration 4 --n-validation 4 --n-test 4 --n-ood 4 --max-steps 1 "
+              "--train-batch-size 2 --ood-domains mmlu:stem --methods sft bome").split()]
+    assert main([*argv, "--entropy-domain", "vocab"]) == 0
+    assert seen["bome"][0] == "vocab" and seen["bome"][1] == seen["bome"][2]  # α over the whole vocabulary
+    assert seen["sft"][0] == "options"
+    assert json.loads((out / "run.json").read_text())["entropy_domain"] == "vocab"
+    capsys.readouterr()
+    assert main([*argv, "--phase", "report"]) == 2  # the default 'options' is not the run's setting
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("hf-calibration: error: --entropy-domain: "), err

@@ -367,7 +367,10 @@ class CALMTrainer(SFTTrainer):
 
     Logged once per optimizer step (train), as values of the whole global batch: ``lower_loss`` (L_tr),
     ``residual_q``, ``bome_lambda``, ``calibration_entropy`` (H on S_V), ``cft_term``, ``mean_temperature``; at
-    evaluation: ``eval_accuracy``, ``eval_conf_ece``, ``eval_cw_ece``, ``eval_nll``, ``eval_mean_confidence``.
+    evaluation: ``eval_accuracy``, ``eval_conf_ece``, ``eval_cw_ece``, ``eval_nll``, ``eval_mean_confidence`` over
+    the option letters (with ``entropy_domain="vocab"`` only when every evaluation completion starts with an option
+    letter; the letter distribution is then the adjusted vocabulary distribution at the answer position,
+    renormalised over the letters' token ids).
 
     Unit of averaging. Every token-level term (L_tr and q, label smoothing, the entropy H, and so their gradients
     ∇f, ∇q; CFT's term with ``cft_normalization="bin_count"`` is instead a sum over the step's items, each divided
@@ -459,13 +462,13 @@ class CALMTrainer(SFTTrainer):
         head = inner.get_output_embeddings().weight
         vocab = lm_head_vocab_size(inner)
         self._options = args.entropy_domain == "options"
-        if self._options:
-            variants = option_token_ids(tok, args.num_options)
-            self._variant_ids = torch.tensor([t for v in variants for t in v], dtype=torch.long)
-            self._variant_letter = torch.tensor([k for k, v in enumerate(variants) for _ in v], dtype=torch.long)
-            letter_of = torch.full((vocab,), -1, dtype=torch.long)
-            letter_of[self._variant_ids] = self._variant_letter
-            self._letter_of = letter_of
+        # the option letters' token ids: the distribution of 'options', and the evaluation metrics of either domain
+        variants = option_token_ids(tok, args.num_options)
+        self._variant_ids = torch.tensor([t for v in variants for t in v], dtype=torch.long)
+        self._variant_letter = torch.tensor([k for k, v in enumerate(variants) for _ in v], dtype=torch.long)
+        letter_of = torch.full((vocab,), -1, dtype=torch.long)
+        letter_of[self._variant_ids] = self._variant_letter
+        self._letter_of = letter_of
         if args.adjustment_token_ids is not None:
             token_ids = list(args.adjustment_token_ids)
             bad = [t for t in token_ids if not 0 <= t < vocab]
@@ -473,14 +476,7 @@ class CALMTrainer(SFTTrainer):
                 raise ValueError(f"adjustment_token_ids: ids must lie in [0, {vocab}) for this model, got {bad[:5]!r}")
         else:
             coverage = args.entropy_domain if args.adjustment_tokens == "auto" else args.adjustment_tokens
-            if coverage == "options":
-                if not self._options:
-                    variants = option_token_ids(tok, args.num_options)
-                    token_ids = [t for v in variants for t in v]
-                else:
-                    token_ids = self._variant_ids.tolist()
-            else:
-                token_ids = None
+            token_ids = self._variant_ids.tolist() if coverage == "options" else None
         adjustment = LogitAdjustment(vocab, token_ids, mode=args.adjustment_mode,
                                      parameterization=args.temperature_parameterization).to(head.device)
         adjustment.requires_grad_(self._strategy.trains_alpha)
@@ -492,13 +488,16 @@ class CALMTrainer(SFTTrainer):
         self._alpha_index = index.to(head.device)
         if self._options:
             self._check_option_targets(self.train_dataset, "train_dataset")
-            self._variant_ids = self._variant_ids.to(head.device)
-            self._variant_letter = self._variant_letter.to(head.device)
-            self._letter_of = self._letter_of.to(head.device)
+        # 'vocab' on multiple-choice data (every evaluation completion starts with an option letter): evaluation
+        # also reports the letter metrics, read from the adjusted vocabulary distribution at the answer position
+        self._eval_letters = self._options or self._starts_with_letters(self.eval_dataset)
+        self._variant_ids = self._variant_ids.to(head.device)
+        self._variant_letter = self._variant_letter.to(head.device)
+        self._letter_of = self._letter_of.to(head.device)
         self.calibration_dataset = None
         if calibration_dataset is not None:
             self.calibration_dataset = self._prepare_calibration(calibration_dataset)
-        if compute_metrics is None and self._options:
+        if compute_metrics is None and self._eval_letters:
             self.compute_metrics = self._calibration_metrics
         self._micro_step = 0
         self._window: dict | None = None  # the optimizer step's item counts and S_V batches (``_open_window``)
@@ -526,6 +525,20 @@ class CALMTrainer(SFTTrainer):
                 f"{name}: all {n} targets are among the letters {LETTERS[0]}–{LETTERS[highest]}, but "
                 f"num_options={k}: the entropy and L_tr run over {k} letters; set num_options to the questions' "
                 f"option count (e.g. 2 for HaluEval QA)", UserWarning, stacklevel=3)
+
+    def _starts_with_letters(self, datasets) -> bool:
+        """Whether every example of the evaluation dataset(s) (a Dataset or a dict of them) has a completion that
+        starts with an option letter."""
+        if datasets is None:
+            return False
+        for dataset in (datasets.values() if isinstance(datasets, dict) else [datasets]):
+            if "labels" not in dataset.column_names or len(dataset) == 0:
+                return False
+            for labels in dataset["labels"]:
+                first = next((t for t in labels[1:] if t != -100), None)
+                if first is None or self._letter_of[first] < 0:
+                    return False
+        return True
 
     def _prepare_calibration(self, dataset):
         # Prompt-only rows get a one-token dummy completion, so the answer position is the scored one.
@@ -613,12 +626,14 @@ class CALMTrainer(SFTTrainer):
         logits = out.logits[rows, torch.searchsorted(keep, cols)].float()
         return logits, labels[:, 1:][scored], rows
 
-    def _log_probs(self, raw, alpha):
-        """Log-probabilities of the adjusted distribution: (N, K) over options or (N, V) over the vocabulary."""
+    def _log_probs(self, raw, alpha, *, options=None):
+        """Log-probabilities of the adjusted distribution: (N, K) over options or (N, V) over the vocabulary
+        (``options``: which of the two; default the entropy domain's)."""
         rho = alpha.get(ALPHA_PREFIX + "rho", self._calm.logit_adjustment.rho)
         shift = alpha.get(ALPHA_PREFIX + "shift", self._calm.logit_adjustment.shift)
         param = self.args.temperature_parameterization
-        if self._options:
+        options = self._options if options is None else options
+        if options:
             index = self._alpha_index[self._variant_ids]
             cols = raw.index_select(1, self._variant_ids)
         else:
@@ -630,7 +645,7 @@ class CALMTrainer(SFTTrainer):
         r = torch.where(covered, r, torch.zeros_like(r))
         s = None if shift is None else torch.where(covered, shift[safe], torch.zeros_like(r))
         adjusted = adjust_logits(cols, r, s, param)
-        if self._options:
+        if options:
             letters = torch.stack(
                 [torch.logsumexp(adjusted[:, self._variant_letter == k], dim=1) for k in range(self.args.num_options)],
                 dim=1,
@@ -819,13 +834,20 @@ class CALMTrainer(SFTTrainer):
     def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
         inputs = self._prepare_inputs(inputs)
         with torch.no_grad():
-            raw, target_ids, _ = self._scored_logits(inputs)
+            raw, target_ids, rows = self._scored_logits(inputs)
             log_probs = self._log_probs(raw, {})
             targets = self._targets(target_ids)
             loss = self._cross_entropy(log_probs, targets).mean()
-        if prediction_loss_only or not self._options:
-            return loss, None, None
-        return loss, log_probs.exp(), targets
+            if prediction_loss_only or not self._eval_letters:
+                return loss, None, None
+            if self._options:
+                return loss, log_probs.exp(), targets
+            # 'vocab': the answer letter is each row's first scored position (rows come sorted); its letter
+            # distribution is the adjusted vocabulary distribution's mass on each letter's variants, renormalised
+            _, counts = torch.unique_consecutive(rows, return_counts=True)
+            first = torch.cumsum(counts, 0) - counts
+            letters = self._log_probs(raw[first], {}, options=True)
+            return loss, letters.exp(), self._letter_of[target_ids[first]]
 
     def _calibration_metrics(self, prediction):
         from hf_calibration.metrics import classwise_ece, expected_calibration_error, negative_log_likelihood

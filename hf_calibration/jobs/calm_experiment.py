@@ -39,12 +39,14 @@ from pathlib import Path
 import numpy as np
 
 from hf_calibration import modeling
-from hf_calibration.calm.config import BOME_OPTIMIZERS
+from hf_calibration.calm.config import BOME_OPTIMIZERS, ENTROPY_DOMAINS
 from hf_calibration.data import MCQA_DATASETS, balance_gold, domain_key, load_mcqa, parse_domains
 from hf_calibration.errors import ParameterError, ParameterWarning, renamed_parameters
 from hf_calibration.jobs.common import check_choice, check_int, check_output_dir, check_positive_number, progress_line
 
 METHODS = ("uncalibrated", "ts", "sft", "label_smoothing", "cft", "bome", "iterate", "regularization", "scalar")
+# the methods that train a logit adjustment with the entropy term (--entropy-domain applies to these)
+CALM_METHODS = ("bome", "iterate", "regularization", "scalar")
 MMLU_OOD = "mmlu:humanities,mmlu:social_sciences,mmlu:other,gpqa,halueval_qa"
 OTHER_OOD = "mmlu:stem,halueval_qa"
 PHASES = ("all", "train", "report")
@@ -99,6 +101,11 @@ class CALMExperimentConfig:
         "help": "Optimizer of 'bome' and 'scalar' (CALMConfig.bome_optimizer): 'trainer' (AdamW, as the other "
                 "methods), or BOME's own step 'sgd' / 'sgd_momentum' (momentum 0.9), which needs learning rates of "
                 "SGD's scale.", "choices": list(BOME_OPTIMIZERS)})
+    entropy_domain: str = field(default="options", metadata={
+        "help": "CALMConfig.entropy_domain of 'bome' (and its variants): 'options' = L_tr and H over the option "
+                "letters at the answer position (the default, the multiple-choice setting's), 'vocab' = over the "
+                "full next-token distribution, with α covering the whole vocabulary (the open-ended setting's "
+                "form, here a sensitivity variant; issue 17.3).", "choices": list(ENTROPY_DOMAINS)})
     balance_gold: bool = field(default=True, metadata={
         "help": "Every option letter gold equally often in each set (each split balanced on its own)."})
     select_by: str = field(default="conf_ece", metadata={
@@ -140,6 +147,7 @@ class CALMExperimentConfig:
         check_int(self.inner_steps, "inner_steps", minimum=0)
         check_choice(self.select_by, "select_by", SELECTION_RULES)
         check_choice(self.bome_optimizer, "bome_optimizer", BOME_OPTIMIZERS)
+        check_choice(self.entropy_domain, "entropy_domain", ENTROPY_DOMAINS)
         check_int(self.select_every, "select_every")
         for name in ("learning_rate", "alpha_learning_rate", "inner_learning_rate"):
             check_positive_number(getattr(self, name), name)
@@ -271,7 +279,7 @@ def _train_method(method: str, splits, config: CALMExperimentConfig, *, model_na
         max_steps=config.max_steps, per_device_train_batch_size=config.train_batch_size,
         learning_rate=config.learning_rate, alpha_learning_rate=config.alpha_learning_rate,
         inner_steps=config.inner_steps, num_options=num_options, inner_learning_rate=config.inner_learning_rate,
-        eta=config.eta,
+        eta=config.eta, entropy_domain=config.entropy_domain if method in CALM_METHODS else "options",
         label_smoothing_factor=0.1 if method == "label_smoothing" else 0.0, lr_scheduler_type="constant",
         warmup_steps=0, bf16=False, activation_checkpointing=False, report_to="none",
         logging_steps=10, seed=seed, use_cpu=modeling.resolve_device(device) == "cpu", max_length=None,
@@ -591,7 +599,7 @@ def check_output_folders(out: Path) -> None:
 
 RUN_FIELDS = ("n_train", "n_calibration", "n_validation", "n_test", "n_ood", "max_steps", "train_batch_size", "lora_r",
               "learning_rate", "alpha_learning_rate", "inner_learning_rate", "inner_steps", "eta", "bome_optimizer",
-              "balance_gold", "select_by", "select_every")
+              "entropy_domain", "balance_gold", "select_by", "select_every")
 
 
 def check_same_run(out: Path, current: dict, *, names: dict | None = None) -> None:

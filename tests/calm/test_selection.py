@@ -36,10 +36,13 @@ class SnapshotAtSave(TrainerCallback):
         self.saved[state.global_step] = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
 
 
-@pytest.mark.parametrize("method", ["sft", "cft", "bome"])
-def test_restored_parameters_are_those_saved_at_the_selected_step(tmp_path, tiny_model_dir, method):
+@pytest.mark.parametrize("method,entropy_domain", [("sft", "options"), ("cft", "options"), ("bome", "options"),
+                                                    ("bome", "vocab")])
+def test_restored_parameters_are_those_saved_at_the_selected_step(tmp_path, tiny_model_dir, method, entropy_domain):
+    """With entropy_domain 'vocab' (α over every token id) the evaluation's letter NLL is read from the adjusted
+    vocabulary distribution at the answer position; the library's scorer below reads the same model's letters."""
     config = CALMExperimentConfig(max_steps=4, train_batch_size=4, learning_rate=1e-2, select_by="nll",
-                                  select_every=1)
+                                  select_every=1, entropy_domain=entropy_domain)
     _, tokenizer = modeling.load_model(str(tiny_model_dir))
     snapshots = SnapshotAtSave()
     data = splits()
@@ -56,6 +59,9 @@ def test_restored_parameters_are_those_saved_at_the_selected_step(tmp_path, tiny
     restored = {n: p.detach() for n, p in model.named_parameters() if p.requires_grad}
     assert set(restored) == set(snapshots.saved[best]) and any("lora_B" in n for n in restored)
     assert any(n.startswith("logit_adjustment.") for n in restored) == (method == "bome")  # α trained by bome only
+    letters = sum(len(v) for v in modeling.option_token_ids(tokenizer, 4))  # the token ids of 'A'…'D' (' A'…)
+    expected = model.config.vocab_size if entropy_domain == "vocab" else letters
+    assert model.logit_adjustment.temperature.numel() == expected  # the tokens α covers
     for name, value in restored.items():  # safetensors round trip of float32: bit for bit
         assert torch.equal(value, snapshots.saved[best][name]), name
     if best != 4:
