@@ -11,6 +11,10 @@ reads them back and trains ``bome`` alone. For example (one variant; SmolLM2, is
         --ood-domains halueval_dialogue_lm,mmlu:stem --methods uncalibrated ts sft bome --n-train 48 \\
         --n-calibration 48 --n-validation 36 --n-test 200 --n-ood 200 --max-steps 24 --select-every 8 \\
         --eta 0.9 --output-dir outputs/calm_v_eta09
+
+The other variants change ``--eta``, ``--inner-steps``, ``--alpha-learning-rate``, ``--bome-optimizer`` (with
+``--learning-rate``) or ``--entropy-domain vocab`` (L_tr and H over the full next-token distribution, α over the
+whole vocabulary) the same way.
     .venv/bin/python examples/calm_sensitivity.py outputs/calm_smollm2 outputs/calm_v_eta09
 
 Columns. Development (the labelled validation split, where a setting may be chosen): CALM's conf-ECE and its
@@ -65,7 +69,8 @@ def summarize(folder: Path, *, n_resamples: int = 1000, seed: int = 0) -> dict:
     config = run["config"]
     return {
         "folder": str(folder), "setting": {k: config[k] for k in ("eta", "inner_steps", "alpha_learning_rate",
-                                                                   "learning_rate", "bome_optimizer") if k in config},
+                                                                   "learning_rate", "bome_optimizer", "entropy_domain")
+                                  if k in config},
         "dev_conf_ece": ece("bome", "validation"), "dev_accuracy_share": share("validation"),
         "test_accuracy_share": share("id_test"),
         "test_ood_conf_ece": float(np.mean([ece("bome", s) for s in ood])),
