@@ -228,10 +228,11 @@ def secl_table(results: dict) -> str:
                 blocks.append(f"{SIGNAL_NAMES[key]} − verbalized, paired bootstrap: ΔECE {_signed(paired['delta_ece'])}, "
                               f"ΔAUROC {_signed(paired['delta_auroc'])}, ΔBrier {_signed(paired['delta_brier'])}; "
                               f"Brier − constant-accuracy Brier {_signed(paired['delta_brier_vs_constant'])}"
-                              + (f"; within domains (mean over domains): ΔAUROC "
+                              + (f"; within domains (mean over domains): ΔECE "
+                                 f"{_signed(paired[WITHIN_DOMAIN['ece']])}, ΔAUROC "
                                  f"{_signed(paired[WITHIN_DOMAIN['auroc']])}, Brier − each domain's constant-accuracy "
                                  f"Brier {_signed(paired[WITHIN_DOMAIN['brier_vs_constant']])}"
-                                 if WITHIN_DOMAIN["auroc"] in paired else "") + ". "
+                                 if set(WITHIN_DOMAIN.values()) <= set(paired) else "") + ". "
                               f"Claim check ({SIGNAL_NAMES[key]}, {domain}):\n\n"
                               + format_claim_check(claim_check(s, key)))
     return "\n\n".join(blocks)

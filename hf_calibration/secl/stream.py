@@ -340,32 +340,39 @@ def summarize_stream(records: list[dict], *, n_resamples: int = 1000, seed: int 
             overall = out["overall"] if key == "secl" else out["overall"][key]
             for metric, name in WITHIN_DOMAIN.items():
                 overall["paired"][name] = within_domain_difference(records, key, metric=metric,
-                                                                   n_resamples=n_resamples, seed=seed)
+                                                                   n_resamples=n_resamples, seed=seed,
+                                                                   n_bins=n_bins, binning=binning, norm=norm)
     return out
 
 
-WITHIN_DOMAIN = {"auroc": "delta_auroc_within_domains",
+WITHIN_DOMAIN = {"ece": "delta_ece_within_domains",
+                 "auroc": "delta_auroc_within_domains",
                  "brier_vs_constant": "delta_brier_vs_constant_within_domains"}
 
 
 def within_domain_difference(records: list[dict], key: str = "secl", *, metric: str = "auroc",
-                             n_resamples: int = 1000, seed: int = 0) -> dict:
+                             n_resamples: int = 1000, seed: int = 0, n_bins: int = 15, binning: str = "uniform",
+                             norm: str = "l1") -> dict:
     """A paired difference of the SECL pass ``key`` computed within each domain of ``records`` and averaged over the
     domains with weights n_domain / n; interval: ``metrics.stratified_bootstrap`` (each domain's questions
     resampled on their own, the same draw for both terms). → ``{"value", "low", "high", "per_domain": {domain:
-    value}}``.
+    value}, "baseline"}``, ``baseline`` the same weighted mean of the second term alone (the verbalized ECE or
+    AUROC, the constant's Brier), so that ``-value / baseline`` is the relative change over the domains.
 
-    metric : "auroc": AUROC(SECL) − AUROC(verbalized), each against its own pass's answers;
+    metric : "ece": conf-ECE(SECL) − conf-ECE(verbalized) under the ECE options ``n_bins``, ``binning``, ``norm``
+        (``metrics.expected_calibration_error``), each against its own pass's answers;
+        "auroc": AUROC(SECL) − AUROC(verbalized), each against its own pass's answers;
         "brier_vs_constant": Brier(SECL) − Brier(constant = the SECL answers' accuracy in that domain), the
         per-domain form of ``paired_differences``' ``delta_brier_vs_constant``.
 
-    Pooled over a stream, both reward a level shift between domains of different accuracy: lowering every
+    Pooled over a stream, each rewards a level shift between domains of different accuracy: lowering every
     confidence on a domain whose answers are mostly wrong raises the pooled AUROC and beats the one pooled
-    constant, without ranking any answer better within a domain. The paper's claims are about what a confidence
-    tells within a domain, so the overall claim check reads these. A domain where a term is undefined (AUROC with
-    all answers right or all wrong) is left out of the mean (its ``per_domain`` value is NaN), and a resample
-    where a kept domain has none is skipped; with no such domain (or resample) left, value and interval are NaN."""
-    from hf_calibration.metrics import brier_score, confidence_auroc, stratified_bootstrap
+    constant without ranking any answer better within a domain, and the pooled ECE bins answers of different
+    domains together. The paper's claims are about what a confidence tells within a domain, so the overall claim
+    check reads these. A domain where a term is undefined (AUROC with all answers right or all wrong) is left out
+    of the mean (its ``per_domain`` value is NaN), and a resample where a kept domain has none is skipped; with no
+    such domain (or resample) left, value, interval and baseline are NaN."""
+    from hf_calibration.metrics import brier_score, confidence_auroc, expected_calibration_error, stratified_bootstrap
 
     if metric not in WITHIN_DOMAIN:
         raise ValueError(f"metric: must be one of {sorted(WITHIN_DOMAIN)}, got {metric!r}")
@@ -379,22 +386,32 @@ def within_domain_difference(records: list[dict], key: str = "secl", *, metric: 
                        np.array([r["verbalized"] for r in sub], dtype=float),
                        np.full(len(sub), y_secl.mean())))
 
-    def statistic(k, idx):
+    def terms(k, idx):
         ys, cs, yv, cv, const = (a[idx] for a in strata[k])
+        if metric == "ece":
+            return (expected_calibration_error(ys, cs, n_bins=n_bins, binning=binning, norm=norm),
+                    expected_calibration_error(yv, cv, n_bins=n_bins, binning=binning, norm=norm))
         if metric == "auroc":  # NaN where a pass's answers are all right or all wrong
-            return confidence_auroc(ys, cs) - confidence_auroc(yv, cv)
-        return brier_score(ys, cs) - brier_score(ys, const)
+            return confidence_auroc(ys, cs), confidence_auroc(yv, cv)
+        return brier_score(ys, cs), brier_score(ys, const)
 
-    per_domain = {d: statistic(k, np.arange(len(strata[k][0]))) for k, d in enumerate(domains)}
-    strata = [st for st, d in zip(strata, domains) if np.isfinite(per_domain[d])]
+    def statistic(k, idx):
+        first, second = terms(k, idx)
+        return first - second
+
+    whole = {d: terms(k, np.arange(len(strata[k][0]))) for k, d in enumerate(domains)}
+    per_domain = {d: a - b for d, (a, b) in whole.items()}
+    kept = [d for d in domains if np.isfinite(per_domain[d])]
+    strata = [st for st, d in zip(strata, domains) if d in kept]
     sizes = [len(st[0]) for st in strata]
     try:
         if not strata:
             raise ValueError("no domain has the difference")
         est, low, high = stratified_bootstrap(statistic, sizes, weights=sizes, n_resamples=n_resamples, seed=seed)
+        baseline = float(np.average([whole[d][1] for d in kept], weights=sizes))
     except ValueError:  # no domain, or no resample, where the difference is defined
-        est = low = high = float("nan")
-    return {"value": est, "low": low, "high": high, "per_domain": per_domain}
+        est = low = high = baseline = float("nan")
+    return {"value": est, "low": low, "high": high, "per_domain": per_domain, "baseline": baseline}
 
 
 def paired_differences(y_secl, secl, y_verbal, verbal, *, n_resamples: int = 1000, seed: int = 0, n_bins: int = 15,
@@ -433,17 +450,25 @@ def claim_check(domain: dict, key: str = "secl") -> list[tuple[str, bool | None,
     56 % below verbalized (point estimate, and the paired ΔECE interval below 0); within-domain AUROC not below
     verbalized (held unless the paired ΔAUROC interval lies below 0); Brier below the constant-accuracy Brier
     (paired interval below 0: held; above 0: not; else undecided) — for the overall summary of several domains
-    both read ``within_domain_difference``, not the pooled AUROC and the one pooled constant; accuracy unchanged
+    all three read ``within_domain_difference`` (the ECE cut is then −ΔECE over the verbalized ECE, both
+    n-weighted means over the domains), not the pooled ECE and AUROC and the one pooled constant; accuracy unchanged
     (the pass's answers against the baseline's); 6–26 % of the questions trained; at most 4.6 forward passes per
     question."""
     s = domain["signals"]
     shares = domain if key == "secl" else domain[key]
     p = shares["paired"]
-    verb, ece = s["verbalized"]["conf_ece"]["value"], s[key]["conf_ece"]["value"]
-    cut = (verb - ece) / verb if verb > 0 else float("nan")
-    d_ece = p["delta_ece"]
-    # over a stream of several domains: the within-domain differences (within_domain_difference)
+    # over a stream of several domains: the within-domain differences (within_domain_difference); a summary
+    # written before the ECE one existed keeps the pooled ECE
     within = WITHIN_DOMAIN["auroc"] in p
+    within_ece = WITHIN_DOMAIN["ece"] in p
+    if within_ece:
+        d_ece = p[WITHIN_DOMAIN["ece"]]
+        verb = d_ece["baseline"]
+        cut = -d_ece["value"] / verb if verb > 0 else float("nan")
+    else:
+        verb, ece = s["verbalized"]["conf_ece"]["value"], s[key]["conf_ece"]["value"]
+        cut = (verb - ece) / verb if verb > 0 else float("nan")
+        d_ece = p["delta_ece"]
     d_auc = p[WITHIN_DOMAIN["auroc"]] if within else p["delta_auroc"]
     d_brier = p[WITHIN_DOMAIN["brier_vs_constant"]] if within else p["delta_brier_vs_constant"]
 
@@ -461,7 +486,9 @@ def claim_check(domain: dict, key: str = "secl") -> list[tuple[str, bool | None,
     trained = shares["share_trained"]
     change = shares["accuracy_change_secl"]
     return [
-        ("ECE ≥ 56 % below verbalized", ece_held, f"cut {cut:+.0%}; paired ΔECE {interval(d_ece)}"),
+        ("ECE ≥ 56 % below verbalized", ece_held,
+         f"cut {cut:+.0%}; " + ("within-domain ΔECE (mean over domains) " if within_ece else "paired ΔECE ")
+         + interval(d_ece)),
         ("AUROC not below verbalized", auc_held,
          f"{'within-domain ΔAUROC (mean over domains)' if within else 'paired ΔAUROC'} {interval(d_auc)}"),
         ("Brier below the constant-accuracy Brier", decided(d_brier),

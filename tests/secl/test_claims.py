@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+import torch
 from sklearn.metrics import brier_score_loss, roc_auc_score
 
 from hf_calibration.jobs.experiment import secl_table
@@ -123,6 +124,22 @@ def test_overall_auroc_claim_reads_the_within_domain_difference():
     assert brier["value"] == pytest.approx(0.5 * hand_brier["hard"], abs=1e-12) and brier["low"] > 0
     held, evidence = checks["Brier below the constant-accuracy Brier"]
     assert held is False and evidence.startswith("within-domain ΔBrier")
+    # ECE: per domain against torchmetrics' binary ECE (15 uniform bins, L1); SECL's constant level is the domain's
+    # accuracy on "easy" (ECE 0) and 0.3 above it on "hard"; the cut is over the n-weighted mean verbalized ECE
+    from torchmetrics.functional.classification import binary_calibration_error
+
+    def tm_ece(conf, correct):
+        return float(binary_calibration_error(torch.tensor(conf, dtype=torch.float64), torch.tensor(correct),
+                                              n_bins=15, norm="l1"))
+
+    ece = summary["overall"]["paired"]["delta_ece_within_domains"]
+    verb_ece = {d: tm_ece(verb[k * 100:(k + 1) * 100], y[k * 100:(k + 1) * 100]) for k, d in enumerate(("easy", "hard"))}
+    hand_ece = {"easy": 0.0 - verb_ece["easy"], "hard": 0.3 - verb_ece["hard"]}
+    assert ece["per_domain"] == pytest.approx(hand_ece, abs=1e-9)
+    assert ece["value"] == pytest.approx(0.5 * hand_ece["easy"] + 0.5 * hand_ece["hard"], abs=1e-9)
+    assert ece["baseline"] == pytest.approx(0.5 * verb_ece["easy"] + 0.5 * verb_ece["hard"], abs=1e-9)
+    held, evidence = checks["ECE ≥ 56 % below verbalized"]
+    assert evidence.startswith(f"cut {-ece['value'] / ece['baseline']:+.0%}; within-domain ΔECE")
     # one domain: the pooled (= within-domain) difference, as before
     one = summarize_stream(recs[:100], n_resamples=50, seed=0, signals=("verbalized", "secl"))
     assert "delta_auroc_within_domains" not in one["overall"]["paired"]
@@ -142,4 +159,4 @@ def test_within_domain_auroc_leaves_out_a_domain_without_one():
         r["correct"] = r["secl_correct"] = False
     assert np.isnan(within_domain_difference(recs, n_resamples=50)["value"])
     with pytest.raises(ValueError, match="metric: must be one of"):
-        within_domain_difference(recs, metric="ece")
+        within_domain_difference(recs, metric="nll")
