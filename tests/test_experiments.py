@@ -158,7 +158,6 @@ def test_calm_splits_are_disjoint_and_each_balanced_on_its_own():
                                                         "--open-ended off leaves out"),
         (["experiment", "calm", "--open-equivalence", "embedding"], "--open-equivalence: acts only on the open-ended"),
         (["experiment", "calm", "--open-equivalence", "nli"], "--open-equivalence"),
-        (["experiment", "calm", "--seeds", "0,1", "--open-ended", "only"], "--seeds: pools the multiple-choice"),
         (["experiment", "calm", "--seeds", "-1"], "--seeds: must be distinct integers"),
         (["experiment", "calm", "--seeds", "0,1", "--seed", "3"], "--seed: give either --seed or the calm option"),
         (["experiment", "diagnose", "--models", "/no/such/model"], "--models: '/no/such/model' is not a folder"),
@@ -394,6 +393,58 @@ def test_calm_experiment_open_ended_only(tiny_model_dir, tmp_path, capsys):
     # the report phase reads everything back
     assert main(["experiment", "calm", "--models", str(tiny_model_dir), "--n-resamples", "20", "--open-ended", "only",
                  "--phase", "report", "--output-dir", str(out), *sizes]) == 0
+
+
+def test_calm_experiment_open_ended_over_seeds_pools_them(tiny_model_dir, tmp_path, capsys):
+    """--open-ended only --seeds 0,1: each seed's own open-ended run into seed_<s>/open_ended/, then the table over
+    the seeds from the saved answers: each seed's value is that seed's report (another computation path:
+    calibration_report), the pooled CALM − method Sem-ECE is the equal-weight mean of its (seed, OOD domain)
+    strata, and the accuracy claim pools the seeds' in-domain splits. A report with a seed's answers missing is
+    one line and rewrites nothing."""
+    out = tmp_path / "calm"
+    argv = ["experiment", "calm", "--models", str(tiny_model_dir), "--n-resamples", "20", "--open-ended", "only",
+            "--seeds", "0,1", "--output-dir", str(out),
+            *("--n-train 4 --n-calibration 2 --n-validation 3 --n-test 4 --n-ood 3 --max-steps 1 --select-every 1 "
+              "--train-batch-size 2 --open-samples 3 --open-max-new-tokens 4 --methods uncalibrated sft bome").split()]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "open-ended over seeds 0, 1" in printed and "pooled over 2 seeds" in printed
+    pooled = json.loads((out / "open_ended_seeds.json").read_text())
+    per_seed = {s: json.loads((out / f"seed_{s}" / "open_ended" / "report.json").read_text()) for s in (0, 1)}
+    for split in ("id_test", "gsm8k_open"):
+        for m in ("uncalibrated", "sft", "bome"):
+            for key, theirs in (("accuracy", "accuracy"), ("sem_ece", "conf_ece")):
+                assert pooled["summary"][split][m][key] == pytest.approx(
+                    [per_seed[s]["tables"][m][split][theirs]["value"] for s in (0, 1)], abs=1e-12)
+    for m in ("uncalibrated", "sft"):
+        d = pooled["paired_ood"][m]
+        strata = [per_seed[s]["paired"]["gsm8k_open"][f"bome − {m}"]["value"] for s in (0, 1)]
+        assert d["per_split"] == pytest.approx(strata, abs=1e-12)
+        assert d["value"] == pytest.approx(np.mean(strata), abs=1e-12)
+    acc = {m: [per_seed[s]["tables"][m]["id_test"]["accuracy"]["value"] for s in (0, 1)] for m in ("bome", "sft")}
+    assert pooled["accuracy_share"]["value"] == pytest.approx(
+        np.mean(acc["bome"]) - 0.95 * np.mean(acc["sft"]), abs=1e-12)  # equal-size strata: the mean of the seeds'
+    assert pooled["claim"]["claim"].startswith("lowest mean Semantic-ECE")
+    (out / "seed_1" / "open_ended" / "answers" / "sft.json").unlink()
+    before = (out / "seed_0" / "open_ended" / "report.json").stat().st_mtime_ns
+    assert main([*argv, "--phase", "report"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("hf-calibration: error: --phase: the open-ended method(s) sft"), err
+    assert (out / "seed_0" / "open_ended" / "report.json").stat().st_mtime_ns == before
+
+
+def test_calm_experiment_open_ended_also_over_seeds_puts_the_pooled_row_in_the_claim_check(tiny_model_dir, tmp_path,
+                                                                                           capsys):
+    out = tmp_path / "calm"
+    assert main(["experiment", "calm", "--models", str(tiny_model_dir), "--n-resamples", "20", "--open-ended", "also",
+                 "--seeds", "0,1", "--output-dir", str(out),
+                 *("--n-train 4 --n-calibration 2 --n-validation 3 --n-test 4 --n-ood 3 --max-steps 1 --select-every 1 "
+                   "--train-batch-size 2 --open-samples 2 --open-max-new-tokens 3 --ood-domains mmlu:stem "
+                   "--methods uncalibrated sft bome").split()]) == 0
+    assert "open-ended over seeds 0, 1" in capsys.readouterr().out
+    row = json.loads((out / "seeds.json").read_text())["claims"][-1]
+    pooled = json.loads((out / "open_ended_seeds.json").read_text())["claim"]
+    assert row == pooled and "× 2 seed(s)" in row["evidence"]
 
 
 def test_open_domains_load_with_references():

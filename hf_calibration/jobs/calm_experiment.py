@@ -131,8 +131,9 @@ class CALMExperimentConfig:
     seeds: str | None = field(default=None, metadata={
         "help": "Comma-separated training seeds (e.g. 0,1,2): each seed draws its own splits and trains every "
                 "method into <output_dir>/seed_<s>/, and the table summarises them (mean and range over seeds, "
-                "paired CALM − TS / − SFT pooled over seeds, the claim check on the pooled intervals). Default: "
-                "the one --seed, into <output_dir>."})
+                "paired CALM − TS / − SFT pooled over seeds, the claim check on the pooled intervals; with "
+                "--open-ended, the Sem-ECE claim pooled over the seeds too). Default: the one --seed, into "
+                "<output_dir>."})
     select_every: int = field(default=2, metadata={
         "help": "k: evaluate and save a checkpoint every k optimizer steps (and at the last) for select_by. Each "
                 "evaluation scores the validation split once."})
@@ -752,13 +753,19 @@ def run_calm_seeds(out: Path, config: CALMExperimentConfig, *, model_name: str, 
                    batch_size: int, n_resamples: int, overwrite: bool = False, progress: bool = True,
                    ) -> tuple[dict, str, dict]:
     """``run_calm_experiment`` once per seed of ``config.seed_list()`` into ``out/seed_<s>/`` (each resumable as
-    one run), then ``seeds_report`` → (results, Markdown text, run info); the train phase returns no table."""
+    one run), then ``seeds_report`` and, with the open-ended setting, ``calm_open.open_seeds_report`` → (results,
+    Markdown text, run info); the train phase returns no table."""
+    from hf_calibration.jobs.calm_open import check_open_answers, open_seeds_report
+
     seeds = config.seed_list()
+    mcq = config.open_ended != "only"
     if config.phase == "report":  # every seed's scores first: a missing seed must not leave the others rewritten
         for s in seeds:
-            if not read_scored(out / f"seed_{s}")[0]:
+            if mcq and not read_scored(out / f"seed_{s}")[0]:
                 raise ParameterError("phase", config.phase, f"no method has been scored in "
                                      f"{str(out / f'seed_{s}' / 'scores')!r} yet; run the train phase first")
+            if config.open_ended != "off":
+                check_open_answers(out / f"seed_{s}" / "open_ended", config)
     per_seed, runs = {}, {}
     for s in seeds:
         progress_line(f"seed {s}", progress)
@@ -769,19 +776,23 @@ def run_calm_seeds(out: Path, config: CALMExperimentConfig, *, model_name: str, 
     run = {**runs[seeds[0]], "seed": seeds, "sizes": {s: r["sizes"] for s, r in runs.items()}}
     if config.phase == "train":
         return {}, "", run
+    open_row = open_results = None
+    if config.open_ended != "off":  # the open-ended claim pooled over the seeds' answers
+        open_results, open_text, open_row = open_seeds_report(out, config, seeds, model_name=model_name,
+                                                              n_resamples=n_resamples, seed=seeds[0])
+        if not mcq:
+            return ({"open_ended_seeds": open_results, "per_seed": {s: {"open_ended": r.get("open_ended")}
+                                                                    for s, r in per_seed.items()}},
+                    open_text, run)
     ood = [domain_key(sp) for sp in config.ood_specs(train_domain)]
     header = (f"{model_name}, trained on {train_domain}, seeds {', '.join(map(str, seeds))}; sizes "
               f"{runs[seeds[0]]['sizes']} per seed; {config.max_steps} steps of {config.train_batch_size}; 95% "
               f"bootstrap intervals ({n_resamples} resamples)")
-    open_row = None
-    if config.open_ended == "also":  # each seed's open-ended claim; one verdict only where all seeds agree
-        rows = {s: r["claims"][-1] for s, r in per_seed.items()}
-        verdicts = {json.dumps(r["held"]) for r in rows.values()}
-        open_row = (next(iter(rows.values()))["claim"], rows[seeds[0]]["held"] if len(verdicts) == 1 else None,
-                    "per seed (open_ended/report.md of each): " + "; ".join(
-                        f"{s}: {r['held']}" for s, r in rows.items()))
     results, text = seeds_report(out, per_seed, ood, header=header, n_resamples=n_resamples, seed=seeds[0],
                                  open_row=open_row)
+    if open_results is not None:
+        results["open_ended_seeds"] = open_results
+        text += "\n\n" + open_text
     results["per_seed"] = {s: {k: v for k, v in r.items() if k in ("ood_mean", "timing", "claims", "open_ended")}
                            for s, r in per_seed.items()}
     return results, text, run

@@ -388,6 +388,93 @@ def open_report(out: Path, answers: dict, splits: dict, *, train_domain: str, eq
     return results, text, (claim, held, evidence)
 
 
+def _open_methods(config) -> list:
+    """The open-ended methods of ``config.methods``, with the uncalibrated answers TS reads its greedy answers from."""
+    return [m for m in OPEN_METHODS if m in config.methods or (m == "uncalibrated" and "ts" in config.methods)]
+
+
+def check_open_answers(folder: Path, config) -> None:
+    """ParameterError naming ``phase`` when a method of ``config.methods`` (or the uncalibrated answers TS needs)
+    has no saved open-ended answers in ``folder/answers``."""
+    missing = [m for m in _open_methods(config) if not _answers_file(folder, m).is_file()]
+    if missing:
+        raise ParameterError("phase", config.phase, f"the open-ended method(s) {', '.join(missing)} have no answers "
+                             f"in {str(folder / 'answers')!r} yet; run the train phase first")
+
+
+def open_seeds_report(out: Path, config, seeds: list, *, model_name: str, n_resamples: int,
+                      seed: int) -> tuple[dict, str, tuple]:
+    """The open-ended table over training seeds, from each seed's saved answers in
+    ``out/seed_<s>/open_ended/answers`` (the same splits ``run_open_ended`` drew for that seed): per split and
+    method the mean and range over seeds of accuracy, Sem-ECE, Brier and AUROC; CALM − each method's Sem-ECE
+    pooled over the (seed, OOD domain) strata (``calm_experiment.paired_strata_difference``, equal weights, each
+    stratum resampled on its own), the claim row of ``open_claim`` on those pooled intervals, and CALM − 0.95·SFT
+    accuracy pooled over the seeds' in-domain test splits. Writes ``open_ended_seeds.md`` and
+    ``open_ended_seeds.json`` into ``out`` → (results, Markdown text, claim row). ParameterError naming ``phase``
+    when a seed has no answers for a method."""
+    from hf_calibration.jobs.calm_experiment import _mean_range, paired_strata_difference
+    from hf_calibration.metrics import brier_score, confidence_auroc, expected_calibration_error
+    from hf_calibration.reports import format_claim_check, write_json
+
+    domains = [d.strip() for d in config.open_domains.split(",")]
+    sizes = {"train": config.n_train, "calibration": config.n_calibration, "validation": config.n_validation,
+             "id_test": config.n_test, "ood": config.n_ood}
+    methods = _open_methods(config)
+    merged, ood = {}, []
+    for s in seeds:
+        folder = out / f"seed_{s}" / "open_ended"
+        check_open_answers(folder, config)
+        splits = open_splits(domains, sizes, seed=s)
+        ood = [k for k in splits if k not in SPLITS]
+        answers = {m: json.loads(_answers_file(folder, m).read_text()) for m in methods}
+        scores = semantic_scores(answers, splits, domains={"validation": domains[0], "id_test": domains[0],
+                                                          **{d: d for d in ood}}, equivalence=config.open_equivalence)
+        for m in methods:
+            for name, value in scores[m].items():
+                merged.setdefault(m, {})[f"seed {s}/{name}"] = value
+    kw = dict(n_resamples=n_resamples, seed=seed)
+    lines = [f"### open-ended over seeds {', '.join(map(str, seeds))}: {model_name}, trained on {domains[0]}, OOD "
+             f"{', '.join(domains[1:]) or 'none'}; mean (min–max) over the seeds; equivalence "
+             f"{config.open_equivalence}; 95% bootstrap intervals ({n_resamples} resamples)", "",
+             "| split | method | acc | Sem-ECE | Brier | AUROC | ref: const. = val. acc. Sem-ECE |",
+             "|---|---|---|---|---|---|---|"]
+    summary = {}
+    for name in ("id_test", *ood):
+        for m in methods:
+            rows = [merged[m][f"seed {s}/{name}"] for s in seeds]
+            val_acc = [float(np.mean(merged[m][f"seed {s}/validation"][1])) for s in seeds]
+            vals = {"accuracy": [float(np.mean(y)) for _, y in rows],
+                    "sem_ece": [expected_calibration_error(y, c) for c, y in rows],
+                    "brier": [brier_score(y, c) for c, y in rows],
+                    "auroc": [confidence_auroc(y, c) for c, y in rows],
+                    "reference_constant_accuracy": [expected_calibration_error(y, np.full(len(y), a))
+                                                    for (_, y), a in zip(rows, val_acc)]}
+            summary.setdefault(name, {})[m] = vals
+            lines.append(f"| {name} | {m} | " + " | ".join(_mean_range(v) for v in vals.values()) + " |")
+    ood_strata = [f"seed {s}/{d}" for s in seeds for d in ood]
+    claim, held, evidence, diffs = open_claim(merged, ood_strata, **kw)
+    evidence = evidence.replace(f"mean over {len(ood_strata)} OOD domain(s)",
+                                f"mean over {len(ood)} OOD domain(s) × {len(seeds)} seed(s)")
+    checks = [(claim, held, evidence)]
+    results = {"seeds": list(seeds), "summary": summary, "paired_ood": diffs,
+               "claim": {"claim": claim, "held": held, "evidence": evidence}}
+    if {"bome", "sft"} <= set(methods):
+        d = paired_strata_difference(_strata(merged, "bome", "sft", [f"seed {s}/id_test" for s in seeds]),
+                                     key="accuracy", share=0.95, **kw)
+        a = float(np.mean([np.mean(merged["bome"][f"seed {s}/id_test"][1]) for s in seeds]))
+        b = float(np.mean([np.mean(merged["sft"][f"seed {s}/id_test"][1]) for s in seeds]))
+        results["accuracy_share"] = {**d, "a": a, "b": b}
+        checks.append(("in-domain accuracy of CALM ≥ 95% of SFT's (open-ended)",
+                       True if d["low"] > 0 else False if d["high"] < 0 else None,
+                       f"CALM {a:.3f} / SFT {b:.3f} (mean over {len(seeds)} seeds); CALM − 0.95·SFT "
+                       f"{d['value']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]"))
+    lines += ["", f"Claim check (open-ended, pooled over {len(seeds)} seeds):", "", format_claim_check(checks), ""]
+    text = "\n".join(lines)
+    (out / "open_ended_seeds.md").write_text(text)
+    write_json(out / "open_ended_seeds.json", results)
+    return results, text, (claim, held, evidence)
+
+
 def run_open_ended(out: Path, config, *, model_name: str, seed: int, device: str, batch_size: int,
                    n_resamples: int, overwrite: bool = False, progress: bool = True) -> tuple[dict, str, tuple]:
     """The open-ended setting into ``out`` (``<output_dir>/open_ended``): splits from ``config.open_domains``
@@ -399,7 +486,7 @@ def run_open_ended(out: Path, config, *, model_name: str, seed: int, device: str
              "id_test": config.n_test, "ood": config.n_ood}
     identity = {"model": model_name, "seed": seed, "open_domains": config.open_domains,
                 "open_samples": config.open_samples, "open_max_new_tokens": config.open_max_new_tokens,
-                **{k: getattr(config, k) for k in RUN_FIELDS}}
+                **{k: getattr(config, k) for k in RUN_FIELDS if k != "entropy_domain"}}  # always 'vocab' here
     if not overwrite:
         check_same_run(out, identity, names={"model": "models"})
     splits = open_splits(domains, sizes, seed=seed)

@@ -347,9 +347,6 @@ def run_experiment(config: ExperimentConfig, calm: CALMExperimentConfig | None =
         common = dict(model_name=config.model_names()[0], train_domain=config.dataset_names()[0],
                       device=config.device, batch_size=config.batch_size, n_resamples=config.n_resamples,
                       overwrite=config.overwrite, progress=progress)
-        if calm.seeds is not None and calm.open_ended == "only":
-            raise ParameterError("seeds", calm.seeds, "pools the multiple-choice table over seeds; with {open_ended} "
-                                 "'only' run one --seed at a time", related=("open_ended",))
         if calm.seeds is not None and config.seed != 0:
             raise ParameterError("seed", config.seed, f"give either {{seed}} or the calm option {{seeds}} "
                                  f"({calm.seeds!r}), got {{seed}} {config.seed}", related=("seeds",))
