@@ -32,6 +32,12 @@ CFT_STATE_NAME = "cft_state.safetensors"
 _ZERO3_PIN = -1  # DeepSpeed submodule ids are >= 0
 
 
+def _first_target(labels) -> int | None:
+    """The first labelled next-token id of one tokenised example (``labels`` shifted by one, −100 = unlabelled):
+    its completion's first token, or None when nothing is labelled."""
+    return next((t for t in labels[1:] if t != -100), None)
+
+
 def _confidence_bins(conf: torch.Tensor, n_bins: int) -> torch.Tensor:
     """Equal-width bin (N,) int64 of confidences ``conf`` (N,) in [0, 1], on ``conf``'s device.
 
@@ -507,7 +513,7 @@ class CALMTrainer(SFTTrainer):
 
         highest = 0
         for i, labels in enumerate(dataset["labels"]):
-            first = next((t for t in labels[1:] if t != -100), None)
+            first = _first_target(labels)
             if first is None or self._letter_of[first] < 0:
                 text = None if first is None else self._tokenizer.decode([first])
                 raise ValueError(
@@ -535,7 +541,7 @@ class CALMTrainer(SFTTrainer):
             if "labels" not in dataset.column_names or len(dataset) == 0:
                 return False
             for labels in dataset["labels"]:
-                first = next((t for t in labels[1:] if t != -100), None)
+                first = _first_target(labels)
                 if first is None or self._letter_of[first] < 0:
                     return False
         return True

@@ -339,8 +339,7 @@ def open_report(out: Path, answers: dict, splits: dict, *, train_domain: str, eq
     from hf_calibration.reports import format_claim_check, write_json
 
     ood = [k for k in splits if k not in SPLITS]
-    domains = {"validation": train_domain, "id_test": train_domain, **{d: d for d in ood}}
-    scores = semantic_scores(answers, splits, domains=domains, equivalence=equivalence)
+    scores = semantic_scores(answers, splits, domains=_split_domains(train_domain, ood), equivalence=equivalence)
     kw = dict(n_resamples=n_resamples, seed=seed)
     results = {"tables": {}, "paired": {}, "info": {m: a.get("info", {}) for m, a in answers.items()}}
     lines = [header, "", "| split | method | acc | Sem-ECE | Brier | AUROC | mean conf. | ref: const. = val. acc. "
@@ -389,6 +388,20 @@ def open_report(out: Path, answers: dict, splits: dict, *, train_domain: str, eq
     return results, text, (claim, held, evidence)
 
 
+def _open_setting(config) -> tuple[list, dict]:
+    """The open-ended domains of ``config.open_domains`` (training domain first) and the split sizes
+    ``open_splits`` takes."""
+    domains = [d.strip() for d in config.open_domains.split(",")]
+    sizes = {"train": config.n_train, "calibration": config.n_calibration, "validation": config.n_validation,
+             "id_test": config.n_test, "ood": config.n_ood}
+    return domains, sizes
+
+
+def _split_domains(train_domain: str, ood: list) -> dict:
+    """The domain each scored split is parsed and judged as: validation and id_test are the training domain's."""
+    return {"validation": train_domain, "id_test": train_domain, **{d: d for d in ood}}
+
+
 def _open_methods(config) -> list:
     """The open-ended methods of ``config.methods``, with the uncalibrated answers TS reads its greedy answers from."""
     return [m for m in OPEN_METHODS if m in config.methods or (m == "uncalibrated" and "ts" in config.methods)]
@@ -417,9 +430,7 @@ def open_seeds_report(out: Path, config, seeds: list, *, model_name: str, n_resa
     from hf_calibration.metrics import brier_score, confidence_auroc, expected_calibration_error
     from hf_calibration.reports import format_claim_check, write_json
 
-    domains = [d.strip() for d in config.open_domains.split(",")]
-    sizes = {"train": config.n_train, "calibration": config.n_calibration, "validation": config.n_validation,
-             "id_test": config.n_test, "ood": config.n_ood}
+    domains, sizes = _open_setting(config)
     methods = _open_methods(config)
     merged, ood = {}, []
     for s in seeds:
@@ -428,8 +439,8 @@ def open_seeds_report(out: Path, config, seeds: list, *, model_name: str, n_resa
         splits = open_splits(domains, sizes, seed=s)
         ood = [k for k in splits if k not in SPLITS]
         answers = {m: json.loads(_answers_file(folder, m).read_text()) for m in methods}
-        scores = semantic_scores(answers, splits, domains={"validation": domains[0], "id_test": domains[0],
-                                                          **{d: d for d in ood}}, equivalence=config.open_equivalence)
+        scores = semantic_scores(answers, splits, domains=_split_domains(domains[0], ood),
+                                 equivalence=config.open_equivalence)
         for m in methods:
             for name, value in scores[m].items():
                 merged.setdefault(m, {})[f"seed {s}/{name}"] = value
@@ -481,9 +492,7 @@ def run_open_ended(out: Path, config, *, model_name: str, seed: int, device: str
     (training domain first), answers generated or read back, the table → (results, Markdown text, claim row)."""
     from hf_calibration.jobs.calm_experiment import RUN_FIELDS, check_same_run
 
-    domains = [d.strip() for d in config.open_domains.split(",")]
-    sizes = {"train": config.n_train, "calibration": config.n_calibration, "validation": config.n_validation,
-             "id_test": config.n_test, "ood": config.n_ood}
+    domains, sizes = _open_setting(config)
     identity = {"model": model_name, "seed": seed, "open_domains": config.open_domains,
                 "open_samples": config.open_samples, "open_max_new_tokens": config.open_max_new_tokens,
                 **{k: getattr(config, k) for k in RUN_FIELDS if k != "entropy_domain"}}  # always 'vocab' here
