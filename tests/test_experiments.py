@@ -290,6 +290,18 @@ def test_calm_paired_comparisons_against_the_metrics_on_the_same_draws():
     assert list(paired_comparisons(probs, labels, ("id_test",), n_resamples=10, seed=0)["id_test"]) == ["bome − ts"]
 
 
+def test_seeds_table_cell_leaves_undefined_seeds_out():
+    """The seeds tables' "mean (min–max)" cell: an AUROC undefined on one seed's split (every answer wrong) is left
+    out and counted, not printed as nan (values by hand)."""
+    from hf_calibration.jobs.calm_experiment import _mean_range
+
+    assert _mean_range([0.2, 0.4, 0.9]) == "0.500 (0.200–0.900)"
+    assert _mean_range([0.7, None, 0.5]) == "0.600 (0.500–0.700) (2 of 3 seeds)"
+    assert _mean_range([float("nan"), 0.25, None]) == "0.250 (1 of 3 seeds)"
+    assert _mean_range([None, float("nan")]) == "—"
+    assert _mean_range([0.125]) == "0.125"
+
+
 def test_calm_experiment_over_seeds_pools_them(tiny_model_dir, tmp_path, capsys):
     """--seeds 0,1: one folder per seed, each seed its own splits; the pooled table's per-seed values are each
     seed's own report, and the claim check is printed."""

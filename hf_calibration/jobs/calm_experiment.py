@@ -696,8 +696,16 @@ def run_calm_experiment(out: Path, config: CALMExperimentConfig, *, model_name: 
 
 
 def _mean_range(values) -> str:
-    values = np.asarray(values, dtype=float)
-    return f"{values.mean():.3f} ({values.min():.3f}–{values.max():.3f})" if len(values) > 1 else f"{values[0]:.3f}"
+    """``mean (min–max)`` of one value per seed for the seeds tables; an undefined value (None or NaN, e.g. AUROC
+    on a split where a seed got every answer wrong) is left out and the cell says over how many seeds it is, "—"
+    when none is defined."""
+    values = np.asarray([np.nan if v is None else v for v in values], dtype=float)
+    defined = values[~np.isnan(values)]
+    if len(defined) == 0:
+        return "—"
+    cell = (f"{defined.mean():.3f} ({defined.min():.3f}–{defined.max():.3f})" if len(defined) > 1
+            else f"{defined[0]:.3f}")
+    return cell if len(defined) == len(values) else f"{cell} ({len(defined)} of {len(values)} seeds)"
 
 
 def seeds_report(out: Path, per_seed: dict, ood: list, *, header: str, n_resamples: int, seed: int,
