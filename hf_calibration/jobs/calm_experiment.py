@@ -73,11 +73,12 @@ class CALMExperimentConfig:
     the checkpoint selection added since (``select_by``, ``select_every``: 4 scorings of the 20 validation
     questions per trained method, ≈ 160 s each) makes the same sizes ≈ 20 min longer. CALM's settings (η, inner
     steps, learning rates, optimizer) are BOME's and the recorded run's: in the sensitivity runs of
-    docs/calm_results.md (SmolLM2, HaluEval QA-LM, one seed) neither η 0.9, T = 3, α learning rate 0.5, the
-    vocabulary entropy domain nor BOME's SGD step (five learning-rate pairs, plain and momentum: unstable at α's
-    rate ≥ 0.05, too slow to learn at 5e-3) beat TS out of domain or kept 95 % of SFT's accuracy, and on Qwen (three
-    seeds) α's rate 5e-3 keeps more accuracy (84 % of SFT's against 71 %) but is further above TS out of domain,
-    so they stay. Checked at construction: ParameterError naming the field."""
+    docs/calm_results.md (SmolLM2, HaluEval QA-LM; η 0.9 and α's rate 5e-3 at three seeds, the rest at one) neither
+    η 0.9, T = 3, α learning rate 0.5 or 5e-3, the vocabulary entropy domain nor BOME's SGD step (five learning-rate
+    pairs, plain and momentum: unstable at α's rate ≥ 0.05, too slow to learn at 5e-3) beat TS out of domain or kept
+    95 % of SFT's accuracy, and on Qwen (three seeds) α's rate 5e-3 keeps more accuracy (84 % of SFT's against
+    71 %) but is further above TS out of domain, so they stay. Checked at construction: ParameterError naming the
+    field."""
 
     phase: str = field(default="all", metadata={
         "help": "train (score every method not scored yet), report (the table from the scores) or all.",
