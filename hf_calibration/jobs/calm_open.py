@@ -304,15 +304,26 @@ def _pooled_open(scores: dict, a: str, b: str, splits: list, *, n_resamples: int
     return {"value": d["value"], "low": d["low"], "high": d["high"], "per_split": d["per_stratum"]}
 
 
-def _accuracy_share(scores: dict, a: str, b: str, split: str, *, n_resamples: int, seed: int,
+def _accuracy_share(scores: dict, a: str, b: str, splits: list, *, n_resamples: int, seed: int,
                     share: float = 0.95) -> dict:
-    """Accuracy of a − ``share`` · accuracy of b on the same questions of ``split``, paired bootstrap interval."""
+    """Accuracy of a − ``share`` · accuracy of b on the same questions, pooled over ``splits`` (equal weights, each
+    resampled on its own: ``calm_experiment.paired_strata_difference``) → its value, interval and per-split values,
+    with "a" and "b" the two accuracies averaged over the splits."""
     from hf_calibration.jobs.calm_experiment import paired_strata_difference
 
-    d = paired_strata_difference(_strata(scores, a, b, [split]), key="accuracy", share=share,
+    d = paired_strata_difference(_strata(scores, a, b, splits), key="accuracy", share=share,
                                  n_resamples=n_resamples, seed=seed)
-    return {"value": d["value"], "low": d["low"], "high": d["high"], "a": float(scores[a][split][1].mean()),
-            "b": float(scores[b][split][1].mean())}
+    return {**d, "a": float(np.mean([scores[a][s][1].mean() for s in splits])),
+            "b": float(np.mean([scores[b][s][1].mean() for s in splits]))}
+
+
+def _accuracy_row(d: dict, *, over: str = "") -> tuple:
+    """The claim-check row "CALM's in-domain accuracy ≥ 95 % of SFT's" from ``_accuracy_share``'s result ``d``;
+    ``over`` says what the accuracies are averaged over (shown after them)."""
+    return ("in-domain accuracy of CALM ≥ 95% of SFT's (open-ended)",
+            True if d["low"] > 0 else False if d["high"] < 0 else None,
+            f"CALM {d['a']:.3f} / SFT {d['b']:.3f}{over}; CALM − 0.95·SFT {d['value']:+.3f} "
+            f"[{d['low']:+.3f}, {d['high']:+.3f}]")
 
 
 def open_claim(scores: dict, ood: list, *, n_resamples: int, seed: int, strata_label: str | None = None) -> tuple:
@@ -370,12 +381,8 @@ def open_report(out: Path, answers: dict, splits: dict, *, train_domain: str, eq
     results["claim"] = {"claim": claim, "held": held, "evidence": evidence}
     checks = [(claim, held, evidence)]
     if {"bome", "sft"} <= set(scores):
-        d = _accuracy_share(scores, "bome", "sft", "id_test", **kw)
-        results["accuracy_share"] = d
-        checks.append(("in-domain accuracy of CALM ≥ 95% of SFT's (open-ended)",
-                       True if d["low"] > 0 else False if d["high"] < 0 else None,
-                       f"CALM {d['a']:.3f} / SFT {d['b']:.3f}; CALM − 0.95·SFT {d['value']:+.3f} "
-                       f"[{d['low']:+.3f}, {d['high']:+.3f}]"))
+        results["accuracy_share"] = d = _accuracy_share(scores, "bome", "sft", ["id_test"], **kw)
+        checks.append(_accuracy_row(d))
     lines += ["", "Claim check (open-ended):", "", format_claim_check(checks)]
     timing = {m: a.get("info", {}) for m, a in answers.items()}
     lines += ["", "Wall time per method (training and generation): " + ", ".join(
@@ -426,7 +433,7 @@ def open_seeds_report(out: Path, config, seeds: list, *, model_name: str, n_resa
     accuracy pooled over the seeds' in-domain test splits. Writes ``open_ended_seeds.md`` and
     ``open_ended_seeds.json`` into ``out`` → (results, Markdown text, claim row). ParameterError naming ``phase``
     when a seed has no answers for a method."""
-    from hf_calibration.jobs.calm_experiment import _mean_range, paired_strata_difference
+    from hf_calibration.jobs.calm_experiment import _mean_range
     from hf_calibration.metrics import brier_score, confidence_auroc, expected_calibration_error
     from hf_calibration.reports import format_claim_check, write_json
 
@@ -470,15 +477,9 @@ def open_seeds_report(out: Path, config, seeds: list, *, model_name: str, n_resa
     results = {"seeds": list(seeds), "summary": summary, "paired_ood": diffs,
                "claim": {"claim": claim, "held": held, "evidence": evidence}}
     if {"bome", "sft"} <= set(methods):
-        d = paired_strata_difference(_strata(merged, "bome", "sft", [f"seed {s}/id_test" for s in seeds]),
-                                     key="accuracy", share=0.95, **kw)
-        a = float(np.mean([np.mean(merged["bome"][f"seed {s}/id_test"][1]) for s in seeds]))
-        b = float(np.mean([np.mean(merged["sft"][f"seed {s}/id_test"][1]) for s in seeds]))
-        results["accuracy_share"] = {**d, "a": a, "b": b}
-        checks.append(("in-domain accuracy of CALM ≥ 95% of SFT's (open-ended)",
-                       True if d["low"] > 0 else False if d["high"] < 0 else None,
-                       f"CALM {a:.3f} / SFT {b:.3f} (mean over {len(seeds)} seeds); CALM − 0.95·SFT "
-                       f"{d['value']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]"))
+        results["accuracy_share"] = d = _accuracy_share(merged, "bome", "sft", [f"seed {s}/id_test" for s in seeds],
+                                                        **kw)
+        checks.append(_accuracy_row(d, over=f" (mean over {len(seeds)} seeds)"))
     lines += ["", f"Claim check (open-ended, pooled over {len(seeds)} seeds):", "", format_claim_check(checks), ""]
     text = "\n".join(lines)
     (out / "open_ended_seeds.md").write_text(text)
