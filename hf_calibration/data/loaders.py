@@ -17,6 +17,7 @@ from hf_calibration._offline import hub_available, package_dir
 from hf_calibration.data.custom import (MCQA_FILE_FORMATS, check_columns, file_builder, read_mcqa_file, read_mcqa_hub,
                                         to_mcqa)
 from hf_calibration.data.mmlu_categories import CATEGORIES, SUBCATEGORIES
+from hf_calibration.data.numbers import extract_final_number
 from hf_calibration.data.schema import MCQA_FEATURES, OPEN_QA_FEATURES, OPTION_LETTERS
 from hf_calibration.errors import MissingPathError, ParameterError, renamed_parameters
 
@@ -212,27 +213,6 @@ def _halueval_spec(task: str, matched: bool) -> "_DatasetSpec":
 
 
 # --- GSM8K (open-ended) ----------------------------------------------------------------------
-
-_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
-
-
-def normalize_number(text: str) -> str:
-    """Canonical form of a numeric answer: commas and '$' dropped, trailing '.0' removed ("1,000.00" → "1000")."""
-    cleaned = text.replace(",", "").replace("$", "").strip().rstrip(".")
-    try:
-        value = float(cleaned)
-    except ValueError:
-        return cleaned
-    return str(int(value)) if value == int(value) else repr(value)
-
-
-def extract_final_number(text: str) -> str | None:
-    """The answer after GSM8K's '####' marker, else the last number in ``text``; None when there is none."""
-    if "####" in text:
-        return normalize_number(text.split("####")[-1])
-    numbers = _NUMBER.findall(text)
-    return normalize_number(numbers[-1]) if numbers else None
-
 
 def _gsm8k_rows(records: Iterable[dict], source: str) -> list[dict]:
     return [

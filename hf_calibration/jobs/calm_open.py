@@ -90,7 +90,7 @@ def open_splits(domains: list[str], sizes: dict, *, seed: int) -> dict:
 def parse_answer(domain: str, text: str) -> str:
     """The answer in a generation: its first non-empty line, stripped; for ``gsm8k_open`` the last number in it
     (the line itself when it has none)."""
-    from hf_calibration.data.loaders import extract_final_number
+    from hf_calibration.data.numbers import extract_final_number
 
     line = next((ln.strip() for ln in text.strip().splitlines() if ln.strip()), "")
     if domain == "gsm8k_open":

@@ -25,7 +25,6 @@ equivalence is a parameter:
 
 from __future__ import annotations
 
-import math
 import re
 import string
 from collections.abc import Callable, Sequence
@@ -37,7 +36,6 @@ from hf_calibration.metrics.ece import expected_calibration_error
 EQUIVALENCES = ("lexical", "embedding")
 EMBEDDING_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
-_NUMBER = re.compile(r"[-+]?(?:\d[\d,]*(?:\.\d*)?|\.\d+)")
 
 __all__ = [
     "EQUIVALENCES",
@@ -63,27 +61,21 @@ def normalize_answer(text: str) -> str:
     return " ".join(_ARTICLES.sub(" ", text).split())
 
 
-def _as_number(text: str) -> float | None:
-    """The value of an answer that is one number and nothing else ("$1,000." → 1000.0), else None."""
-    stripped = text.strip().rstrip(".").strip()
-    stripped = stripped.lstrip("$").strip()
-    if not _NUMBER.fullmatch(stripped):
-        return None
-    value = float(stripped.replace(",", ""))
-    return value if math.isfinite(value) else None
-
-
 def lexical_equivalent(a: str, b: str) -> bool:
-    """True when ``a`` and ``b`` are equal after :func:`normalize_answer`, or are the same number.
+    """True when ``a`` and ``b`` are the same number (``data.numbers.parse_number``: "-3" is not "3"), or, when
+    either is not a number, equal after :func:`normalize_answer`.
 
     >>> lexical_equivalent("Paris.", "paris"), lexical_equivalent("1,000", "1000.0"), lexical_equivalent("A", "B")
     (True, True, False)
     """
-    na, nb = normalize_answer(a), normalize_answer(b)
-    if na == nb:
-        return True
-    x, y = _as_number(a), _as_number(b)
-    return x is not None and x == y
+    # the number rule of the loaders and the stream (``data.numbers``); imported here, not at the top, so that
+    # importing the metrics does not load ``datasets`` through ``hf_calibration.data``
+    from hf_calibration.data.numbers import parse_number
+
+    x, y = parse_number(a), parse_number(b)
+    if x is not None and y is not None:  # two numbers: their values (SQuAD's normalisation drops "-" and ".")
+        return x == y
+    return normalize_answer(a) == normalize_answer(b)
 
 
 class EmbeddingEquivalence:

@@ -94,21 +94,14 @@ def judge(item: StreamItem, text: str) -> tuple[str, bool]:
     MCQA: the first standalone option letter in the first 40 characters ("C", "C. …", "The answer is C");
     open-ended: the last number in the text (``extract_final_number``) compared numerically.
     """
-    from hf_calibration.data.loaders import extract_final_number
+    from hf_calibration.data.numbers import extract_final_number, same_number
 
     if item.kind == "mcqa":
         letter = first_option_letter(text)
         k = LETTERS.index(letter) if letter is not None and LETTERS.index(letter) < item.n_options else -1
         return (LETTERS[k] if k >= 0 else ""), k == item.gold
     number = extract_final_number(text)
-    return ("" if number is None else str(number)), number is not None and _same_number(number, item.gold)
-
-
-def _same_number(a, b) -> bool:
-    try:
-        return abs(float(str(a).replace(",", "")) - float(str(b).replace(",", ""))) < 1e-6
-    except ValueError:
-        return str(a).strip() == str(b).strip()
+    return ("" if number is None else str(number)), number is not None and same_number(number, item.gold)
 
 
 def _generate(model, item: StreamItem, *, max_new_tokens: int, update: bool) -> dict:

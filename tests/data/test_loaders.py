@@ -5,7 +5,7 @@ from collections import Counter
 import pytest
 
 from hf_calibration.data import CATEGORIES, load_mcqa, load_open_qa, resolve_subjects
-from hf_calibration.data.loaders import extract_final_number
+from hf_calibration.data.numbers import extract_final_number
 
 
 @pytest.mark.parametrize(
