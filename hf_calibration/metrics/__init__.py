@@ -30,6 +30,9 @@ torch is never imported by this package unless a torch tensor is passed or
 :func:`calibration_report`                every metric with bootstrap intervals, as a dict
 :func:`paired_bootstrap`                  interval of metric(a) − metric(b) on the same items
 :func:`stratified_bootstrap`              interval of a weighted mean over strata resampled on their own
+:func:`paired_differences`                ΔECE, ΔAUROC, ΔBrier of two confidences on the same items, paired
+:func:`paired_strata_difference`          a difference within each stratum, averaged, stratified interval
+:func:`interval_verdict`                  whether an interval of a difference lies below / above 0
 :class:`BinnedCalibrationState`           streaming / distributed accumulator for uniform-bin metrics
 ========================================  ==============================================================
 """
@@ -37,6 +40,7 @@ torch is never imported by this package unless a torch tensor is passed or
 from hf_calibration.metrics.binning import ReliabilityTable, reliability_diagram, top_label, uniform_bin_index
 from hf_calibration.metrics.bootstrap import (BootstrapResult, bootstrap, calibration_report, paired_bootstrap,
                                               stratified_bootstrap)
+from hf_calibration.metrics.paired import interval_verdict, paired_differences, paired_strata_difference
 from hf_calibration.metrics.ece import adaptive_calibration_error, classwise_ece, expected_calibration_error
 from hf_calibration.metrics.scores import (
     aurc,
@@ -57,12 +61,15 @@ __all__ = [
     "aurc",
     "bootstrap",
     "paired_bootstrap",
+    "paired_differences",
+    "paired_strata_difference",
     "brier_score",
     "calibration_report",
     "classwise_ece",
     "confidence_auprc",
     "confidence_auroc",
     "expected_calibration_error",
+    "interval_verdict",
     "negative_log_likelihood",
     "reliability_diagram",
     "semantic_confidence",

@@ -31,6 +31,7 @@ import torch
 
 from hf_calibration.data import MCQA_DATASETS, OPEN_QA_DATASETS, parse_domains
 from hf_calibration.errors import ParameterError, renamed_parameters
+from hf_calibration.metrics.paired import paired_differences, paired_strata_difference
 from hf_calibration.modeling.prompts import LETTERS, build_prompt, first_option_letter, format_mcqa
 from hf_calibration.reports import format_claim_check  # noqa: F401  (re-exported: the table of claim_check)
 from hf_calibration.secl.confidence import SIGNAL_NAMES
@@ -347,26 +348,21 @@ def within_domain_difference(records: list[dict], key: str = "secl", *, metric: 
                              n_resamples: int = 1000, seed: int = 0, n_bins: int = 15, binning: str = "uniform",
                              norm: str = "l1") -> dict:
     """A paired difference of the SECL pass ``key`` computed within each domain of ``records`` and averaged over the
-    domains with weights n_domain / n; interval: ``metrics.stratified_bootstrap`` (each domain's questions
-    resampled on their own, the same draw for both terms). → ``{"value", "low", "high", "per_domain": {domain:
-    value}, "baseline"}``, ``baseline`` the same weighted mean of the second term alone (the verbalized ECE or
-    AUROC, the constant's Brier), so that ``-value / baseline`` is the relative change over the domains.
+    domains with weights n_domain / n (``metrics.paired_strata_difference``, each domain a stratum resampled on its
+    own, the same draw for both terms). → ``{"value", "low", "high", "per_domain": {domain: value}, "baseline"}``,
+    ``baseline`` the same weighted mean of the second term alone (the verbalized ECE or AUROC, the constant's
+    Brier), so that ``-value / baseline`` is the relative change over the domains.
 
-    metric : "ece": conf-ECE(SECL) − conf-ECE(verbalized) under the ECE options ``n_bins``, ``binning``, ``norm``
-        (``metrics.expected_calibration_error``), each against its own pass's answers;
-        "auroc": AUROC(SECL) − AUROC(verbalized), each against its own pass's answers;
-        "brier_vs_constant": Brier(SECL) − Brier(constant = the SECL answers' accuracy in that domain), the
+    metric : "ece": conf-ECE(SECL) − conf-ECE(verbalized) under the ECE options ``n_bins``, ``binning``, ``norm``,
+        each against its own pass's answers; "auroc": AUROC(SECL) − AUROC(verbalized), each against its own pass's
+        answers; "brier_vs_constant": Brier(SECL) − Brier(constant = the SECL answers' accuracy in that domain), the
         per-domain form of ``paired_differences``' ``delta_brier_vs_constant``.
 
     Pooled over a stream, each rewards a level shift between domains of different accuracy: lowering every
     confidence on a domain whose answers are mostly wrong raises the pooled AUROC and beats the one pooled
     constant without ranking any answer better within a domain, and the pooled ECE bins answers of different
-    domains together. The paper's claims are about what a confidence tells within a domain, so the overall claim
-    check reads these. A domain where a term is undefined (AUROC with all answers right or all wrong) is left out
-    of the mean (its ``per_domain`` value is NaN), and a resample where a kept domain has none is skipped; with no
-    such domain (or resample) left, value, interval and baseline are NaN."""
-    from hf_calibration.metrics import brier_score, confidence_auroc, expected_calibration_error, stratified_bootstrap
-
+    domains together. A domain where a term is undefined (AUROC with all answers right or all wrong) is left out of
+    the mean (its ``per_domain`` value is NaN); with no domain left, value, interval and baseline are NaN."""
     if metric not in WITHIN_DOMAIN:
         raise ValueError(f"metric: must be one of {sorted(WITHIN_DOMAIN)}, got {metric!r}")
     domains = list(dict.fromkeys(r["domain"] for r in records))
@@ -374,61 +370,17 @@ def within_domain_difference(records: list[dict], key: str = "secl", *, metric: 
     for d in domains:
         sub = [r for r in records if r["domain"] == d]
         y_secl = np.array([r[secl_field(key, "correct")] for r in sub], dtype=int)
-        strata.append((y_secl, np.array([r[key] for r in sub], dtype=float),
-                       np.array([r["correct"] for r in sub], dtype=int),
-                       np.array([r["verbalized"] for r in sub], dtype=float),
-                       np.full(len(sub), y_secl.mean())))
-
-    def terms(k, idx):
-        ys, cs, yv, cv, const = (a[idx] for a in strata[k])
-        if metric == "ece":
-            return (expected_calibration_error(ys, cs, n_bins=n_bins, binning=binning, norm=norm),
-                    expected_calibration_error(yv, cv, n_bins=n_bins, binning=binning, norm=norm))
-        if metric == "auroc":  # NaN where a pass's answers are all right or all wrong
-            return confidence_auroc(ys, cs), confidence_auroc(yv, cv)
-        return brier_score(ys, cs), brier_score(ys, const)
-
-    def statistic(k, idx):
-        first, second = terms(k, idx)
-        return first - second
-
-    whole = {d: terms(k, np.arange(len(strata[k][0]))) for k, d in enumerate(domains)}
-    per_domain = {d: a - b for d, (a, b) in whole.items()}
-    kept = [d for d in domains if np.isfinite(per_domain[d])]
-    strata = [st for st, d in zip(strata, domains) if d in kept]
-    sizes = [len(st[0]) for st in strata]
-    try:
-        if not strata:
-            raise ValueError("no domain has the difference")
-        est, low, high = stratified_bootstrap(statistic, sizes, weights=sizes, n_resamples=n_resamples, seed=seed)
-        baseline = float(np.average([whole[d][1] for d in kept], weights=sizes))
-    except ValueError:  # no domain, or no resample, where the difference is defined
-        est = low = high = baseline = float("nan")
-    return {"value": est, "low": low, "high": high, "per_domain": per_domain, "baseline": baseline}
-
-
-def paired_differences(y_secl, secl, y_verbal, verbal, *, n_resamples: int = 1000, seed: int = 0, n_bins: int = 15,
-                       binning: str = "uniform", norm: str = "l1") -> dict:
-    """SECL against the verbalized confidence on the same questions, paired bootstrap (``metrics.paired_bootstrap``,
-    the same resampled questions for both): ``delta_ece`` (conf-ECE under the ECE options), ``delta_auroc``,
-    ``delta_brier`` = SECL − verbalized, and ``delta_brier_vs_constant`` = Brier(SECL) − Brier(constant = the SECL
-    answers' accuracy on all n), each ``{"value", "low", "high"}`` (95 %). ``y_*``: (n,) 0/1 correctness of each
-    pass's answers; ``secl``, ``verbal``: (n,) confidences in [0, 1]."""
-    from hf_calibration.metrics import brier_score, confidence_auroc, expected_calibration_error, paired_bootstrap
-
-    y_secl, y_verbal = np.asarray(y_secl).astype(int), np.asarray(y_verbal).astype(int)
-    options = dict(n_resamples=n_resamples, seed=seed)
-
-    def entry(metric, a, b, y_b=y_verbal, **kwargs):
-        value, low, high = paired_bootstrap(metric, y_secl, a, y_b, b, metric_kwargs=kwargs or None, **options)
-        return {"value": value, "low": low, "high": high}
-
-    return {
-        "delta_ece": entry(expected_calibration_error, secl, verbal, n_bins=n_bins, binning=binning, norm=norm),
-        "delta_auroc": entry(confidence_auroc, secl, verbal),
-        "delta_brier": entry(brier_score, secl, verbal),
-        "delta_brier_vs_constant": entry(brier_score, secl, np.full(len(secl), y_secl.mean()), y_b=y_secl),
-    }
+        secl = (y_secl, np.array([r[key] for r in sub], dtype=float))
+        if metric == "brier_vs_constant":
+            strata.append((secl, (y_secl, np.full(len(sub), y_secl.mean()))))
+        else:
+            strata.append((secl, (np.array([r["correct"] for r in sub], dtype=int),
+                                  np.array([r["verbalized"] for r in sub], dtype=float))))
+    d = paired_strata_difference(strata, metric={"ece": "conf_ece", "auroc": "auroc"}.get(metric, "brier"),
+                                 weights="size", n_resamples=n_resamples, seed=seed, n_bins=n_bins, binning=binning,
+                                 norm=norm)
+    return {"value": d["value"], "low": d["low"], "high": d["high"],
+            "per_domain": dict(zip(domains, d["per_stratum"])), "baseline": d["baseline"]}
 
 
 # The paper's claims (Hedna et al. 2026) where the generation–discrimination gap exists, and the budget.

@@ -7,7 +7,8 @@ from sklearn.metrics import brier_score_loss, roc_auc_score
 
 from hf_calibration.jobs.experiment import secl_table
 from hf_calibration.metrics import expected_calibration_error
-from hf_calibration.secl.stream import claim_check, format_claim_check, paired_differences, summarize_stream
+from hf_calibration.metrics import paired_differences
+from hf_calibration.secl.stream import claim_check, format_claim_check, summarize_stream
 
 # summarize_stream also cross-fits TS on the verbalized confidence, which carries no information here
 pytestmark = pytest.mark.filterwarnings("ignore:TemperatureScaler:RuntimeWarning")
