@@ -30,11 +30,10 @@ def _rss_mb() -> float:
 
 def worker(args) -> dict:
     import torch
-    from peft import LoraConfig
     from transformers import TrainerCallback
     from trl import SFTConfig, SFTTrainer
 
-    from hf_calibration.calm import CALMConfig, CALMTrainer, mcqa_to_prompt_completion
+    from hf_calibration.calm import CALMConfig, CALMTrainer, default_lora_config, mcqa_to_prompt_completion
     from hf_calibration.data import load_mcqa
     from hf_calibration.modeling import load_model
 
@@ -47,8 +46,7 @@ def worker(args) -> dict:
                   per_device_train_batch_size=args.batch_size, bf16=args.bf16, activation_checkpointing=False,
                   report_to="none", save_strategy="no", logging_steps=1000, disable_tqdm=True, seed=0,
                   use_cpu=not torch.cuda.is_available(), learning_rate=1e-4, max_length=None)
-    peft = LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, task_type="CAUSAL_LM",
-                      target_modules=["q_proj", "k_proj", "v_proj", "o_proj"])
+    peft = default_lora_config(8)
     if args.worker == "sft":
         trainer = SFTTrainer(model, args=SFTConfig(**common), train_dataset=train, processing_class=tok,
                              peft_config=peft)

@@ -29,10 +29,9 @@ class ScriptArguments:
 
 
 def main():
-    from peft import LoraConfig
     from transformers import HfArgumentParser
 
-    from hf_calibration.calm import CALMConfig, CALMTrainer, mcqa_to_prompt_completion
+    from hf_calibration.calm import CALMConfig, CALMTrainer, default_lora_config, mcqa_to_prompt_completion
     from hf_calibration.data import load_mcqa
     from hf_calibration.modeling import load_model
 
@@ -45,8 +44,7 @@ def main():
     data = mcqa_to_prompt_completion(data.select(range(script.n_train + script.n_calibration)), tokenizer)
     train = data.select(range(script.n_train))
     calibration = data.select(range(script.n_train, len(data))).remove_columns("completion")
-    peft = LoraConfig(r=script.lora_r, lora_alpha=2 * script.lora_r, lora_dropout=0.0,
-                      target_modules=["q_proj", "k_proj", "v_proj", "o_proj"], task_type="CAUSAL_LM")
+    peft = default_lora_config(script.lora_r)
     trainer = CALMTrainer(model, args=config, train_dataset=train, calibration_dataset=calibration,
                           processing_class=tokenizer, peft_config=peft)
     trainer.train()

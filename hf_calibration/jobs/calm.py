@@ -104,7 +104,7 @@ def run_calm(config: CALMJobConfig, training: CALMConfig) -> CALMJobResult:
     The output folder and the model path are checked before the model loads; ParameterError naming the field
     (``output_dir`` is ``CALMConfig``'s).
     """
-    from peft import LoraConfig
+    from hf_calibration.calm.lora import default_lora_config
 
     if not training.output_dir:
         raise ParameterError("output_dir", training.output_dir,
@@ -116,8 +116,7 @@ def run_calm(config: CALMJobConfig, training: CALMConfig) -> CALMJobResult:
     data = _datasets(config, training.seed, tokenizer)
     peft = None
     if config.lora_r > 0:
-        peft = LoraConfig(r=config.lora_r, lora_alpha=2 * config.lora_r, lora_dropout=0.0, task_type="CAUSAL_LM",
-                          target_modules=["q_proj", "k_proj", "v_proj", "o_proj"])
+        peft = default_lora_config(config.lora_r)
     trainer = CALMTrainer(model, args=training, train_dataset=data["train"],
                           calibration_dataset=data["calibration"].remove_columns("completion"),
                           eval_dataset=data.get("eval"), processing_class=tokenizer, peft_config=peft)

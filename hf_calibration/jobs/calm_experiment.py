@@ -271,9 +271,7 @@ def _selection_info(trainer, config: CALMExperimentConfig) -> dict:
 
 def _train_method(method: str, splits, config: CALMExperimentConfig, *, model_name: str, out: Path, seed: int,
                   device: str, tokenizer, callbacks=None):
-    from peft import LoraConfig
-
-    from hf_calibration.calm import CALMConfig, CALMTrainer, mcqa_to_prompt_completion
+    from hf_calibration.calm import CALMConfig, CALMTrainer, default_lora_config, mcqa_to_prompt_completion
 
     model, _ = modeling.load_model(model_name)
     # the entropy and L_tr read these letters only (K = 2 for HaluEval)
@@ -293,8 +291,7 @@ def _train_method(method: str, splits, config: CALMExperimentConfig, *, model_na
     train = mcqa_to_prompt_completion(splits["train"], tokenizer)
     calibration = mcqa_to_prompt_completion(splits["calibration"], tokenizer).remove_columns("completion")
     validation = None if config.select_by == "last" else mcqa_to_prompt_completion(splits["validation"], tokenizer)
-    peft = LoraConfig(r=config.lora_r, lora_alpha=2 * config.lora_r, lora_dropout=0.0,
-                      target_modules=["q_proj", "k_proj", "v_proj", "o_proj"], task_type="CAUSAL_LM")
+    peft = default_lora_config(config.lora_r)
     trainer = CALMTrainer(model, args=training, train_dataset=train, calibration_dataset=calibration,
                           eval_dataset=validation, processing_class=tokenizer, peft_config=peft, callbacks=callbacks)
     start = time.perf_counter()

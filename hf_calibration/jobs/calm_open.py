@@ -110,7 +110,7 @@ def generate_answers(model, tokenizer, questions: list[str], *, n_samples: int, 
     (``num_return_sequences`` expands the prompts the same way), without running each prompt ``n_samples + 1``
     times (6× faster for HaluEval's long prompts on SmolLM2)."""
     from hf_calibration.modeling.prompts import build_prompt
-    from hf_calibration.secl.confidence import _repeat_cache
+    from hf_calibration.modeling.cache import repeat_cache
 
     device = next(model.parameters()).device
     side, tokenizer.padding_side = tokenizer.padding_side, "left"
@@ -127,11 +127,11 @@ def generate_answers(model, tokenizer, questions: list[str], *, n_samples: int, 
                 head = mask[:, :-1]
                 cache = model(input_ids=ids[:, :-1], attention_mask=head, use_cache=True,
                               position_ids=(head.cumsum(-1) - 1).clamp(min=0), logits_to_keep=1).cache
-                g = model.generate(input_ids=ids, attention_mask=mask, cache=_repeat_cache(cache, 1), do_sample=False,
+                g = model.generate(input_ids=ids, attention_mask=mask, cache=repeat_cache(cache, 1), do_sample=False,
                                    **common)
                 s = model.generate(input_ids=ids.repeat_interleave(n_samples, 0),
                                    attention_mask=mask.repeat_interleave(n_samples, 0),
-                                   cache=_repeat_cache(cache, n_samples), do_sample=True, temperature=temperature,
+                                   cache=repeat_cache(cache, n_samples), do_sample=True, temperature=temperature,
                                    top_k=0, top_p=1.0, **common)
             greedy += tokenizer.batch_decode(g[:, width:], skip_special_tokens=True)
             texts = tokenizer.batch_decode(s[:, width:], skip_special_tokens=True)
@@ -183,9 +183,7 @@ def _open_dataset(rows: list[dict], tokenizer, completions: list[str] | None = N
 def train_open_method(method: str, splits: dict, config, *, model_name: str, out: Path, seed: int, device: str,
                       tokenizer, calibration_answers: list[str]):
     """Train ``sft`` or ``bome`` (CALM) with LoRA on the open-ended training split → (model, info)."""
-    from peft import LoraConfig
-
-    from hf_calibration.calm import CALMConfig, CALMTrainer
+    from hf_calibration.calm import CALMConfig, CALMTrainer, default_lora_config
 
     model, _ = modeling.load_model(model_name)
     training = CALMConfig(
@@ -199,8 +197,7 @@ def train_open_method(method: str, splits: dict, config, *, model_name: str, out
         save_strategy="steps", save_steps=config.select_every, save_total_limit=1, select_best_by="loss",
         bome_optimizer=config.bome_optimizer if method == "bome" else "trainer",
     )
-    peft = LoraConfig(r=config.lora_r, lora_alpha=2 * config.lora_r, lora_dropout=0.0,
-                      target_modules=["q_proj", "k_proj", "v_proj", "o_proj"], task_type="CAUSAL_LM")
+    peft = default_lora_config(config.lora_r)
     trainer = CALMTrainer(model, args=training, train_dataset=_open_dataset(splits["train"], tokenizer),
                           calibration_dataset=_open_dataset(splits["calibration"], tokenizer, calibration_answers),
                           eval_dataset=_open_dataset(splits["validation"], tokenizer), processing_class=tokenizer,
