@@ -34,7 +34,7 @@ import torch
 
 from hf_calibration.modeling import load_model
 from hf_calibration.secl import SECLConfig, SECLGenerationMixin, apply_secl
-from hf_calibration.secl.stream import build_stream
+from hf_calibration.modeling.streams import build_stream
 
 TARGET = 1.10
 

@@ -4,7 +4,7 @@
     OMP_NUM_THREADS=1 python benchmarks/bench_secl_stream.py --per-domain 4
     python benchmarks/bench_secl_stream.py --stream halueval_qa_lm,mmlu:stem --per-domain 10
 
-For each question of the stream (``secl.stream.build_stream``, gold letters balanced, seed 0): one ``generate``
+For each question of the stream (``modeling.streams.build_stream``, gold letters balanced, seed 0): one ``generate``
 with the SECL mixin and ``secl_update=False`` (the answer and its verbalized confidence, as the baseline pass
 runs it), then the pseudo-label (P(True) of the answer and of each other option, P(True)Norm) twice, in
 alternating order so a changing machine load affects both alike: continuing the returned prompt cache
@@ -23,7 +23,7 @@ import torch
 
 from hf_calibration.modeling import load_model
 from hf_calibration.secl import SECLConfig, apply_secl
-from hf_calibration.secl.stream import build_stream
+from hf_calibration.modeling.streams import build_stream
 
 DEFAULT_STREAM = "halueval_qa_lm,halueval_dialogue_lm,halueval_summarization_lm,mmlu:stem"
 

@@ -3,7 +3,7 @@
     .venv/bin/python examples/secl_drift_thresholds.py --output-dir outputs/secl_drift      # SmolLM2, 600/domain
 
 1. **Entropies.** For each domain of the stream (default: length-matched HaluEval QA → dialogue →
-   summarization, then MMLU STEM) ``--per-domain`` questions are drawn (``secl.stream.build_stream``, seed
+   summarization, then MMLU STEM) ``--per-domain`` questions are drawn (``modeling.streams.build_stream``, seed
    ``--seed``, gold letters balanced), answered greedily with the model as it is (adapter off: what the default
    ``adapter_scope="confidence"`` gate sees), and each answer's gate input is computed as ``SECLGenerationMixin``
    computes it: the mean over the answer's tokens of the next-token entropy (nats). Batched with left padding
@@ -115,7 +115,7 @@ def main(argv=None):
 
     from hf_calibration import modeling
     from hf_calibration.secl.config import SECLConfig
-    from hf_calibration.secl.stream import build_stream, parse_stream
+    from hf_calibration.modeling.streams import build_stream, parse_stream
 
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -16,7 +16,7 @@ import torch
 
 from hf_calibration.modeling import load_model
 from hf_calibration.secl import SECLConfig, apply_secl
-from hf_calibration.secl.stream import build_stream, judge
+from hf_calibration.modeling.streams import build_stream, judge
 
 
 def main():

@@ -99,7 +99,8 @@ def main(argv=None):
     from hf_calibration import modeling
     from hf_calibration.metrics import brier_score, paired_bootstrap
     from hf_calibration.secl import SECLConfig, apply_secl
-    from hf_calibration.secl.stream import baseline_pass, build_stream, secl_pass
+    from hf_calibration.modeling.streams import build_stream
+    from hf_calibration.secl.stream import baseline_pass, secl_pass
 
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)

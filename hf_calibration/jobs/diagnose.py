@@ -14,13 +14,14 @@ from hf_calibration.errors import ParameterError, renamed_parameters
 from hf_calibration.jobs.common import (CUSTOM_DATA_FIELDS, JobResult, MCQAScoringConfig,
                                         batch_size_field, check_device, check_output_dir, check_positive_number,
                                         custom_data_options, dataset_field, ece_options, load_mcqa_for)
+from hf_calibration.modeling.streams import build_stream
 from hf_calibration.plotting import plot_reliability_diagrams
 from hf_calibration.reports import AtomicOutputDir, write_json, write_jsonl
 from hf_calibration.secl.config import SECLConfig
 from hf_calibration.secl.confidence import DEFAULT_TAU_N, SIGNAL_NAMES
 from hf_calibration.secl.diagnose import diagnose, format_diagnosis, generation_discrimination_gap, plot_diagnosis
 from hf_calibration.secl.mixin import SECLGenerationMixin, apply_secl
-from hf_calibration.secl.stream import BASELINE_ROWS, build_stream, run_stream, summarize_stream
+from hf_calibration.secl.stream import BASELINE_ROWS, run_stream, summarize_stream
 
 DATASETS = {**MCQA_DATASETS, **OPEN_QA_DATASETS}
 

@@ -18,13 +18,14 @@ from hf_calibration.data import domain_key
 from hf_calibration.errors import ParameterError, ParameterWarning
 from hf_calibration.jobs.common import (JobResult, check_device, check_int, check_output_dir, device_field, model_field,
                                         n_resamples_field, output_dir_field, seed_field)
+from hf_calibration.modeling.streams import build_stream, parse_stream
 from hf_calibration.plotting import plot_reliability_diagrams
 from hf_calibration.reports import AtomicOutputDir, write_json, write_jsonl
 from hf_calibration.secl.config import ADAPTER_SCOPES, SECLConfig
 from hf_calibration.secl.confidence import SIGNAL_NAMES
 from hf_calibration.secl.mixin import apply_secl
-from hf_calibration.secl.stream import (baseline_pass, build_stream, format_stream_summary, parse_stream, secl_field,
-                                        secl_key, secl_pass, signal_rows, summarize_stream)
+from hf_calibration.secl.stream import (baseline_pass, format_stream_summary, secl_field, secl_key, secl_pass,
+                                        signal_rows, summarize_stream)
 
 # The labelled Platt/TS rows are 2-fold cross-fitted over the whole stream: each fold needs a question.
 MIN_STREAM_QUESTIONS = 2
@@ -76,7 +77,7 @@ class SECLStreamConfig:
 
 
 def check_stream(stream: str, limit_per_domain: int) -> list[tuple[str, str | None]]:
-    """The stream's domains (``secl.stream.parse_stream``) and its size, checked before any model loads;
+    """The stream's domains (``modeling.streams.parse_stream``) and its size, checked before any model loads;
     ParameterError naming ``stream`` or ``limit_per_domain``."""
     domains = parse_stream(stream)
     check_int(limit_per_domain, "limit_per_domain")

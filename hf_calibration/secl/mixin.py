@@ -110,7 +110,7 @@ def same_option(answer: str, distractor: str) -> bool:
 
     Equal texts (case and surrounding space ignored), or a one-letter distractor ("A") equal to the first
     standalone option letter A–J in the answer's first 40 characters ("A", "A. Paris", "The answer is A"),
-    the rule ``secl.stream.judge`` grades answers by.
+    the rule ``modeling.streams.judge`` grades answers by.
     """
     a, d = answer.strip(), distractor.strip()
     if a.lower() == d.lower():

@@ -24,85 +24,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import time
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from hf_calibration.data import MCQA_DATASETS, OPEN_QA_DATASETS, parse_domains
-from hf_calibration.errors import ParameterError, renamed_parameters
 from hf_calibration.metrics.paired import paired_differences, paired_strata_difference
-from hf_calibration.modeling.prompts import LETTERS, build_prompt, first_option_letter, format_mcqa
-from hf_calibration.reports import format_claim_check  # noqa: F401  (re-exported: the table of claim_check)
+from hf_calibration.modeling.streams import StreamItem, judge
 from hf_calibration.secl.confidence import SIGNAL_NAMES
-
-MCQA_DOMAINS = tuple(MCQA_DATASETS)
-OPEN_DOMAINS = tuple(OPEN_QA_DATASETS)
-GSM8K_INSTRUCTION = "Reply with the final number only."
-
-
-@dataclass
-class StreamItem:
-    """One question of the stream. ``gold``: option index (MCQA) or the final number as text (open)."""
-
-    domain: str
-    prompt_ids: list
-    gold: object
-    kind: str  # "mcqa" or "open"
-    n_options: int = 0
-    choices: list | None = None  # MCQA: the option texts in letter order (P(True) is asked about them)
-
-
-def parse_stream(stream: str) -> list[tuple[str, str | None]]:
-    """"mmlu:humanities,gsm8k,halueval_qa" → [("mmlu", "humanities"), ("gsm8k", None), ("halueval_qa", None)]:
-    ``data.parse_domains`` over the stream's domains (``MCQA_DOMAINS + OPEN_DOMAINS``), MMLU subjects or
-    categories '+'-joined (``mmlu:stem+other``). Raises ParameterError naming ``stream``."""
-    with renamed_parameters(domains="stream"):
-        return parse_domains(stream, MCQA_DOMAINS + OPEN_DOMAINS)
-
-
-def build_stream(tokenizer, stream: str, *, limit_per_domain: int, seed: int = 0, prompt_format: str = "auto",
-                 balance_gold: bool = False) -> list:
-    """The stream's items, domain after domain, ``limit_per_domain`` each (seeded sample).
-
-    balance_gold : passed to ``load_mcqa`` (every option letter gold equally often in each MCQA domain).
-    Raises ParameterError naming ``stream`` or ``limit_per_domain``.
-    """
-    from hf_calibration.data import load_mcqa, load_open_qa
-
-    if isinstance(limit_per_domain, bool) or not isinstance(limit_per_domain, int) or limit_per_domain < 1:
-        raise ParameterError("limit_per_domain", limit_per_domain,
-                             f"must be a positive integer, got {limit_per_domain!r}")
-    items = []
-    for name, subjects in parse_stream(stream):
-        label = name if subjects is None else f"{name}:{subjects.replace(',', '+')}"
-        if name in MCQA_DOMAINS:
-            for row in load_mcqa(name, subjects=subjects, limit=limit_per_domain, seed=seed, balance_gold=balance_gold):
-                text = build_prompt(tokenizer, format_mcqa(row["question"], row["choices"]), prompt_format=prompt_format)
-                items.append(StreamItem(label, tokenizer.encode(text, add_special_tokens=False), int(row["answer"]),
-                                        "mcqa", len(row["choices"]), list(row["choices"])))
-        else:
-            for row in load_open_qa(name, limit=limit_per_domain, seed=seed):
-                text = build_prompt(tokenizer, f"{row['question'].strip()}\n{GSM8K_INSTRUCTION}", prompt_format=prompt_format)
-                items.append(StreamItem(label, tokenizer.encode(text, add_special_tokens=False),
-                                        str(row["final_answer"]), "open"))
-    return items
-
-
-def judge(item: StreamItem, text: str) -> tuple[str, bool]:
-    """(parsed answer, correct) of a generated answer text.
-
-    MCQA: the first standalone option letter in the first 40 characters ("C", "C. …", "The answer is C");
-    open-ended: the last number in the text (``extract_final_number``) compared numerically.
-    """
-    from hf_calibration.data.numbers import extract_final_number, same_number
-
-    if item.kind == "mcqa":
-        letter = first_option_letter(text)
-        k = LETTERS.index(letter) if letter is not None and LETTERS.index(letter) < item.n_options else -1
-        return (LETTERS[k] if k >= 0 else ""), k == item.gold
-    number = extract_final_number(text)
-    return ("" if number is None else str(number)), number is not None and same_number(number, item.gold)
 
 
 def _generate(model, item: StreamItem, *, max_new_tokens: int, update: bool) -> dict:
@@ -277,7 +205,8 @@ def summarize_stream(records: list[dict], *, n_resamples: int = 1000, seed: int 
 
     Each SECL pass's ``paired`` holds ``paired_differences`` against the verbalized confidence; with several
     domains, the overall one also holds the within-domain differences of ``within_domain_difference``
-    (``WITHIN_DOMAIN``'s keys), which ``claim_check`` reads for the overall AUROC and Brier claims.
+    (``WITHIN_DOMAIN``'s keys): a confidence's value within each domain, free of the level shift between
+    domains that the pooled differences reward.
     """
     from hf_calibration.metrics import calibration_report
     from hf_calibration.reports import references
@@ -381,68 +310,6 @@ def within_domain_difference(records: list[dict], key: str = "secl", *, metric: 
                                  norm=norm)
     return {"value": d["value"], "low": d["low"], "high": d["high"],
             "per_domain": dict(zip(domains, d["per_stratum"])), "baseline": d["baseline"]}
-
-
-# The paper's claims (Hedna et al. 2026) where the generation–discrimination gap exists, and the budget.
-ECE_CUT = 0.56
-TRAINED_SHARE = (0.06, 0.26)
-PASS_BUDGET = 4.6
-
-
-def claim_check(domain: dict, key: str = "secl") -> list[tuple[str, bool | None, str]]:
-    """The paper's claims on one domain's summary (``summarize_stream``) for the SECL pass ``key``: a list of
-    (claim, held, evidence). held is True/False, or None when the interval does not decide. Rules: ECE at least
-    56 % below verbalized (point estimate, and the paired ΔECE interval below 0); within-domain AUROC not below
-    verbalized (held unless the paired ΔAUROC interval lies below 0); Brier below the constant-accuracy Brier
-    (paired interval below 0: held; above 0: not; else undecided) — for the overall summary of several domains
-    all three read ``within_domain_difference`` (the ECE cut is then −ΔECE over the verbalized ECE, both
-    n-weighted means over the domains), not the pooled ECE and AUROC and the one pooled constant; accuracy unchanged
-    (the pass's answers against the baseline's); 6–26 % of the questions trained; at most 4.6 forward passes per
-    question."""
-    s = domain["signals"]
-    shares = domain if key == "secl" else domain[key]
-    p = shares["paired"]
-    # over a stream of several domains: the within-domain differences (within_domain_difference); a summary
-    # written before the ECE one existed keeps the pooled ECE
-    within = WITHIN_DOMAIN["auroc"] in p
-    within_ece = WITHIN_DOMAIN["ece"] in p
-    if within_ece:
-        d_ece = p[WITHIN_DOMAIN["ece"]]
-        verb = d_ece["baseline"]
-        cut = -d_ece["value"] / verb if verb > 0 else float("nan")
-    else:
-        verb, ece = s["verbalized"]["conf_ece"]["value"], s[key]["conf_ece"]["value"]
-        cut = (verb - ece) / verb if verb > 0 else float("nan")
-        d_ece = p["delta_ece"]
-    d_auc = p[WITHIN_DOMAIN["auroc"]] if within else p["delta_auroc"]
-    d_brier = p[WITHIN_DOMAIN["brier_vs_constant"]] if within else p["delta_brier_vs_constant"]
-
-    def interval(d):
-        return f"{d['value']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]"
-
-    def decided(d):  # below 0 → True, above 0 → False, else None
-        return True if d["high"] < 0 else False if d["low"] > 0 else None
-
-    ece_held = bool(cut >= ECE_CUT and d_ece["high"] < 0) if np.isfinite(cut) else None
-    if ece_held is False and d_ece["low"] <= 0 <= d_ece["high"] and cut >= ECE_CUT:
-        ece_held = None
-    auc_held = None if not np.isfinite(d_auc["value"]) else d_auc["high"] >= 0
-    passes = s[key]["forward_passes"]
-    trained = shares["share_trained"]
-    change = shares["accuracy_change_secl"]
-    return [
-        ("ECE ≥ 56 % below verbalized", ece_held,
-         f"cut {cut:+.0%}; " + ("within-domain ΔECE (mean over domains) " if within_ece else "paired ΔECE ")
-         + interval(d_ece)),
-        ("AUROC not below verbalized", auc_held,
-         f"{'within-domain ΔAUROC (mean over domains)' if within else 'paired ΔAUROC'} {interval(d_auc)}"),
-        ("Brier below the constant-accuracy Brier", decided(d_brier),
-         f"{'within-domain ΔBrier vs each domain constant (mean over domains)' if within else 'paired ΔBrier'} "
-         f"{interval(d_brier)}"),
-        ("accuracy unchanged", change == 0.0, f"change {change:+.3f}"),
-        ("6–26 % of the questions trained", TRAINED_SHARE[0] <= trained <= TRAINED_SHARE[1], f"{trained:.1%}"),
-        ("≤ 4.6 forward passes per question", passes <= PASS_BUDGET, f"{passes:.2f}"),
-    ]
 
 
 STREAM_COLUMNS = (

@@ -6,7 +6,7 @@ import pytest
 
 from hf_calibration.cli import main
 from hf_calibration.errors import ParameterError
-from hf_calibration.secl.stream import judge, parse_stream, StreamItem
+from hf_calibration.modeling.streams import StreamItem, judge, parse_stream
 
 
 def _exit_code(argv):

@@ -279,7 +279,7 @@ def test_two_step_read_is_one_pass_with_the_two_pass_values(tiny_tokenizer, secl
 def test_real_model_confidences_equal_two_uncached_passes():
     """SmolLM2 splits "10": the one-pass read on generate's cache equals the two full uncached passes."""
     from hf_calibration.modeling import load_model, packaged_model_available
-    from hf_calibration.secl.stream import build_stream
+    from hf_calibration.modeling.streams import build_stream
 
     name = "HuggingFaceTB/SmolLM2-135M-Instruct"
     if not packaged_model_available(name):
