@@ -5,7 +5,7 @@
 Development split: ``--stream`` (default length-matched HaluEval QA-LM, the domain where SmolLM2's P(True)Norm
 ranks its answers far better than its verbalized confidence) drawn with ``--seed`` 0, gold letters balanced;
 the test streams of docs/secl_results.md use seed 1. A burst opens at the first question (as in
-``experiment secl``), so SECL trains during the first ``burst_size`` questions and the later ones are read with
+``python -m experiments secl``), so SECL trains during the first ``burst_size`` questions and the later ones are read with
 the adapter those produced.
 
 1. **Baseline pass** (``secl.stream.baseline_pass``, identity adapter): each answer, its verbalized confidence c

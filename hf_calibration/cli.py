@@ -10,7 +10,6 @@ through its field (``err.parameter``), never by reading the message. Nothing in 
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import sys
 import warnings
@@ -20,10 +19,9 @@ from trl import TrlParser
 
 from hf_calibration.calm import CALMConfig
 from hf_calibration.errors import ParameterError, ParameterWarning
-from hf_calibration.jobs import (CALMExperimentConfig, CALMJobConfig, DiagnoseConfig, EvaluateConfig, ExperimentConfig,
-                                 FitPosthocConfig, LMEvalImportConfig, ReportConfig, SECLStreamConfig, run_calm,
-                                 run_diagnose, run_evaluate, run_experiment, run_fit_posthoc, run_lm_eval_import,
-                                 run_report, run_secl_stream)
+from hf_calibration.jobs import (CALMJobConfig, DiagnoseConfig, EvaluateConfig, FitPosthocConfig, LMEvalImportConfig,
+                                 ReportConfig, SECLStreamConfig, run_calm, run_diagnose, run_evaluate, run_fit_posthoc,
+                                 run_lm_eval_import, run_report, run_secl_stream)
 from hf_calibration.secl import SECLConfig
 
 PROG = "hf-calibration"
@@ -67,11 +65,6 @@ COMMANDS = {
 }
 # Commands whose leading arguments are positional: they fill this config field (report DIR [DIR …]).
 POSITIONAL = {"report": "inputs"}
-EXPERIMENTS = {
-    "diagnose": ((ExperimentConfig,), "the generation–discrimination gap of SmolLM2 and Qwen on MMLU, HaluEval, GSM8K"),
-    "secl": ((ExperimentConfig,), "a Qwen stream through SECL with the label-free and supervised baselines"),
-    "calm": ((ExperimentConfig, CALMExperimentConfig), "CALM with LoRA against SFT, TS and the other baselines"),
-}
 
 
 def option(field_name: str) -> str:
@@ -133,21 +126,12 @@ class Parser(TrlParser):
 
 
 def build_parser() -> Parser:
-    """The top-level parser, every command (and experiment) a subparser over its config dataclasses; the
-    subparsers by command ("evaluate", …, "experiment calm") are in its ``commands``."""
+    """The top-level parser, every command a subparser over its config dataclasses; the subparsers by command
+    ("evaluate", …) are in its ``commands``."""
     parser = Parser(prog=PROG, description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     parser.commands = {name: sub.add_parser(name, dataclass_types=types, help=help_, description=description)
                        for name, (types, _, help_, description) in COMMANDS.items()}
-    experiment = sub.add_parser("experiment", description="The project's headline tables, one command each; sub-runs resume.",
-                                help="reproduce a headline table (diagnose, secl, calm) into results/NAME/")
-    names = experiment.add_subparsers(dest="name", required=True, parser_class=Parser, metavar="NAME")
-    for name, (types, help_) in EXPERIMENTS.items():
-        leaf = parser.commands[f"experiment {name}"] = names.add_parser(name, dataclass_types=types, help=help_,
-                                                                        description=help_)
-        for action in leaf._actions:
-            if action.dest == "name":  # the NAME chosen by the subcommand, not an option
-                action.default, action.required, action.choices, action.help = name, False, [name], argparse.SUPPRESS
     return parser
 
 
@@ -193,10 +177,7 @@ def main(argv=None) -> int:
         warnings.showwarning = show
         try:
             configs = parser.parse(rest)
-            if command.startswith("experiment"):
-                result = run_experiment(*configs)
-            else:
-                result = COMMANDS[command][1](*configs)
+            result = COMMANDS[command][1](*configs)
         except ParameterError as err:
             print(f"{PROG}: error: {err.message(parser.option_of)}", file=sys.stderr)
             return 2

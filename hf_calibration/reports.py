@@ -339,13 +339,3 @@ def write_evaluation(out: Path, dataset, scores, metrics: dict, run: dict, *, n_
         )
         fig.savefig(tmp / "reliability_diagram.png", dpi=120, bbox_inches="tight")
 
-
-CLAIM_WORDS = {True: "held", False: "not held", None: "undecided", "not run": "not run"}
-
-
-def format_claim_check(checks) -> str:
-    """Markdown table of (claim, held, evidence) rows (``secl.stream.claim_check``,
-    ``jobs.calm_experiment.claim_check``); held is True ("held"), False ("not held"), None ("undecided": the
-    interval includes the threshold) or the string "not run"."""
-    return "\n".join(["| claim | result | evidence |", "|---|---|---|"]
-                     + [f"| {claim} | {CLAIM_WORDS[held]} | {evidence} |" for claim, held, evidence in checks])

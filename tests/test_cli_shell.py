@@ -147,6 +147,6 @@ def test_every_command_help_formats():
     from hf_calibration import cli
 
     commands = cli.build_parser().commands
-    assert {"secl", "experiment secl", "evaluate"} <= set(commands)
+    assert {"secl", "evaluate"} <= set(commands)
     for name, parser in commands.items():
         assert parser.format_help(), name

@@ -10,32 +10,26 @@ before a model loads, raising ``hf_calibration.errors.ParameterError`` naming th
 - ``run_diagnose(DiagnoseConfig)``: the generation–discrimination gap; will SECL help this model?
 - ``run_secl_stream(SECLStreamConfig, SECLConfig)``: a multi-domain stream through SECL with the baselines.
 - ``run_calm(CALMJobConfig, CALMConfig)``: fine-tune with CALM.
-- ``run_experiment(ExperimentConfig, CALMExperimentConfig)``: the headline tables (diagnose, secl, calm).
 - ``run_report(ReportConfig)``: one self-contained HTML page from result folders.
 - ``run_lm_eval_import(LMEvalImportConfig)``: calibration reports of lm-evaluation-harness ``--log_samples`` runs.
 """
 
 from hf_calibration.jobs.calm import CALMJobConfig, CALMJobResult, run_calm
-from hf_calibration.jobs.calm_experiment import CALMExperimentConfig
 from hf_calibration.jobs.common import JobResult
 from hf_calibration.jobs.diagnose import DiagnoseConfig, DiagnoseResult, run_diagnose
 from hf_calibration.jobs.evaluate import EvaluateConfig, EvaluateResult, run_evaluate
-from hf_calibration.jobs.experiment import ExperimentConfig, ExperimentResult, run_experiment
 from hf_calibration.jobs.fit_posthoc import FitPosthocConfig, FitPosthocResult, run_fit_posthoc
 from hf_calibration.jobs.lm_eval import LMEvalImportConfig, run_lm_eval_import
 from hf_calibration.jobs.report import ReportConfig, run_report
 from hf_calibration.jobs.secl_stream import SECLStreamConfig, SECLStreamResult, run_secl_stream
 
 __all__ = [
-    "CALMExperimentConfig",
     "CALMJobConfig",
     "CALMJobResult",
     "DiagnoseConfig",
     "DiagnoseResult",
     "EvaluateConfig",
     "EvaluateResult",
-    "ExperimentConfig",
-    "ExperimentResult",
     "FitPosthocConfig",
     "FitPosthocResult",
     "JobResult",
@@ -46,7 +40,6 @@ __all__ = [
     "run_calm",
     "run_diagnose",
     "run_evaluate",
-    "run_experiment",
     "run_fit_posthoc",
     "run_lm_eval_import",
     "run_report",

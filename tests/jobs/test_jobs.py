@@ -8,9 +8,8 @@ import pytest
 
 from hf_calibration.calm import CALMConfig
 from hf_calibration.errors import MissingPathError, ParameterError, ParameterWarning
-from hf_calibration.jobs import (CALMExperimentConfig, CALMJobConfig, DiagnoseConfig, EvaluateConfig, ExperimentConfig,
-                                 FitPosthocConfig, SECLStreamConfig, run_calm, run_diagnose, run_evaluate,
-                                 run_experiment, run_fit_posthoc, run_secl_stream)
+from hf_calibration.jobs import (CALMJobConfig, DiagnoseConfig, EvaluateConfig, FitPosthocConfig, SECLStreamConfig,
+                                 run_calm, run_diagnose, run_evaluate, run_fit_posthoc, run_secl_stream)
 from hf_calibration.secl import SECLConfig
 
 
@@ -192,36 +191,3 @@ def test_calm_job_config_names_the_field(kwargs, parameter):
     with pytest.raises(ParameterError) as err:
         CALMJobConfig(**kwargs)
     assert err.value.parameter == parameter
-
-
-def test_run_experiment_passes_results_in_memory(tiny_model_dir, tmp_path, monkeypatch):
-    """A fresh run reads no file it wrote: the table comes from the sub-runs' results."""
-    from pathlib import Path
-
-    out = tmp_path / "exp"
-    read = []
-    real = Path.read_text
-    monkeypatch.setattr(Path, "read_text", lambda self, *a, **kw: read.append(self) or real(self, *a, **kw))
-    config = ExperimentConfig(name="diagnose", models=str(tiny_model_dir), datasets="mmlu", limit=4, n_resamples=20,
-                              output_dir=str(out))
-    result = run_experiment(config, progress=False)
-    assert not [p for p in read if out in p.parents], read
-    alias = tiny_model_dir.name
-    on_disk = json.loads((out / alias / "mmlu" / "diagnosis.json").read_text())
-    assert result.metrics["results"][alias]["mmlu"]["signals"] == on_disk["signals"]
-    assert set(result.paths) == {"metrics.json", "table.md", f"{alias}/mmlu"}
-    assert result.run["limit"] == {"mmlu": 4} and "ΔAUROC" in result.table
-
-
-@pytest.mark.parametrize("kwargs, calm, parameter", [
-    ({"name": "calm", "models": "a,b"}, None, "models"),
-    ({"name": "calm", "limit": 5}, None, "limit"),
-    ({"name": "secl", "datasets": "gsm8k", "limit": 1}, None, "limit"),  # SECL's limit_per_domain, renamed
-    ({"name": "diagnose", "limit_open": 3, "datasets": "mmlu"}, None, "limit_open"),
-    ({"name": "diagnose"}, CALMExperimentConfig(), "calm"),
-])
-def test_experiment_checks_name_its_fields(kwargs, calm, parameter, tmp_path, no_model_load):
-    with pytest.raises(ParameterError) as err:
-        run_experiment(ExperimentConfig(output_dir=str(tmp_path / "x"), **kwargs), calm)
-    assert err.value.parameter == parameter
-    assert not (tmp_path / "x").exists()

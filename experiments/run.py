@@ -1,4 +1,4 @@
-"""``run_experiment``: the project's headline tables, one call each (``hf-calibration experiment NAME``; SPEC §5).
+"""``run_experiment``: the project's headline tables, one call each (``python -m experiments NAME``).
 
 Each experiment runs its sub-runs (one per model × dataset, or one stream per model, or one training method)
 into ``<output_dir>/<sub-run>/`` through the job functions (``run_diagnose``, ``run_secl_stream``, the calm
@@ -28,7 +28,6 @@ import numpy as np
 from hf_calibration import modeling
 from hf_calibration.data import MCQA_DATASETS, check_dataset_name, parse_domains
 from hf_calibration.errors import ParameterError, renamed_parameters
-from hf_calibration.jobs.calm_experiment import MAX_SEED, CALMExperimentConfig, run_calm_experiment, run_calm_seeds
 from hf_calibration.jobs.common import (JobResult, batch_size_field, check_choice, check_device, check_int,
                                         check_non_empty, check_output_dir, device_field, n_resamples_field,
                                         progress_line, seed_field)
@@ -37,8 +36,13 @@ from hf_calibration.jobs.diagnose import DiagnoseConfig, run_diagnose
 from hf_calibration.jobs.secl_stream import SECLStreamConfig, check_stream, run_secl_stream
 from hf_calibration.reports import format_cell, format_table, write_json
 from hf_calibration.secl.confidence import SIGNAL_NAMES
-from hf_calibration.secl.stream import (STREAM_COLUMNS, WITHIN_DOMAIN, claim_check, format_claim_check,
-                                        signal_rows, summarize_stream)
+from hf_calibration.secl.stream import STREAM_COLUMNS, WITHIN_DOMAIN, signal_rows, summarize_stream
+
+from experiments.calm import run_calm_experiment
+from experiments.calm_config import CALMExperimentConfig
+from experiments.calm_seeds import run_calm_seeds
+from experiments.common import MAX_SEED, format_claim_check
+from experiments.secl_claims import secl_claim_check
 
 EXPERIMENTS = ("diagnose", "secl", "calm")
 MODEL_ALIASES = {
@@ -60,7 +64,7 @@ def _per_experiment(key: str) -> str:
 
 @dataclass(kw_only=True)
 class ExperimentConfig:
-    """Options of ``run_experiment`` / ``hf-calibration experiment NAME`` (the calm experiment's own are
+    """Options of ``run_experiment`` / ``python -m experiments NAME`` (the calm experiment's own are
     ``CALMExperimentConfig``). Checked at construction, every check that needs no file or model: ParameterError
     (a ValueError) naming the field and the value."""
 
@@ -234,7 +238,7 @@ def secl_table(results: dict) -> str:
                                  f"Brier {_signed(paired[WITHIN_DOMAIN['brier_vs_constant']])}"
                                  if set(WITHIN_DOMAIN.values()) <= set(paired) else "") + ". "
                               f"Claim check ({SIGNAL_NAMES[key]}, {domain}):\n\n"
-                              + format_claim_check(claim_check(s, key)))
+                              + format_claim_check(secl_claim_check(s, key)))
     return "\n\n".join(blocks)
 
 

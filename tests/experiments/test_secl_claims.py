@@ -1,48 +1,21 @@
-"""The SECL table's paired intervals and its check of the paper's claims (issue 16.6), on hand-made records."""
+"""The SECL table's paired intervals and its check of the paper's claims, on hand-made records."""
 
 import numpy as np
 import pytest
 import torch
 from sklearn.metrics import brier_score_loss, roc_auc_score
 
-from hf_calibration.jobs.experiment import secl_table
 from hf_calibration.metrics import expected_calibration_error
-from hf_calibration.metrics import paired_differences
-from hf_calibration.secl.stream import claim_check, format_claim_check, summarize_stream
+from hf_calibration.secl.stream import summarize_stream
+
+from experiments.common import format_claim_check
+from tests.secl.stream_records import level_shift_stream as _level_shift_stream
+from tests.secl.stream_records import records as _records
+from experiments.run import secl_table
+from experiments.secl_claims import secl_claim_check as claim_check
 
 # summarize_stream also cross-fits TS on the verbalized confidence, which carries no information here
 pytestmark = pytest.mark.filterwarnings("ignore:TemperatureScaler:RuntimeWarning")
-
-
-def _records(n=80, seed=0):
-    """A stream of one domain: verbalized confidence overconfident and uninformative, SECL's informative."""
-    rng = np.random.default_rng(seed)
-    correct = rng.uniform(size=n) < 0.5
-    out = []
-    for i, c in enumerate(correct):
-        secl = float(np.clip((0.9 if c else 0.1) + rng.normal(0, 0.05), 0.01, 0.99))
-        out.append({
-            "domain": "d", "n_options": 2, "correct": bool(c), "verbalized": float(rng.uniform(0.85, 0.99)),
-            "p_true": 0.5, "norm_p_true": 0.5, "dinco": 0.5, "secl": secl, "secl_correct": bool(c),
-            "burst": i < 20, "updated": i < 10, "skipped_by_bin_gate": 10 <= i < 20, "alarm": i == 0,
-            "passes": {"verbalized": 3, "p_true": 2, "norm_p_true": 3, "dinco": 3, "secl": 4 if i < 20 else 3},
-        })
-    return out
-
-
-def test_paired_differences_against_the_metrics_called_directly():
-    recs = _records()
-    y = np.array([r["correct"] for r in recs], dtype=int)
-    secl, verb = np.array([r["secl"] for r in recs]), np.array([r["verbalized"] for r in recs])
-    p = paired_differences(y, secl, y, verb, n_resamples=200, seed=1)
-    assert p["delta_ece"]["value"] == pytest.approx(expected_calibration_error(y, secl) - expected_calibration_error(y, verb),
-                                                    abs=1e-12)
-    assert p["delta_auroc"]["value"] == pytest.approx(roc_auc_score(y, secl) - roc_auc_score(y, verb), abs=1e-12)
-    assert p["delta_brier"]["value"] == pytest.approx(brier_score_loss(y, secl) - brier_score_loss(y, verb), abs=1e-12)
-    assert p["delta_brier_vs_constant"]["value"] == pytest.approx(
-        brier_score_loss(y, secl) - brier_score_loss(y, np.full(len(y), y.mean())), abs=1e-12)
-    for d in p.values():
-        assert d["low"] <= d["value"] <= d["high"]
 
 
 def test_claim_check_on_a_stream_where_secl_helps():
@@ -79,23 +52,6 @@ def test_experiment_table_prints_the_paired_intervals_and_the_claims():
     run = {"stream": "d", "limit_per_domain": 80, "seed": 0, "burst_at_start": True, "wall_seconds": 1.0}
     text = secl_table({"smollm2": {"run": run, "summary": summary}})
     assert "SECL − verbalized, paired bootstrap: ΔECE" in text and "| claim | result | evidence |" in text
-
-
-def _level_shift_stream(seed=0):
-    """Two domains: "easy" (80 % right) and "hard" (20 % right). Verbalized ranks within each domain (right answers
-    0.1 higher) but is more confident on "hard"; SECL ranks within no domain but is 0.3 lower on "hard": its pooled
-    AUROC beats the verbalized one, its AUROC within each domain is 0.5."""
-    rng = np.random.default_rng(seed)
-    out = []
-    for domain, acc, level, verbal_level in (("easy", 0.8, 0.8, 0.6), ("hard", 0.2, 0.5, 0.8)):
-        for i in range(100):
-            c = i < acc * 100
-            verbal = verbal_level + (0.1 if c else 0.0) + rng.normal(0, 0.02)
-            out.append({"domain": domain, "n_options": 2, "correct": bool(c), "verbalized": float(verbal),
-                        "p_true": 0.5, "norm_p_true": 0.5, "dinco": 0.5, "secl": level, "secl_correct": bool(c),
-                        "burst": False, "updated": False, "skipped_by_bin_gate": False, "alarm": False,
-                        "passes": {"verbalized": 3, "p_true": 2, "norm_p_true": 3, "dinco": 3, "secl": 3}})
-    return out
 
 
 def test_overall_auroc_claim_reads_the_within_domain_difference():
@@ -144,20 +100,3 @@ def test_overall_auroc_claim_reads_the_within_domain_difference():
     # one domain: the pooled (= within-domain) difference, as before
     one = summarize_stream(recs[:100], n_resamples=50, seed=0, signals=("verbalized", "secl"))
     assert "delta_auroc_within_domains" not in one["overall"]["paired"]
-
-
-def test_within_domain_auroc_leaves_out_a_domain_without_one():
-    from hf_calibration.secl.stream import within_domain_difference
-
-    recs = _level_shift_stream()
-    for r in recs[100:]:
-        r["correct"] = r["secl_correct"] = True  # "hard" all right: no AUROC there
-    d = within_domain_difference(recs, n_resamples=50)
-    alone = within_domain_difference(recs[:100], n_resamples=50)
-    assert np.isnan(d["per_domain"]["hard"])
-    assert [d[k] for k in ("value", "low", "high")] == [alone[k] for k in ("value", "low", "high")]
-    for r in recs[:100]:
-        r["correct"] = r["secl_correct"] = False
-    assert np.isnan(within_domain_difference(recs, n_resamples=50)["value"])
-    with pytest.raises(ValueError, match="metric: must be one of"):
-        within_domain_difference(recs, metric="nll")

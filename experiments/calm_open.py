@@ -1,7 +1,8 @@
-"""The open-ended part of the calm experiment (issue 17.5): generative CALM with the entropy over the vocabulary,
-trained on one open-ended domain and tested in it and on another, scored by Semantic ECE (SPEC §3, Sem-ECE).
+"""The open-ended part of the calm experiment: generative CALM with the entropy over the vocabulary, trained on
+one open-ended domain and tested in it and on another, scored by Semantic ECE (``metrics.semantic``; the metric in
+docs/methods.md).
 
-Domains (``OPEN_DOMAINS``), each a question text and a reference answer:
+Domains (``calm_config.OPEN_ENDED_DOMAINS``), each a question text and a reference answer:
 
 - ``halueval_qa_open``: HaluEval QA (10,000 HotpotQA items with their Wikipedia knowledge) asked open-ended,
   "Knowledge: … Question: … Answer with a short phrase only.", reference the right answer (``right_answer``);
@@ -10,7 +11,7 @@ Domains (``OPEN_DOMAINS``), each a question text and a reference answer:
   Every answer is read as the last number it contains (``extract_final_number``; the text itself when it has
   none), before grouping and judging.
 
-Methods (``OPEN_METHODS``): ``uncalibrated`` (the base model); ``ts``: the base model sampled at the temperature T
+Methods (``calm_config.OPEN_ENDED_METHODS``): ``uncalibrated`` (the base model); ``ts``: the base model sampled at the temperature T
 that minimises the validation split's NLL of the reference answer tokens (temperature scaling of the whole
 next-token distribution, Guo et al. 2017, fitted by ``posthoc.TemperatureScaler`` on the (tokens, vocabulary)
 logits); ``sft``: LoRA fine-tuning on the reference answers; ``bome``: CALM (``CALMConfig(method="bome",
@@ -40,10 +41,11 @@ import torch
 
 from hf_calibration import modeling
 from hf_calibration.errors import ParameterError
+from hf_calibration.metrics import interval_verdict, paired_strata_difference
 
-OPEN_DOMAINS = ("halueval_qa_open", "gsm8k_open")
-OPEN_METHODS = ("uncalibrated", "ts", "sft", "bome")
-SPLITS = ("train", "calibration", "validation", "id_test")
+from experiments.calm_config import OPEN_ENDED_DOMAINS, OPEN_ENDED_METHODS
+from experiments.common import (IN_DOMAIN_SPLITS, RUN_FIELDS, check_same_run, format_claim_check, format_interval,
+                                mean_range, method_label, pair_label)
 
 
 def load_open_domain(name: str, *, limit: int | None = None, seed: int = 0) -> list[dict]:
@@ -67,7 +69,7 @@ def load_open_domain(name: str, *, limit: int | None = None, seed: int = 0) -> l
         rows = [{"question": f"{r['question'].strip()}\nAnswer with the final number only.",
                  "reference": r["final_answer"]} for r in load_open_qa("gsm8k")]
     else:
-        raise ParameterError("open_domains", name, f"unknown open-ended domain {name!r}; known: {', '.join(OPEN_DOMAINS)}")
+        raise ParameterError("open_domains", name, f"unknown open-ended domain {name!r}; known: {', '.join(OPEN_ENDED_DOMAINS)}")
     order = np.random.default_rng(seed).permutation(len(rows))
     return [rows[i] for i in order[:limit]]
 
@@ -75,13 +77,13 @@ def load_open_domain(name: str, *, limit: int | None = None, seed: int = 0) -> l
 def open_splits(domains: list[str], sizes: dict, *, seed: int) -> dict:
     """train / calibration / validation / id_test from ``domains[0]`` (disjoint, sizes ``sizes[split]``), and
     ``sizes["ood"]`` rows of every other domain, keyed by the domain's name."""
-    need = [sizes[s] for s in SPLITS]
+    need = [sizes[s] for s in IN_DOMAIN_SPLITS]
     rows = load_open_domain(domains[0], limit=sum(need), seed=seed)
     if len(rows) < sum(need):
         raise ParameterError("n_train", sizes["train"], f"{domains[0]} has {len(rows)} items, fewer than the "
                              f"{sum(need)} the splits need")
     bounds = np.cumsum([0, *need])
-    splits = {s: rows[bounds[i]:bounds[i + 1]] for i, s in enumerate(SPLITS)}
+    splits = {s: rows[bounds[i]:bounds[i + 1]] for i, s in enumerate(IN_DOMAIN_SPLITS)}
     for d in domains[1:]:
         splits[d] = load_open_domain(d, limit=sizes["ood"], seed=seed)
     return splits
@@ -223,10 +225,10 @@ def open_answers(out: Path, splits: dict, config, *, train_domain: str, model_na
     from hf_calibration.jobs.common import progress_line
 
     (out / "answers").mkdir(parents=True, exist_ok=True)
-    scored = ["validation", "id_test", *[k for k in splits if k not in SPLITS]]
-    done = {m: json.loads(_answers_file(out, m).read_text()) for m in OPEN_METHODS
+    scored = ["validation", "id_test", *[k for k in splits if k not in IN_DOMAIN_SPLITS]]
+    done = {m: json.loads(_answers_file(out, m).read_text()) for m in OPEN_ENDED_METHODS
             if not overwrite and _answers_file(out, m).exists()}
-    methods = [m for m in config.methods if m in OPEN_METHODS]
+    methods = [m for m in config.methods if m in OPEN_ENDED_METHODS]
     if "ts" in methods and "uncalibrated" not in methods:
         methods.insert(0, "uncalibrated")
     base = tokenizer = None
@@ -288,15 +290,13 @@ def semantic_scores(answers: dict, splits: dict, *, domains: dict, equivalence: 
 
 
 def _strata(scores: dict, a: str, b: str, splits: list) -> list:
-    """((correct, confidence) of a, of b) per split, as ``calm_experiment.paired_strata_difference`` takes them."""
+    """((correct, confidence) of a, of b) per split, as ``metrics.paired_strata_difference`` takes them."""
     return [((scores[a][s][1], scores[a][s][0]), (scores[b][s][1], scores[b][s][0])) for s in splits]
 
 
 def _pooled_open(scores: dict, a: str, b: str, splits: list, *, n_resamples: int, seed: int) -> dict:
     """Sem-ECE of method a − method b on the same questions, mean over ``splits`` (equal weights), interval from
     ``metrics.stratified_bootstrap``."""
-    from hf_calibration.jobs.calm_experiment import paired_strata_difference
-
     d = paired_strata_difference(_strata(scores, a, b, splits), n_resamples=n_resamples, seed=seed)
     return {"value": d["value"], "low": d["low"], "high": d["high"], "per_split": d["per_stratum"]}
 
@@ -304,11 +304,9 @@ def _pooled_open(scores: dict, a: str, b: str, splits: list, *, n_resamples: int
 def _accuracy_share(scores: dict, a: str, b: str, splits: list, *, n_resamples: int, seed: int,
                     share: float = 0.95) -> dict:
     """Accuracy of a − ``share`` · accuracy of b on the same questions, pooled over ``splits`` (equal weights, each
-    resampled on its own: ``calm_experiment.paired_strata_difference``) → its value, interval and per-split values,
+    resampled on its own: ``metrics.paired_strata_difference``) → its value, interval and per-split values,
     with "a" and "b" the two accuracies averaged over the splits."""
-    from hf_calibration.jobs.calm_experiment import paired_strata_difference
-
-    d = paired_strata_difference(_strata(scores, a, b, splits), key="accuracy", share=share,
+    d = paired_strata_difference(_strata(scores, a, b, splits), metric="accuracy", share=share,
                                  n_resamples=n_resamples, seed=seed)
     return {**d, "a": float(np.mean([scores[a][s][1].mean() for s in splits])),
             "b": float(np.mean([scores[b][s][1].mean() for s in splits]))}
@@ -318,9 +316,8 @@ def _accuracy_row(d: dict, *, over: str = "") -> tuple:
     """The claim-check row "CALM's in-domain accuracy ≥ 95 % of SFT's" from ``_accuracy_share``'s result ``d``;
     ``over`` says what the accuracies are averaged over (shown after them)."""
     return ("in-domain accuracy of CALM ≥ 95% of SFT's (open-ended)",
-            True if d["low"] > 0 else False if d["high"] < 0 else None,
-            f"CALM {d['a']:.3f} / SFT {d['b']:.3f}{over}; CALM − 0.95·SFT {d['value']:+.3f} "
-            f"[{d['low']:+.3f}, {d['high']:+.3f}]")
+            interval_verdict(d, held_when="above"),
+            f"CALM {d['a']:.3f} / SFT {d['b']:.3f}{over}; CALM − 0.95·SFT {format_interval(d)}")
 
 
 def open_claim(scores: dict, ood: list, *, n_resamples: int, seed: int, strata_label: str | None = None) -> tuple:
@@ -344,9 +341,9 @@ def open_report(out: Path, answers: dict, splits: dict, *, train_domain: str, eq
     """The open-ended table (module docstring) → (results, Markdown text, claim row); writes ``report.md`` and
     ``report.json`` into ``out``."""
     from hf_calibration.metrics import calibration_report
-    from hf_calibration.reports import format_claim_check, write_json
+    from hf_calibration.reports import write_json
 
-    ood = [k for k in splits if k not in SPLITS]
+    ood = [k for k in splits if k not in IN_DOMAIN_SPLITS]
     scores = semantic_scores(answers, splits, domains=_split_domains(train_domain, ood), equivalence=equivalence)
     kw = dict(n_resamples=n_resamples, seed=seed)
     results = {"tables": {}, "paired": {}, "info": {m: a.get("info", {}) for m, a in answers.items()}}
@@ -364,7 +361,7 @@ def open_report(out: Path, answers: dict, splits: dict, *, train_domain: str, eq
             ref = calibration_report(correct, np.full(len(correct), val_acc), **kw)["conf_ece"]
             results["tables"].setdefault(m, {})[name] = {**rep, "reference_constant_accuracy": ref,
                                                          "validation_accuracy": val_acc}
-            lines.append(f"| {name} | {m} | {cell(rep['accuracy'])} | {cell(rep['conf_ece'])} | "
+            lines.append(f"| {name} | {method_label(m)} | {cell(rep['accuracy'])} | {cell(rep['conf_ece'])} | "
                          f"{rep['brier']['value']:.3f} | {rep['auroc']['value']:.3f} | {float(np.mean(conf)):.3f} | "
                          f"{ref['value']:.3f} (val. acc. {val_acc:.3f}) |")
     lines += ["", "Paired Sem-ECE differences (the same questions; mean over the OOD domains for \"OOD mean\"):", "",
@@ -373,7 +370,7 @@ def open_report(out: Path, answers: dict, splits: dict, *, train_domain: str, eq
         for name, group in [(n, [n]) for n in ("id_test", *ood)] + ([("OOD mean", ood)] if len(ood) > 1 else []):
             d = _pooled_open(scores, "bome", m, group, **kw)
             results["paired"].setdefault(name, {})[f"bome − {m}"] = d
-            lines.append(f"| {name} | bome − {m} | {d['value']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}] |")
+            lines.append(f"| {name} | {pair_label('bome', m)} | {format_interval(d)} |")
     claim, held, evidence, _ = open_claim(scores, ood, **kw)
     results["claim"] = {"claim": claim, "held": held, "evidence": evidence}
     checks = [(claim, held, evidence)]
@@ -408,7 +405,7 @@ def _split_domains(train_domain: str, ood: list) -> dict:
 
 def _open_methods(config) -> list:
     """The open-ended methods of ``config.methods``, with the uncalibrated answers TS reads its greedy answers from."""
-    return [m for m in OPEN_METHODS if m in config.methods or (m == "uncalibrated" and "ts" in config.methods)]
+    return [m for m in OPEN_ENDED_METHODS if m in config.methods or (m == "uncalibrated" and "ts" in config.methods)]
 
 
 def check_open_answers(folder: Path, config) -> None:
@@ -425,14 +422,13 @@ def open_seeds_report(out: Path, config, seeds: list, *, model_name: str, n_resa
     """The open-ended table over training seeds, from each seed's saved answers in
     ``out/seed_<s>/open_ended/answers`` (the same splits ``run_open_ended`` drew for that seed): per split and
     method the mean and range over seeds of accuracy, Sem-ECE, Brier and AUROC; CALM − each method's Sem-ECE
-    pooled over the (seed, OOD domain) strata (``calm_experiment.paired_strata_difference``, equal weights, each
+    pooled over the (seed, OOD domain) strata (``metrics.paired_strata_difference``, equal weights, each
     stratum resampled on its own), the claim row of ``open_claim`` on those pooled intervals, and CALM − 0.95·SFT
     accuracy pooled over the seeds' in-domain test splits. Writes ``open_ended_seeds.md`` and
     ``open_ended_seeds.json`` into ``out`` → (results, Markdown text, claim row). ParameterError naming ``phase``
     when a seed has no answers for a method."""
-    from hf_calibration.jobs.calm_experiment import _mean_range
     from hf_calibration.metrics import brier_score, confidence_auroc, expected_calibration_error
-    from hf_calibration.reports import format_claim_check, write_json
+    from hf_calibration.reports import write_json
 
     domains, sizes = _open_setting(config)
     methods = _open_methods(config)
@@ -441,7 +437,7 @@ def open_seeds_report(out: Path, config, seeds: list, *, model_name: str, n_resa
         folder = out / f"seed_{s}" / "open_ended"
         check_open_answers(folder, config)
         splits = open_splits(domains, sizes, seed=s)
-        ood = [k for k in splits if k not in SPLITS]
+        ood = [k for k in splits if k not in IN_DOMAIN_SPLITS]
         answers = {m: json.loads(_answers_file(folder, m).read_text()) for m in methods}
         scores = semantic_scores(answers, splits, domains=_split_domains(domains[0], ood),
                                  equivalence=config.open_equivalence)
@@ -466,7 +462,7 @@ def open_seeds_report(out: Path, config, seeds: list, *, model_name: str, n_resa
                     "reference_constant_accuracy": [expected_calibration_error(y, np.full(len(y), a))
                                                     for (_, y), a in zip(rows, val_acc)]}
             summary.setdefault(name, {})[m] = vals
-            lines.append(f"| {name} | {m} | " + " | ".join(_mean_range(v) for v in vals.values()) + " |")
+            lines.append(f"| {name} | {method_label(m)} | " + " | ".join(mean_range(v) for v in vals.values()) + " |")
     ood_strata = [f"seed {s}/{d}" for s in seeds for d in ood]
     claim, held, evidence, diffs = open_claim(merged, ood_strata, **kw,
                                               strata_label=f"{len(ood)} OOD domain(s) × {len(seeds)} seed(s)")
@@ -488,8 +484,6 @@ def run_open_ended(out: Path, config, *, model_name: str, seed: int, device: str
                    n_resamples: int, overwrite: bool = False, progress: bool = True) -> tuple[dict, str, tuple]:
     """The open-ended setting into ``out`` (``<output_dir>/open_ended``): splits from ``config.open_domains``
     (training domain first), answers generated or read back, the table → (results, Markdown text, claim row)."""
-    from hf_calibration.jobs.calm_experiment import RUN_FIELDS, check_same_run
-
     domains, sizes = _open_setting(config)
     identity = {"model": model_name, "seed": seed, "open_domains": config.open_domains,
                 "open_samples": config.open_samples, "open_max_new_tokens": config.open_max_new_tokens,
@@ -497,7 +491,7 @@ def run_open_ended(out: Path, config, *, model_name: str, seed: int, device: str
     if not overwrite:
         check_same_run(out, identity, names={"model": "models"})
     splits = open_splits(domains, sizes, seed=seed)
-    methods = [m for m in config.methods if m in OPEN_METHODS]
+    methods = [m for m in config.methods if m in OPEN_ENDED_METHODS]
     if config.phase == "report":
         missing = [m for m in methods if not _answers_file(out, m).is_file()]
         if missing:

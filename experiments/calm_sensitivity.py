@@ -1,13 +1,13 @@
-"""Sensitivity of CALM to its settings (issue 17, item 3): one table over calm-experiment folders that differ in one
-setting each, read from their saved scores.
+"""Sensitivity of CALM to its settings: one table over calm-experiment folders that differ in one setting each,
+read from their saved scores.
 
-Each folder is an ``hf-calibration experiment calm`` output of the same model, domain, sizes and seed (so the same
+Each folder is a ``python -m experiments calm`` output of the same model, domain, sizes and seed (so the same
 splits), with ``bome``, ``sft`` and ``uncalibrated`` scored; only CALM's setting differs. To vary only CALM, copy
 the baseline folder's ``scores/uncalibrated.*`` and ``scores/sft.*`` into the new folder first: the experiment
-reads them back and trains ``bome`` alone. For example (one variant; SmolLM2, issue 17's sizes):
+reads them back and trains ``bome`` alone. For example (one variant; SmolLM2, the sizes of docs/calm_results.md):
 
     mkdir -p outputs/calm_v_eta09/scores && cp outputs/calm_smollm2/scores/{uncalibrated,sft}.* outputs/calm_v_eta09/scores/
-    .venv/bin/hf-calibration experiment calm --models smollm2 --datasets halueval_qa_lm \\
+    .venv/bin/python -m experiments calm --models smollm2 --datasets halueval_qa_lm \\
         --ood-domains halueval_dialogue_lm,mmlu:stem --methods uncalibrated ts sft bome --n-train 48 \\
         --n-calibration 48 --n-validation 36 --n-test 200 --n-ood 200 --max-steps 24 --select-every 8 \\
         --eta 0.9 --output-dir outputs/calm_v_eta09
@@ -15,13 +15,13 @@ reads them back and trains ``bome`` alone. For example (one variant; SmolLM2, is
 The other variants change ``--eta``, ``--inner-steps``, ``--alpha-learning-rate``, ``--bome-optimizer`` (with
 ``--learning-rate``) or ``--entropy-domain vocab`` (L_tr and H over the full next-token distribution, α over the
 whole vocabulary) the same way.
-    .venv/bin/python examples/calm_sensitivity.py outputs/calm_smollm2 outputs/calm_v_eta09
+    .venv/bin/python -m experiments.calm_sensitivity outputs/calm_smollm2 outputs/calm_v_eta09
 
 Columns. Development (the labelled validation split, where a setting may be chosen): CALM's conf-ECE and its
 accuracy as a share of SFT's. Test (reported, never used to choose): in-domain accuracy share, mean OOD
-conf-ECE, and the paired CALM − TS on the OOD sets (``jobs.calm_experiment.pooled_difference``, mean over the OOD
+conf-ECE, and the paired CALM − TS on the OOD sets (``calm_claims.pooled_difference``, mean over the OOD
 sets, 95 % interval). A setting "beats TS out of domain while keeping 95 % of SFT's accuracy" on the test sets when
-CALM − TS lies below 0 and CALM − 0.95·SFT in domain above 0 (``claim_check``).
+CALM − TS lies below 0 and CALM − 0.95·SFT in domain above 0 (``calm_claims.calm_claim_check``).
 """
 
 from __future__ import annotations
@@ -39,14 +39,16 @@ def summarize(folder: Path, *, n_resamples: int = 1000, seed: int = 0) -> dict:
     """The row of one folder (module docstring)."""
     import numpy as np
 
-    from hf_calibration.jobs.calm_experiment import SPLITS, claim_check, method_probabilities, read_scored
+    from experiments.calm import method_probabilities, read_scored
+    from experiments.calm_claims import calm_claim_check
+    from experiments.common import IN_DOMAIN_SPLITS
 
     run = json.loads((folder / "run.json").read_text())
-    ood = [k for k in run["sizes"] if k not in SPLITS]
+    ood = [k for k in run["sizes"] if k not in IN_DOMAIN_SPLITS]
     scores, infos = read_scored(folder)
     missing = {"bome", "sft", "uncalibrated"} - set(scores)
     if missing:
-        raise SystemExit(f"calm_sensitivity.py: error: {folder}: no scores for {', '.join(sorted(missing))}")
+        raise SystemExit(f"experiments.calm_sensitivity: error: {folder}: no scores for {', '.join(sorted(missing))}")
     probs, labels = method_probabilities(scores, ("validation", "id_test", *ood))
 
     def acc(m, split):
@@ -61,10 +63,10 @@ def summarize(folder: Path, *, n_resamples: int = 1000, seed: int = 0) -> dict:
     def share(split):  # CALM's accuracy as a share of SFT's (nan when SFT gets none right)
         return acc("bome", split) / acc("sft", split) if acc("sft", split) > 0 else float("nan")
 
-    rows, evidence = claim_check([(probs, labels)], ood, n_resamples=n_resamples, seed=seed)
+    rows, evidence = calm_claim_check([(probs, labels)], ood, n_resamples=n_resamples, seed=seed)
     held = {claim: h for claim, h, _ in rows}
     if not ood:
-        raise SystemExit(f"calm_sensitivity.py: error: {folder}: the run has no OOD set")
+        raise SystemExit(f"experiments.calm_sensitivity: error: {folder}: the run has no OOD set")
     d = evidence["bome − ts ood conf_ece"]
     config = run["config"]
     return {
@@ -90,7 +92,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     def fail(message: str) -> int:
-        print(f"calm_sensitivity.py: error: {message}", file=sys.stderr)
+        print(f"experiments.calm_sensitivity: error: {message}", file=sys.stderr)
         return 2
 
     if args.n_resamples < 1:

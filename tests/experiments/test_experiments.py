@@ -1,4 +1,4 @@
-"""`hf-calibration experiment NAME` on a tiny random model and a handful of items (smoke + consistency)."""
+"""`python -m experiments NAME` on a tiny random model and a handful of items (smoke + consistency)."""
 
 import json
 from pathlib import Path
@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hf_calibration.cli import main
+from experiments.cli import main
 
 
 def _read_jsonl(path):
@@ -15,7 +15,7 @@ def _read_jsonl(path):
 
 def test_diagnose_experiment_writes_every_sub_run_and_resumes(tiny_model_dir, tmp_path, capsys):
     out = tmp_path / "diag"
-    argv = ["experiment", "diagnose", "--models", str(tiny_model_dir), "--datasets", "mmlu,halueval_qa_lm,gsm8k",
+    argv = ["diagnose", "--models", str(tiny_model_dir), "--datasets", "mmlu,halueval_qa_lm,gsm8k",
             "--limit", "4", "--limit-open", "3", "--n-resamples", "20", "--output-dir", str(out)]
     assert main(argv) == 0
     printed = capsys.readouterr().out
@@ -48,7 +48,7 @@ def test_diagnose_experiment_writes_every_sub_run_and_resumes(tiny_model_dir, tm
 
 def test_secl_experiment_table_and_pngs(tiny_model_dir, tmp_path, capsys):
     out = tmp_path / "secl"
-    assert main(["experiment", "secl", "--models", str(tiny_model_dir), "--datasets", "halueval_qa_lm,gsm8k",
+    assert main(["secl", "--models", str(tiny_model_dir), "--datasets", "halueval_qa_lm,gsm8k",
                  "--limit", "2", "--n-resamples", "20", "--workers", "2", "--output-dir", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "SECL" in printed and "trained on" in printed and "constant_accuracy" in printed
@@ -58,7 +58,7 @@ def test_secl_experiment_table_and_pngs(tiny_model_dir, tmp_path, capsys):
     assert (out / alias / "reliability_halueval_qa_lm.png").is_file() and (out / alias / "reliability_gsm8k.png").is_file()
     summary = json.loads((out / "metrics.json").read_text())["results"][alias]["summary"]
     assert summary["overall"]["share_trained"] == pytest.approx(np.mean([r["updated"] for r in records]))
-    # issue 16's table: SECL with answers untouched (the default scope) and with answers adapted (scope "all")
+    # the SECL table: SECL with answers untouched (the default scope) and with answers adapted (scope "all")
     assert all("secl" in r and "secl_all" in r for r in records)
     assert "secl_all" in summary["overall"]["signals"] and "SECL (scope all)" in printed
     assert json.loads((out / "metrics.json").read_text())["results"][alias]["run"]["workers"] == 2
@@ -68,10 +68,10 @@ def test_calm_experiment_smoke(tiny_model_dir, tmp_path, capsys):
     out = tmp_path / "calm"
     sizes = ("--n-train 4 --n-calibration 4 --n-validation 4 --n-test 4 --n-ood 4 --max-steps 1 --train-batch-size 2 "
              "--methods uncalibrated ts sft bome").split()
-    assert main(["experiment", "calm", "--models", str(tiny_model_dir), "--n-resamples", "20",
+    assert main(["calm", "--models", str(tiny_model_dir), "--n-resamples", "20",
                  "--output-dir", str(out), *sizes]) == 0
     printed = capsys.readouterr().out
-    assert "bome" in printed and "ref: const = val acc" in printed
+    assert "CALM" in printed and "ref: const = val acc" in printed
     items = _read_jsonl(out / "items.jsonl")
     assert {r["split"] for r in items} == {"validation", "id_test", "mmlu_stem", "halueval_qa"}
     report = json.loads((out / "metrics.json").read_text())
@@ -86,10 +86,10 @@ def test_calm_experiment_smoke(tiny_model_dir, tmp_path, capsys):
     assert [p["step"] for p in selection["validation_curve"]] == [s for s, _ in selection["evaluated"]]
     assert [p["conf_ece"] for p in selection["validation_curve"]] == [v for _, v in selection["evaluated"]]
     assert "### validation curve" in (out / "table.md").read_text()
-    # examples/calm_sensitivity.py reads the folder: its dev conf-ECE is the report's validation row
+    # experiments/calm_sensitivity.py reads the folder: its dev conf-ECE is the report's validation row
     import runpy
 
-    sensitivity = runpy.run_path(str(Path(__file__).parents[1] / "examples" / "calm_sensitivity.py"))
+    sensitivity = runpy.run_path(str(Path(__file__).parents[2] / "experiments" / "calm_sensitivity.py"))
     row = sensitivity["summarize"](out, n_resamples=20)
     assert row["dev_conf_ece"] == pytest.approx(report["tables"]["bome"]["validation"]["conf_ece"]["value"], abs=1e-12)
     assert row["test_accuracy_share"] == pytest.approx(
@@ -102,8 +102,8 @@ def test_calm_experiment_smoke(tiny_model_dir, tmp_path, capsys):
 def test_calm_splits_are_disjoint_and_each_balanced_on_its_own():
     from dataclasses import replace
 
-    from hf_calibration.jobs import CALMExperimentConfig
-    from hf_calibration.jobs.calm_experiment import build_splits
+    from experiments.calm_config import CALMExperimentConfig
+    from experiments.calm import build_splits
 
     config = CALMExperimentConfig(n_train=10, n_calibration=6, n_validation=7, n_test=9, n_ood=8, balance_gold=True)
     splits = build_splits("halueval_qa_lm", config)
@@ -124,43 +124,44 @@ def test_calm_splits_are_disjoint_and_each_balanced_on_its_own():
 @pytest.mark.parametrize(
     "argv, fragment",
     [
-        (["experiment", "diagnose", "--datasets", "mmlu,nope"], "--datasets"),
-        (["experiment", "secl", "--datasets", "mmlu,nope"], "--datasets: unknown domain 'nope'"),
-        (["experiment", "calm", "--limit", "5"], "--limit"),
-        (["experiment", "diagnose", "--models", ","], "--models"),
-        (["experiment", "secl", "--limit-open", "3"], "--limit-open"),
-        (["experiment", "calm", "--n-train", "0"], "--n-train: must be a positive integer, got 0"),
-        (["experiment", "calm", "--ood-domains", "nope"], "--ood-domains: unknown domain 'nope'"),
-        (["experiment", "secl", "--device", "gpu0"], "--device: not a torch device, got 'gpu0'"),
-        (["experiment", "secl", "--device", "meta"], "--device: must be auto, cpu, cuda, cuda:N or mps, got 'meta'"),
-        (["experiment", "diagnose", "--models", ""], "--models: must not be empty, got ''"),
-        (["experiment", "diagnose", "--datasets", ","], "--datasets: must not be empty, got ','"),
-        (["experiment", "secl", "--n-train", "4"], "unrecognized arguments: --n-train 4"),  # calm's option
-        (["experiment", "calm", "--workers", "2"], "--workers: only secl runs passes in parallel, 1 to 3 of them"),
-        (["experiment", "secl", "--workers", "4"], "--workers: only secl runs passes in parallel"),
-        (["experiment", "secl", "--workers", "0"], "--workers: must be a positive integer, got 0"),
-        (["experiment", "calm", "--n-train", "abc"], "--n-train"),
-        (["experiment", "calm", "--seeds", "0,x"], "--seeds: must be distinct integers in [0, 2**32 - 1] separated by commas, got '0,x'"),
-        (["experiment", "calm", "--seeds", "0,²"], "--seeds: must be distinct integers"),
-        (["experiment", "calm", "--seeds", "4294967296"], "--seeds: must be distinct integers"),
-        (["experiment", "calm", "--seed", "4294967296"], "--seed: must be at most 2**32 - 1"),
-        (["experiment", "calm", "--open-domains", "halueval_qa_open,"], "--open-domains: must be distinct names among"),
-        (["experiment", "calm", "--open-ended", "only", "--methods", "cft"], "--methods: the open-ended setting runs"),
-        (["experiment", "calm", "--seeds", "1,1"], "--seeds: must be distinct integers"),
-        (["experiment", "calm", "--open-ended", "yes"], "--open-ended"),
-        (["experiment", "calm", "--eta", "1.5"], "--eta: must be in (0, 1], got 1.5"),
-        (["experiment", "calm", "--open-domains", "gsm8k_open,nope"], "--open-domains: must be distinct names among"),
-        (["experiment", "calm", "--open-samples", "0"], "--open-samples: must be a positive integer, got 0"),
-        (["experiment", "calm", "--open-ended", "also", "--open-samples", "101"], "--open-samples: must be at most 100"),
-        (["experiment", "calm", "--open-ended", "only", "--open-max-new-tokens", "5000"],
+        (["diagnose", "--datasets", "mmlu,nope"], "--datasets"),
+        (["secl", "--datasets", "mmlu,nope"], "--datasets: unknown domain 'nope'"),
+        (["calm", "--limit", "5"], "--limit"),
+        (["diagnose", "--models", ","], "--models"),
+        (["secl", "--limit-open", "3"], "--limit-open"),
+        (["calm", "--n-train", "0"], "--n-train: must be a positive integer, got 0"),
+        (["calm", "--ood-domains", "nope"], "--ood-domains: unknown domain 'nope'"),
+        (["secl", "--device", "gpu0"], "--device: not a torch device, got 'gpu0'"),
+        (["secl", "--device", "meta"], "--device: must be auto, cpu, cuda, cuda:N or mps, got 'meta'"),
+        (["diagnose", "--models", ""], "--models: must not be empty, got ''"),
+        (["diagnose", "--datasets", ","], "--datasets: must not be empty, got ','"),
+        (["secl", "--n-train", "4"], "unrecognized arguments: --n-train 4"),  # calm's option
+        # not an option of calm (its --help does not list it): a usage error naming it
+        (["calm", "--workers", "2"], "unrecognized arguments: --workers 2"),
+        (["secl", "--workers", "4"], "--workers: only secl runs passes in parallel"),
+        (["secl", "--workers", "0"], "--workers: must be a positive integer, got 0"),
+        (["calm", "--n-train", "abc"], "--n-train"),
+        (["calm", "--seeds", "0,x"], "--seeds: must be distinct integers in [0, 2**32 - 1] separated by commas, got '0,x'"),
+        (["calm", "--seeds", "0,²"], "--seeds: must be distinct integers"),
+        (["calm", "--seeds", "4294967296"], "--seeds: must be distinct integers"),
+        (["calm", "--seed", "4294967296"], "--seed: must be at most 2**32 - 1"),
+        (["calm", "--open-domains", "halueval_qa_open,"], "--open-domains: must be distinct names among"),
+        (["calm", "--open-ended", "only", "--methods", "cft"], "--methods: the open-ended setting runs"),
+        (["calm", "--seeds", "1,1"], "--seeds: must be distinct integers"),
+        (["calm", "--open-ended", "yes"], "--open-ended"),
+        (["calm", "--eta", "1.5"], "--eta: must be in (0, 1], got 1.5"),
+        (["calm", "--open-domains", "gsm8k_open,nope"], "--open-domains: must be distinct names among"),
+        (["calm", "--open-samples", "0"], "--open-samples: must be a positive integer, got 0"),
+        (["calm", "--open-ended", "also", "--open-samples", "101"], "--open-samples: must be at most 100"),
+        (["calm", "--open-ended", "only", "--open-max-new-tokens", "5000"],
          "--open-max-new-tokens: must be at most 1024, got 5000"),
-        (["experiment", "calm", "--open-samples", "3"], "--open-samples: acts only on the open-ended setting, which "
+        (["calm", "--open-samples", "3"], "--open-samples: acts only on the open-ended setting, which "
                                                         "--open-ended off leaves out"),
-        (["experiment", "calm", "--open-equivalence", "embedding"], "--open-equivalence: acts only on the open-ended"),
-        (["experiment", "calm", "--open-equivalence", "nli"], "--open-equivalence"),
-        (["experiment", "calm", "--seeds", "-1"], "--seeds: must be distinct integers"),
-        (["experiment", "calm", "--seeds", "0,1", "--seed", "3"], "--seed: give either --seed or the calm option"),
-        (["experiment", "diagnose", "--models", "/no/such/model"], "--models: '/no/such/model' is not a folder"),
+        (["calm", "--open-equivalence", "embedding"], "--open-equivalence: acts only on the open-ended"),
+        (["calm", "--open-equivalence", "nli"], "--open-equivalence"),
+        (["calm", "--seeds", "-1"], "--seeds: must be distinct integers"),
+        (["calm", "--seeds", "0,1", "--seed", "3"], "--seed: give either --seed or the calm option"),
+        (["diagnose", "--models", "/no/such/model"], "--models: '/no/such/model' is not a folder"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(argv, fragment, tmp_path, capsys):
@@ -176,7 +177,7 @@ def test_bad_input_exits_2_with_one_line(argv, fragment, tmp_path, capsys):
 
 def test_unknown_experiment_is_a_usage_error(capsys):
     with pytest.raises(SystemExit) as exc:
-        main(["experiment", "nope"])
+        main(["nope"])
     assert exc.value.code == 2
 
 
@@ -194,18 +195,18 @@ def no_model_load(monkeypatch):
 @pytest.mark.parametrize(
     "argv, prefix, value",
     [
-        (["experiment", "calm", "--datasets", "nope"], "--datasets:", "'nope'"),
-        (["experiment", "calm", "--datasets", "mmlu:astrologyy"], "--datasets:", "'astrologyy'"),
-        (["experiment", "calm", "--datasets", "mmlu:"], "--datasets:", "'mmlu:'"),
-        (["experiment", "calm", "--datasets", "gsm8k"], "--datasets:", "'gsm8k'"),  # not MCQA: nothing to train on
-        (["experiment", "calm", "--datasets", "mmlu:stem,gpqa"], "--datasets:", "'gpqa'"),
-        (["experiment", "calm", "--models", "a,b"], "--models:", "'b'"),
-        (["experiment", "calm", "--models", "some-org/not-a-model"], "--models:", "'some-org/not-a-model'"),
-        (["experiment", "secl", "--datasets", "mmlu:"], "--datasets:", "'mmlu:'"),
-        (["experiment", "secl", "--datasets", "gsm8k:algebra"], "--datasets:", "'gsm8k:algebra'"),
-        (["experiment", "secl", "--datasets", "mmlu:stem+astrologyy"], "--datasets:", "'astrologyy'"),
-        (["experiment", "secl", "--datasets", "gsm8k", "--limit", "1"], "--limit:", "--limit 1"),
-        (["experiment", "diagnose", "--datasets", "mmlu,halueval_qa", "--limit-open", "3"], "--limit-open:",
+        (["calm", "--datasets", "nope"], "--datasets:", "'nope'"),
+        (["calm", "--datasets", "mmlu:astrologyy"], "--datasets:", "'astrologyy'"),
+        (["calm", "--datasets", "mmlu:"], "--datasets:", "'mmlu:'"),
+        (["calm", "--datasets", "gsm8k"], "--datasets:", "'gsm8k'"),  # not MCQA: nothing to train on
+        (["calm", "--datasets", "mmlu:stem,gpqa"], "--datasets:", "'gpqa'"),
+        (["calm", "--models", "a,b"], "--models:", "'b'"),
+        (["calm", "--models", "some-org/not-a-model"], "--models:", "'some-org/not-a-model'"),
+        (["secl", "--datasets", "mmlu:"], "--datasets:", "'mmlu:'"),
+        (["secl", "--datasets", "gsm8k:algebra"], "--datasets:", "'gsm8k:algebra'"),
+        (["secl", "--datasets", "mmlu:stem+astrologyy"], "--datasets:", "'astrologyy'"),
+        (["secl", "--datasets", "gsm8k", "--limit", "1"], "--limit:", "--limit 1"),
+        (["diagnose", "--datasets", "mmlu,halueval_qa", "--limit-open", "3"], "--limit-open:",
          "--limit-open 3"),
     ],
 )
@@ -216,14 +217,14 @@ def test_bad_input_names_the_option_typed(argv, prefix, value, tmp_path, capsys,
         code = exit_.code
     assert code == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith(f"hf-calibration: error: {prefix}") and value in err[0], err
+    assert len(err) == 1 and err[0].startswith(f"experiments: error: {prefix}") and value in err[0], err
     assert "--stream" not in err[0] and "--limit-per-domain" not in err[0], err
     assert not (tmp_path / "x").exists()
 
 
 def test_calm_option_prefix_is_not_an_option(tmp_path, capsys, no_model_load):
     with pytest.raises(SystemExit) as exit_:
-        main(["experiment", "calm", "--n-tr", "4", "--output-dir", str(tmp_path / "x")])
+        main(["calm", "--n-tr", "4", "--output-dir", str(tmp_path / "x")])
     err = capsys.readouterr().err.strip().splitlines()
     assert exit_.value.code == 2 and len(err) == 1 and "--n-tr 4" in err[0], err  # not --n-train
     assert not (tmp_path / "x").exists()
@@ -234,10 +235,10 @@ def test_sub_run_folder_blocked_by_a_file_fails_before_loading(tiny_model_dir, t
     out.mkdir()
     blocker = out / tiny_model_dir.name  # where the model's sub-runs go
     blocker.write_text("keep me")
-    code = main(["experiment", "diagnose", "--models", str(tiny_model_dir), "--datasets", "mmlu", "--limit", "4",
+    code = main(["diagnose", "--models", str(tiny_model_dir), "--datasets", "mmlu", "--limit", "4",
                  "--output-dir", str(out)])
     err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2 and len(err) == 1 and err[0].startswith("hf-calibration: error: --output-dir:"), err
+    assert code == 2 and len(err) == 1 and err[0].startswith("experiments: error: --output-dir:"), err
     assert str(blocker) in err[0] and "not a directory" in err[0], err
     assert sorted(out.iterdir()) == [blocker] and blocker.read_text() == "keep me"
 
@@ -249,17 +250,17 @@ def test_calm_experiment_output_dir_under_a_file(tmp_path, capsys, no_model_load
 
     (tmp_path / "afile").write_text("keep me")
     out = tmp_path / "afile" / "run"
-    assert main(["experiment", "calm", "--datasets", "halueval_qa_lm", "--n-train", "2", "--n-calibration", "2",
+    assert main(["calm", "--datasets", "halueval_qa_lm", "--n-train", "2", "--n-calibration", "2",
                  "--n-validation", "2", "--n-test", "2", "--n-ood", "2", "--output-dir", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("hf-calibration: error: --output-dir:") and str(out) in err[0], err
+    assert len(err) == 1 and err[0].startswith("experiments: error: --output-dir:") and str(out) in err[0], err
     assert (tmp_path / "afile").read_text() == "keep me"
 
 
 def test_calm_paired_comparisons_against_the_metrics_on_the_same_draws():
     """CALM − TS and CALM − SFT: the point values are the metric differences, the intervals those of a hand loop
     over default_rng(seed).integers(0, n, (R, n)) shared by both methods."""
-    from hf_calibration.jobs.calm_experiment import paired_comparisons, pooled_difference
+    from experiments.calm_claims import paired_comparisons, pooled_difference
     from hf_calibration.metrics import expected_calibration_error
 
     rng = np.random.default_rng(3)
@@ -293,7 +294,7 @@ def test_calm_paired_comparisons_against_the_metrics_on_the_same_draws():
 def test_seeds_table_cell_leaves_undefined_seeds_out():
     """The seeds tables' "mean (min–max)" cell: an AUROC undefined on one seed's split (every answer wrong) is left
     out and counted, not printed as nan (values by hand)."""
-    from hf_calibration.jobs.calm_experiment import _mean_range
+    from experiments.common import mean_range as _mean_range
 
     assert _mean_range([0.2, 0.4, 0.9]) == "0.500 (0.200–0.900)"
     assert _mean_range([0.7, None, 0.5]) == "0.600 (0.500–0.700) (2 of 3 seeds)"
@@ -308,7 +309,7 @@ def test_calm_experiment_over_seeds_pools_them(tiny_model_dir, tmp_path, capsys)
     out = tmp_path / "calm"
     sizes = ("--n-train 4 --n-calibration 4 --n-validation 4 --n-test 6 --n-ood 6 --max-steps 1 --train-batch-size 2 "
              "--methods uncalibrated ts sft bome --ood-domains mmlu:stem").split()
-    assert main(["experiment", "calm", "--models", str(tiny_model_dir), "--n-resamples", "20", "--seeds", "0,1",
+    assert main(["calm", "--models", str(tiny_model_dir), "--n-resamples", "20", "--seeds", "0,1",
                  "--output-dir", str(out), *sizes]) == 0
     printed = capsys.readouterr().out
     assert "claim check (pooled over 2 seeds)" in printed and "OOD conf-ECE of CALM below TS" in printed
@@ -341,7 +342,7 @@ def test_calm_claim_check_decides_on_hand_made_runs():
     """CALM calibrated out of domain (confidence = accuracy), TS and SFT overconfident: ECE differences are
     hand-computable (one bin each) and decided; accuracy 0.70 against SFT's 0.72 is above 95 % of it (0.684), a
     CALM at 0.50 against SFT's 0.90 decisively below (0.855)."""
-    from hf_calibration.jobs.calm_experiment import claim_check, pooled_difference
+    from experiments.calm_claims import calm_claim_check as claim_check, pooled_difference
 
     rng = np.random.default_rng(0)
     n = 2000
@@ -372,13 +373,13 @@ def test_calm_claim_check_decides_on_hand_made_runs():
 def test_calm_experiment_open_ended_only(tiny_model_dir, tmp_path, capsys):
     """--open-ended only: answers for every method in open_ended/answers/, the Sem-ECE table, and each row's
     values equal to semantic_confidences on the saved answers (accuracy and Sem-ECE recomputed here)."""
-    from hf_calibration.jobs.calm_open import load_open_domain, parse_answer
+    from experiments.calm_open import load_open_domain, parse_answer
     from hf_calibration.metrics import expected_calibration_error, semantic_confidences
 
     out = tmp_path / "calm"
     sizes = ("--n-train 4 --n-calibration 2 --n-validation 3 --n-test 4 --n-ood 3 --max-steps 2 --select-every 1 "
              "--train-batch-size 2 --open-samples 3 --open-max-new-tokens 4 --methods uncalibrated ts sft bome").split()
-    assert main(["experiment", "calm", "--models", str(tiny_model_dir), "--n-resamples", "20", "--open-ended", "only",
+    assert main(["calm", "--models", str(tiny_model_dir), "--n-resamples", "20", "--open-ended", "only",
                  "--output-dir", str(out), *sizes]) == 0
     printed = capsys.readouterr().out
     assert "open-ended" in printed and "Sem-ECE" in printed
@@ -403,7 +404,7 @@ def test_calm_experiment_open_ended_only(tiny_model_dir, tmp_path, capsys):
     assert report["accuracy_share"]["value"] == pytest.approx(acc["bome"] - 0.95 * acc["sft"], abs=1e-12)
     assert "in-domain accuracy of CALM ≥ 95% of SFT's (open-ended)" in (out / "open_ended" / "report.md").read_text()
     # the report phase reads everything back
-    assert main(["experiment", "calm", "--models", str(tiny_model_dir), "--n-resamples", "20", "--open-ended", "only",
+    assert main(["calm", "--models", str(tiny_model_dir), "--n-resamples", "20", "--open-ended", "only",
                  "--phase", "report", "--output-dir", str(out), *sizes]) == 0
 
 
@@ -414,7 +415,7 @@ def test_calm_experiment_open_ended_over_seeds_pools_them(tiny_model_dir, tmp_pa
     strata, and the accuracy claim pools the seeds' in-domain splits. A report with a seed's answers missing is
     one line and rewrites nothing."""
     out = tmp_path / "calm"
-    argv = ["experiment", "calm", "--models", str(tiny_model_dir), "--n-resamples", "20", "--open-ended", "only",
+    argv = ["calm", "--models", str(tiny_model_dir), "--n-resamples", "20", "--open-ended", "only",
             "--seeds", "0,1", "--output-dir", str(out),
             *("--n-train 4 --n-calibration 2 --n-validation 3 --n-test 4 --n-ood 3 --max-steps 1 --select-every 1 "
               "--train-batch-size 2 --open-samples 3 --open-max-new-tokens 4 --methods uncalibrated sft bome").split()]
@@ -441,14 +442,14 @@ def test_calm_experiment_open_ended_over_seeds_pools_them(tiny_model_dir, tmp_pa
     before = (out / "seed_0" / "open_ended" / "report.json").stat().st_mtime_ns
     assert main([*argv, "--phase", "report"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("hf-calibration: error: --phase: the open-ended method(s) sft"), err
+    assert len(err) == 1 and err[0].startswith("experiments: error: --phase: the open-ended method(s) sft"), err
     assert (out / "seed_0" / "open_ended" / "report.json").stat().st_mtime_ns == before
 
 
 def test_calm_experiment_open_ended_also_over_seeds_puts_the_pooled_row_in_the_claim_check(tiny_model_dir, tmp_path,
                                                                                            capsys):
     out = tmp_path / "calm"
-    assert main(["experiment", "calm", "--models", str(tiny_model_dir), "--n-resamples", "20", "--open-ended", "also",
+    assert main(["calm", "--models", str(tiny_model_dir), "--n-resamples", "20", "--open-ended", "also",
                  "--seeds", "0,1", "--output-dir", str(out),
                  *("--n-train 4 --n-calibration 2 --n-validation 3 --n-test 4 --n-ood 3 --max-steps 1 --select-every 1 "
                    "--train-batch-size 2 --open-samples 2 --open-max-new-tokens 3 --ood-domains mmlu:stem "
@@ -463,7 +464,7 @@ def test_open_domains_load_with_references():
     """HaluEval QA open-ended: the right answer as reference, the knowledge in the question; GSM8K: the number
     after '####' (hand-checked first rows of the packaged copies)."""
     from hf_calibration.data.loaders import halueval_packaged_records
-    from hf_calibration.jobs.calm_open import load_open_domain, parse_answer
+    from experiments.calm_open import load_open_domain, parse_answer
 
     rows = load_open_domain("halueval_qa_open", seed=0)
     raw = halueval_packaged_records("qa")
@@ -483,7 +484,7 @@ def test_open_generation_reuses_the_prompt_cache_and_equals_plain_generate(tiny_
     import torch
 
     from hf_calibration import modeling
-    from hf_calibration.jobs.calm_open import generate_answers
+    from experiments.calm_open import generate_answers
     from hf_calibration.modeling.prompts import build_prompt
 
     model, tok = modeling.load_model(str(tiny_model_dir))
@@ -512,7 +513,7 @@ def test_calm_report_checks_before_writing_and_keeps_the_run_settings(tiny_model
 
     def run(phase, **change):
         argv = [x for k, v in {**options, **change}.items() for x in (k, v)]
-        return main(["experiment", "calm", "--models", str(tiny_model_dir), "--phase", phase, "--output-dir", str(out),
+        return main(["calm", "--models", str(tiny_model_dir), "--phase", phase, "--output-dir", str(out),
                      *argv])
 
     assert run("train") == 0
@@ -523,29 +524,30 @@ def test_calm_report_checks_before_writing_and_keeps_the_run_settings(tiny_model
         before = sorted(p.name for p in (out / "seed_0").iterdir())
         code = run("report", **change)
         err = capsys.readouterr().err.strip().splitlines()
-        assert code == 2 and len(err) == 1 and err[0].startswith(f"hf-calibration: error: {prefix}"), (change, err)
+        assert code == 2 and len(err) == 1 and err[0].startswith(f"experiments: error: {prefix}"), (change, err)
         assert sorted(p.name for p in (out / "seed_0").iterdir()) == before  # no report written
     assert run("report") == 0
 
 
 def test_calm_open_ended_report_without_answers_writes_nothing(tiny_model_dir, tmp_path, capsys):
     out = tmp_path / "calm"
-    code = main(["experiment", "calm", "--models", str(tiny_model_dir), "--open-ended", "only", "--phase", "report",
+    code = main(["calm", "--models", str(tiny_model_dir), "--open-ended", "only", "--phase", "report",
                  "--output-dir", str(out)])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "--phase" in err[0] and "no answers" in err[0], err
     assert not out.exists()
-    code = main(["experiment", "calm", "--models", str(tmp_path / "nope"), "--open-ended", "also",
+    code = main(["calm", "--models", str(tmp_path / "nope"), "--open-ended", "also",
                  "--output-dir", str(out)])
     err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2 and len(err) == 1 and err[0].startswith("hf-calibration: error: --models:"), err
+    assert code == 2 and len(err) == 1 and err[0].startswith("experiments: error: --models:"), err
     assert not out.exists()
 
 
 def test_calm_splits_warn_when_n_ood_exceeds_a_domain():
     """A huge --n-ood is cut to the OOD domain's size with a warning naming n_ood (the ID sizes are an error)."""
     from hf_calibration.errors import ParameterWarning
-    from hf_calibration.jobs.calm_experiment import CALMExperimentConfig, build_splits, load_domain
+    from experiments.calm import build_splits, load_domain
+    from experiments.calm_config import CALMExperimentConfig
 
     n = len(load_domain("gpqa"))
     config = CALMExperimentConfig(n_train=2, n_calibration=2, n_validation=2, n_test=2, n_ood=n + 5,
@@ -566,11 +568,11 @@ def test_calm_corrupt_score_file_names_the_output_folder(tmp_path, capsys, no_mo
     (out / "scores" / "uncalibrated.npz").write_bytes(b"PK\x03\x04 truncated")
     (out / "scores" / "uncalibrated.json").write_text("{}")
     before = sorted(p.name for p in out.rglob("*"))
-    assert main(["experiment", "calm", "--datasets", "halueval_qa_lm", "--methods", "uncalibrated", "--n-train", "2",
+    assert main(["calm", "--datasets", "halueval_qa_lm", "--methods", "uncalibrated", "--n-train", "2",
                  "--n-calibration", "2", "--n-validation", "2", "--n-test", "2", "--n-ood", "2",
                  "--output-dir", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("hf-calibration: error: --output-dir:"), err
+    assert len(err) == 1 and err[0].startswith("experiments: error: --output-dir:"), err
     assert "uncalibrated.npz' is not a readable score file" in err[0] and "--overwrite" in err[0]
     assert sorted(p.name for p in out.rglob("*")) == before
 
@@ -578,7 +580,7 @@ def test_calm_corrupt_score_file_names_the_output_folder(tmp_path, capsys, no_mo
 def test_score_file_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
     """``write_npz_atomic``: a write that fails midway leaves an earlier complete file as it was and no partial
     file beside it; a write that succeeds reads back equal."""
-    from hf_calibration.jobs.calm_experiment import write_npz_atomic
+    from experiments.calm import write_npz_atomic
 
     path = tmp_path / "uncalibrated.npz"
     write_npz_atomic(path, {"id_test_logits": np.arange(6.0).reshape(3, 2)})
@@ -597,7 +599,7 @@ def test_score_file_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
 
 
 def test_calm_experiment_entropy_domain_vocab(tiny_model_dir, tmp_path, capsys, monkeypatch):
-    """--entropy-domain vocab (issue 17.3's variant) reaches CALM's trainer only: bome's L_tr and H read the full
+    """--entropy-domain vocab (the sensitivity variant) reaches CALM's trainer only: bome's L_tr and H read the full
     next-token distribution and α covers every token id; SFT keeps the option letters. run.json records it, and a
     report with the other domain is one line naming the option."""
     import hf_calibration.calm as calm
@@ -613,7 +615,7 @@ def test_calm_experiment_entropy_domain_vocab(tiny_model_dir, tmp_path, capsys, 
 
     monkeypatch.setattr(calm.CALMTrainer, "train", record)
     out = tmp_path / "calm"
-    argv = ["experiment", "calm", "--models", str(tiny_model_dir), "--n-resamples", "20", "--output-dir", str(out),
+    argv = ["calm", "--models", str(tiny_model_dir), "--n-resamples", "20", "--output-dir", str(out),
             *("--n-train 4 --n-calibration 4 --n-validation 4 --n-test 4 --n-ood 4 --max-steps 1 "
               "--train-batch-size 2 --ood-domains mmlu:stem --methods sft bome").split()]
     assert main([*argv, "--entropy-domain", "vocab"]) == 0
@@ -623,4 +625,4 @@ def test_calm_experiment_entropy_domain_vocab(tiny_model_dir, tmp_path, capsys, 
     capsys.readouterr()
     assert main([*argv, "--phase", "report"]) == 2  # the default 'options' is not the run's setting
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("hf-calibration: error: --entropy-domain: "), err
+    assert len(err) == 1 and err[0].startswith("experiments: error: --entropy-domain: "), err

@@ -1,4 +1,4 @@
-"""Checkpoint selection in the calm experiment (issue 17.4): every trained method keeps the checkpoint with the
+"""Checkpoint selection in the calm experiment: every trained method keeps the checkpoint with the
 lowest validation value of one rule among steps k, 2k, … and the last, and that checkpoint is what gets scored.
 
 The tiny model is trained on 8 questions whose validation copies have a different gold letter, so fitting the
@@ -12,7 +12,8 @@ from datasets import Dataset
 from transformers import TrainerCallback
 
 from hf_calibration import modeling
-from hf_calibration.jobs.calm_experiment import CALMExperimentConfig, _train_method
+from experiments.calm import train_method
+from experiments.calm_config import CALMExperimentConfig
 from hf_calibration.metrics import negative_log_likelihood
 
 WORDS = "the a of and to in is was".split()
@@ -46,7 +47,7 @@ def test_restored_parameters_are_those_saved_at_the_selected_step(tmp_path, tiny
     _, tokenizer = modeling.load_model(str(tiny_model_dir))
     snapshots = SnapshotAtSave()
     data = splits()
-    model, info = _train_method(method, data, config, model_name=str(tiny_model_dir), out=tmp_path, seed=0,
+    model, info = train_method(method, data, config, model_name=str(tiny_model_dir), out=tmp_path, seed=0,
                                 device="cpu", tokenizer=tokenizer, callbacks=[snapshots])
     selection = info["selection"]
     steps = [step for step, _ in selection["evaluated"]]
@@ -77,7 +78,7 @@ def test_restored_parameters_are_those_saved_at_the_selected_step(tmp_path, tiny
 def test_select_by_last_keeps_the_last_step(tmp_path, tiny_model_dir):
     config = CALMExperimentConfig(max_steps=2, train_batch_size=4, select_by="last")
     _, tokenizer = modeling.load_model(str(tiny_model_dir))
-    _, info = _train_method("sft", splits(), config, model_name=str(tiny_model_dir), out=tmp_path, seed=0,
+    _, info = train_method("sft", splits(), config, model_name=str(tiny_model_dir), out=tmp_path, seed=0,
                             device="cpu", tokenizer=tokenizer)
     assert info["selection"] == {"rule": "last", "selected_step": 2}
     assert not list((tmp_path / "runs" / "sft").glob("checkpoint-*"))

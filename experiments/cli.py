@@ -1,0 +1,108 @@
+"""``python -m experiments NAME [options]``: one subcommand per headline table, parsed by the library's
+``hf_calibration.cli.Parser`` (TRL style: options are the config fields, ``--config file.yaml`` reads them).
+
+Each experiment's ``--help`` lists only the options it accepts (``ACCEPTED``); the others are not options of that
+command. Bad input prints one line ``experiments: error: …`` on stderr and exits with code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import warnings
+from pathlib import Path
+
+import hf_calibration
+
+from hf_calibration.cli import Parser
+from hf_calibration.errors import ParameterError, ParameterWarning
+
+from experiments.calm_config import CALMExperimentConfig
+from experiments.run import ExperimentConfig, run_experiment
+
+PROG = "experiments"
+_OUR_DIRS = (Path(hf_calibration.__file__).resolve().parent, Path(__file__).resolve().parent)
+COMMON = ("output_dir", "models", "datasets", "seed", "device", "n_resamples", "overwrite")
+# The ExperimentConfig fields each experiment reads (CALMExperimentConfig's are all calm's).
+ACCEPTED = {
+    "diagnose": COMMON + ("limit", "limit_open", "batch_size"),
+    "secl": COMMON + ("limit", "workers"),
+    "calm": COMMON + ("batch_size",),
+}
+EXPERIMENTS = {
+    "diagnose": ((ExperimentConfig,), "the generation–discrimination gap of SmolLM2 and Qwen on MMLU, HaluEval, GSM8K"),
+    "secl": ((ExperimentConfig,), "a Qwen stream through SECL with the label-free and supervised baselines"),
+    "calm": ((ExperimentConfig, CALMExperimentConfig), "CALM with LoRA against SFT, TS and the other baselines"),
+}
+
+
+class ExperimentParser(Parser):
+    """``hf_calibration.cli.Parser`` with this program's name in its one-line errors."""
+
+    def error(self, message):
+        print(f"{PROG}: error: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def _drop_options(parser: argparse.ArgumentParser, names: set) -> None:
+    """Remove the options of the config fields ``names``; the fields keep their defaults (set on the parser, so
+    the dataclass parser still finds every field in the parsed namespace)."""
+    for action in [a for a in parser._actions if a.dest in names]:
+        parser.set_defaults(**{action.dest: action.default})
+        parser._remove_action(action)
+        for group in parser._action_groups:
+            if action in group._group_actions:
+                group._group_actions.remove(action)
+        for flag in action.option_strings:
+            parser._option_string_actions.pop(flag, None)
+
+
+def build_parser() -> ExperimentParser:
+    """The parser of ``python -m experiments``; the subparser of each experiment is in its ``commands``."""
+    parser = ExperimentParser(prog=f"python -m {PROG}", description="The project's headline tables, one command "
+                              "each, into results/NAME/; sub-runs resume.")
+    sub = parser.add_subparsers(dest="experiment", required=True, parser_class=ExperimentParser, metavar="NAME")
+    parser.commands = {}
+    others = {f.name for f in dataclasses.fields(ExperimentConfig)}
+    for name, (types, help_) in EXPERIMENTS.items():
+        leaf = parser.commands[name] = sub.add_parser(name, dataclass_types=types, help=help_, description=help_)
+        for action in leaf._actions:
+            if action.dest == "name":  # the NAME chosen by the subcommand, not an option
+                action.default, action.required, action.choices, action.help = name, False, [name], argparse.SUPPRESS
+        _drop_options(leaf, others - set(ACCEPTED[name]) - {"name"})
+    return parser
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    if not argv or argv[0] not in parser.commands:
+        parser.parse_args(argv)  # the help, or a one-line usage error; exits
+        return 2
+    leaf = parser.commands[argv[0]]
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", ParameterWarning)
+        shown = warnings.showwarning
+
+        def show(message, category, filename, lineno, file=None, line=None):
+            if isinstance(message, ParameterWarning):
+                print(f"{PROG}: warning: {message.message(leaf.option_of)}", file=sys.stderr)
+            elif any(d in Path(filename).resolve().parents for d in _OUR_DIRS):  # a degenerate fit, …: one line too
+                print(f"{PROG}: warning: {message}", file=sys.stderr)
+            else:
+                shown(message, category, filename, lineno, file, line)
+
+        warnings.showwarning = show
+        try:
+            result = run_experiment(*leaf.parse(argv[1:]))
+        except ParameterError as err:
+            print(f"{PROG}: error: {err.message(leaf.option_of)}", file=sys.stderr)
+            return 2
+        except (ValueError, OSError) as err:  # bad values of other parameters, files that cannot be read or written
+            print(f"{PROG}: error: {err}", file=sys.stderr)
+            return 2
+    if result.table:
+        print(result.table)
+    print(f"wrote {', '.join(str(p) for p in result.paths.values())}")
+    return 0
