@@ -1,7 +1,8 @@
 """A stream of questions from several domains, as token ids a causal LM answers one after the other, and the rule
 its answers are graded by.
 
-``build_stream`` draws each domain's questions (``data.load_mcqa`` / ``data.load_open_qa``) and builds each prompt
+``build_stream`` draws each domain's questions (``data.load_mcqa`` / ``data.load_open_qa``, looked up on ``data``
+at the call) and builds each prompt
 (``modeling.prompts``): MCQA questions with lettered options, open-ended ones asking for the final number.
 ``judge`` grades a generated answer: the option letter it names, or the number it ends with (``data.numbers``).
 The stream lives here, not in ``data``, because it builds prompts and token ids, which are ``modeling``'s.
@@ -11,7 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hf_calibration.data import MCQA_DATASETS, OPEN_QA_DATASETS, load_mcqa, load_open_qa, parse_domains
+from hf_calibration import data
+from hf_calibration.data import MCQA_DATASETS, OPEN_QA_DATASETS, parse_domains
 from hf_calibration.data.numbers import extract_final_number, same_number
 from hf_calibration.errors import ParameterError, renamed_parameters
 from hf_calibration.modeling.prompts import LETTERS, build_prompt, first_option_letter, format_mcqa
@@ -57,12 +59,12 @@ def build_stream(tokenizer, stream: str, *, limit_per_domain: int, seed: int = 0
     for name, subjects in parse_stream(stream):
         label = name if subjects is None else f"{name}:{subjects.replace(',', '+')}"
         if name in MCQA_DATASETS:
-            for row in load_mcqa(name, subjects=subjects, limit=limit_per_domain, seed=seed, balance_gold=balance_gold):
+            for row in data.load_mcqa(name, subjects=subjects, limit=limit_per_domain, seed=seed, balance_gold=balance_gold):
                 text = build_prompt(tokenizer, format_mcqa(row["question"], row["choices"]), prompt_format=prompt_format)
                 items.append(StreamItem(label, tokenizer.encode(text, add_special_tokens=False), int(row["answer"]),
                                         "mcqa", len(row["choices"]), list(row["choices"])))
         else:
-            for row in load_open_qa(name, limit=limit_per_domain, seed=seed):
+            for row in data.load_open_qa(name, limit=limit_per_domain, seed=seed):
                 text = build_prompt(tokenizer, f"{row['question'].strip()}\n{OPEN_QA_INSTRUCTION}", prompt_format=prompt_format)
                 items.append(StreamItem(label, tokenizer.encode(text, add_special_tokens=False),
                                         str(row["final_answer"]), "open"))
