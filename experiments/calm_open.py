@@ -330,8 +330,8 @@ def open_claim(scores: dict, ood: list, *, n_resamples: int, seed: int, strata_l
     if "bome" not in scores or not others or not ood:
         return claim, "not run", "needs bome, another method and an OOD domain", {}
     diffs = {m: _pooled_open(scores, "bome", m, ood, n_resamples=n_resamples, seed=seed) for m in others}
-    held = (True if all(d["high"] < 0 for d in diffs.values()) else
-            False if any(d["low"] > 0 for d in diffs.values()) else None)
+    verdicts = [interval_verdict(d) for d in diffs.values()]
+    held = True if all(v is True for v in verdicts) else False if any(v is False for v in verdicts) else None
     evidence = "; ".join(f"CALM − {m} {d['value']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]" for m, d in diffs.items())
     return claim, held, f"mean over {strata_label or f'{len(ood)} OOD domain(s)'}: {evidence}", diffs
 
