@@ -87,7 +87,9 @@ def run_evaluate(config: EvaluateConfig, *, progress: bool = True) -> EvaluateRe
         tokenizer, backend = open_server_backend(config.model, config.base_url, config.served_model,
                                                  max_in_flight=config.batch_size)
         load_s, start = time.perf_counter() - start, time.perf_counter()
-        scores = score_mcqa_with(backend, tokenizer, dataset, prompt_format=config.prompt_format)
+        with renamed_parameters(prompts="dataset"):  # a question longer than the server's context
+            scores = score_mcqa_with(backend, tokenizer, dataset, prompt_format=config.prompt_format)
+        backend.close()
     else:
         model, tokenizer = modeling.load_model(config.model, device=config.device)
         load_s, start = time.perf_counter() - start, time.perf_counter()

@@ -18,6 +18,7 @@ import time
 import numpy as np
 import torch
 
+from hf_calibration.errors import renamed_parameters
 from hf_calibration.modeling.prompts import LETTERS, build_mcqa_prompt, option_token_ids, resolve_prompt_format
 from hf_calibration.secl.confidence import (CONFIDENCE_TEMPLATE, DEFAULT_TAU_N, P_TRUE_TEMPLATE,
                                             PLAIN_CONFIDENCE_PREFIX, PLAIN_P_TRUE_PREFIX, ConfidenceTokens,
@@ -137,8 +138,9 @@ def diagnose_served(config, dataset, run: dict, *, progress: bool = True, **ece)
     run.update(backend="openai", base_url=config.base_url, served_model=config.served_model or config.model,
                load_seconds=round(time.perf_counter() - start, 1))
     try:
-        signals = mcqa_signals_with(backend, tokenizer, dataset, tau_n=config.tau_n,
-                                    prompt_format=config.prompt_format, progress=progress)
+        with renamed_parameters(prompts="dataset"):  # a question longer than the server's context
+            signals = mcqa_signals_with(backend, tokenizer, dataset, tau_n=config.tau_n,
+                                        prompt_format=config.prompt_format, progress=progress)
     finally:
         backend.close()
     return summarize(signals, n_resamples=config.n_resamples, seed=config.seed, **ece), signals
