@@ -8,7 +8,7 @@ from hf_calibration.modeling.prompts import build_mcqa_prompt, option_token_ids,
 from hf_calibration.modeling.scoring import MCQAScores
 
 
-def score_mcqa_with(backend, tokenizer, dataset, *, prompt_format: str = "auto") -> MCQAScores:
+def score_mcqa_with(backend, tokenizer, dataset, *, prompt_format: str = "auto", adjust=None) -> MCQAScores:
     """``modeling.score_mcqa`` with the log-probabilities read from ``backend`` (a ``ScoringBackend``).
 
     The prompts are built and tokenised here, exactly as ``score_mcqa`` builds them, and sent as token ids.
@@ -16,6 +16,9 @@ def score_mcqa_with(backend, tokenizer, dataset, *, prompt_format: str = "auto")
     logits, which differ by one constant per question, the log-normaliser a server does not return):
     ``probs``, ``option_mass``, the predictions and every calibrator that is invariant to that shift (temperature
     scaling, Platt, isotonic, histogram binning) agree; vector scaling is not shift-invariant (docs/serving.md).
+
+    ``adjust`` : optional callable ``(token_ids, logprobs (n, m)) → (n, m)`` applied to the read log-probabilities
+    before the options are formed (a CALM logit adjustment served beside its LoRA: ``calm.served``).
 
     Every prompt is checked against the backend's context before the first request. Raises ValueError for an
     empty dataset or a tokenizer without single-token option letters, and the backend's errors.
@@ -32,6 +35,8 @@ def score_mcqa_with(backend, tokenizer, dataset, *, prompt_format: str = "auto")
     ids = [tokenizer.encode(p, add_special_tokens=False) for p in prompts]
     backend.check_lengths(ids, extra=1)
     lp = backend.next_token_logprobs(ids, flat).logprobs
+    if adjust is not None:
+        lp = np.asarray(adjust(flat, lp), dtype=np.float64)
     option_logits = np.full((len(rows), k), -np.inf, dtype=np.float64)
     col = 0
     for j, v in enumerate(variants):

@@ -98,7 +98,10 @@ class OpenAICompatibleBackend(ScoringBackend):
                 problem = f"cannot reach {url}: {type(err).__name__}: {_first_line(err) or 'no answer'}"
             else:
                 if response.status_code < 400:
-                    return response.json()
+                    try:
+                        return response.json()
+                    except ValueError:  # a plain-text answer (vLLM's /v1/load_lora_adapter)
+                        return {"text": response.text}
                 problem = f"{url} answered HTTP {response.status_code}: {_first_line(response.text)}"
                 if response.status_code not in TRANSIENT_STATUS:
                     raise ServerError("base_url", self.base_url, problem)
@@ -126,6 +129,15 @@ class OpenAICompatibleBackend(ScoringBackend):
 
     def close(self) -> None:
         self._client.close()
+
+    def load_lora_adapter(self, name: str, path: str) -> None:
+        """Load a PEFT LoRA folder into the server under ``name`` (vLLM's ``/v1/load_lora_adapter``; the server
+        needs ``--enable-lora`` and ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``), then score through it: this
+        backend's ``served_model`` becomes ``name``. Raises ServerError naming ``base_url`` with the server's
+        answer when it refuses (e.g. started without ``--enable-lora``, or a rank above ``--max-lora-rank``)."""
+        self._request("POST", "/load_lora_adapter", {"lora_name": name, "lora_path": str(path)})
+        self.served_model = name
+        self.check_server()
 
     # --------------------------------------------------------------------------------- checks
 
