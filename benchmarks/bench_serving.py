@@ -54,7 +54,13 @@ def main(argv=None) -> int:
                          args.repeats)
     mean_len = np.mean([len(tok.encode(p, add_special_tokens=False)) for p in ref.prompts])
     local_name = f"transformers, batch {args.batch_size}"
-    lines = [f"{len(rows)} MMLU questions, SmolLM2-135M-Instruct float32, prompts {mean_len:.0f} tokens on average",
+    import os
+
+    import torch
+
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    lines = [f"{len(rows)} MMLU questions, SmolLM2-135M-Instruct float32, prompts {mean_len:.0f} tokens on average; "
+             f"{os.cpu_count()} CPUs, torch threads {torch.get_num_threads()}, load average {load}",
              f"{'backend':<28} {'q/s':>8} {'x in-process':>13} {'same answers':>13} {'max |Δp|':>10}",
              f"{local_name:<28} {len(rows) / t_local:8.2f} {1.0:13.2f} {'—':>13} {'—':>10}"]
     tmp = tempfile.TemporaryDirectory()
