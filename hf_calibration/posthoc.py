@@ -52,6 +52,8 @@ from sklearn.exceptions import ConvergenceWarning, NotFittedError
 from sklearn.isotonic import IsotonicRegression
 from transformers import LogitsProcessor
 
+from hf_calibration.errors import ParameterError, ParameterTypeError, check_choice
+from hf_calibration.metrics._validation import check_labels, to_numpy
 from hf_calibration.metrics.binning import uniform_bin_index
 
 __all__ = [
@@ -88,29 +90,9 @@ _LOG_ODDS_OF_LOG_PROBABILITY_0 = 1075 * np.log(2.0)  # 745.13; log-probability -
 # --------------------------------------------------------------------------------------------------
 # Input validation
 # --------------------------------------------------------------------------------------------------
-def _to_numpy(x, name):
-    if isinstance(x, torch.Tensor):
-        x = x.detach().cpu()
-        if x.is_floating_point() and x.dtype not in (torch.float32, torch.float64):
-            x = x.float()  # numpy has no bfloat16
-        return x.numpy()
-    try:
-        arr = np.asarray(x)
-    except ValueError as exc:  # ragged nested lists
-        raise ValueError(f"`{name}` must be a rectangular array, got {_short(x)}: {exc}") from None
-    return arr
-
-
 def _short(value, limit=80):
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _numeric(x, name):
-    arr = _to_numpy(x, name)
-    if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == bool):
-        raise TypeError(f"`{name}` must be numeric, got dtype {arr.dtype} ({_short(x)})")
-    return arr
 
 
 def _first_bad(arr, mask):
@@ -120,61 +102,34 @@ def _first_bad(arr, mask):
 
 def _check_logits(logits, name="logits"):
     """float64 array of shape (n, K) with K >= 2, n >= 1, all finite."""
-    arr = _numeric(logits, name)
+    arr = to_numpy(logits, name)
     if arr.dtype == bool:
-        raise TypeError(f"`{name}` must be real-valued logits, got dtype bool")
+        raise ParameterTypeError(name, logits, f"must be real-valued logits, got dtype bool")
     if arr.ndim != 2:
-        raise ValueError(f"`{name}` must have shape (n, K), got shape {arr.shape}")
+        raise ParameterError(name, logits, f"must have shape (n, K), got shape {arr.shape}")
     n, k = arr.shape
     if n == 0:
-        raise ValueError(f"`{name}` is empty (shape {arr.shape}); need at least 1 sample")
+        raise ParameterError(name, logits, f"is empty (shape {arr.shape}); need at least 1 sample")
     if k < 2:
-        raise ValueError(f"`{name}` has {k} class column(s) (shape {arr.shape}); need at least 2 classes")
+        raise ParameterError(name, logits, f"has {k} class column(s) (shape {arr.shape}); need at least 2 classes")
     arr = arr.astype(np.float64)
     bad = ~np.isfinite(arr)
     if bad.any():
         where, value = _first_bad(arr, bad)
-        raise ValueError(
-            f"`{name}` must be finite; found {int(bad.sum())} NaN/inf value(s), first {value} at {where}"
+        raise ParameterError(
+            name, logits, f"must be finite; found {int(bad.sum())} NaN/inf value(s), first {value} at {where}"
         )
     return arr
-
-
-def _check_labels(labels, n_samples, n_classes, name="labels"):
-    """int64 array of shape (n,) with values in [0, n_classes)."""
-    arr = _numeric(labels, name)
-    if arr.ndim != 1:
-        raise ValueError(f"`{name}` must have shape (n,), got shape {arr.shape}")
-    if arr.shape[0] != n_samples:
-        raise ValueError(f"`{name}` has {arr.shape[0]} entries but `logits` has {n_samples} rows")
-    if np.issubdtype(arr.dtype, np.floating):
-        bad = ~np.isfinite(arr) | (arr != np.round(arr))
-        if bad.any():
-            where, value = _first_bad(arr, bad)
-            raise ValueError(f"`{name}` must be integer class indices, got {value} at {where}")
-    arr = arr.astype(np.int64)
-    bad = (arr < 0) | (arr >= n_classes)
-    if bad.any():
-        where, value = _first_bad(arr, bad)
-        raise ValueError(f"`{name}` must lie in [0, {n_classes - 1}] (K={n_classes}), got {value} at {where}")
-    return arr
-
-
-def _check_input_format(input_format):
-    if not isinstance(input_format, str) or input_format not in INPUT_FORMATS:
-        raise ValueError(
-            f"`input_format` must be one of {', '.join(map(repr, INPUT_FORMATS))}, got {_short(input_format)}"
-        )
 
 
 def _check_confidence(confidence, input_format="probability", name="confidence"):
     """float64 array of shape (n,): probabilities in [0, 1], finite log-probabilities <= 0, or finite log-odds."""
-    _check_input_format(input_format)
-    arr = _numeric(confidence, name)
+    check_choice(input_format, "input_format", INPUT_FORMATS)
+    arr = to_numpy(confidence, name)
     if arr.ndim != 1:
-        raise ValueError(f"`{name}` must have shape (n,), got shape {arr.shape}")
+        raise ParameterError(name, confidence, f"must have shape (n,), got shape {arr.shape}")
     if arr.shape[0] == 0:
-        raise ValueError(f"`{name}` is empty; need at least 1 sample")
+        raise ParameterError(name, confidence, f"is empty; need at least 1 sample")
     arr = arr.astype(np.float64)
     bad = ~np.isfinite(arr)
     if input_format == "probability":
@@ -187,7 +142,7 @@ def _check_confidence(confidence, input_format="probability", name="confidence")
         what = "finite log-odds (input_format='log_odds')"
     if bad.any():
         where, value = _first_bad(arr, bad)
-        raise ValueError(f"`{name}` must be {what}, got {value} at {where}")
+        raise ParameterError(name, confidence, f"must be {what}, got {value} at {where}")
     return arr
 
 
@@ -223,19 +178,20 @@ def _probability(x, input_format):
 
 def _check_correct(correct, n_samples, name="correct"):
     """float64 array of shape (n,) with values in {0, 1}, both present."""
-    arr = _numeric(correct, name)
+    arr = to_numpy(correct, name)
     if arr.ndim != 1:
-        raise ValueError(f"`{name}` must have shape (n,), got shape {arr.shape}")
+        raise ParameterError(name, correct, f"must have shape (n,), got shape {arr.shape}")
     if arr.shape[0] != n_samples:
-        raise ValueError(f"`{name}` has {arr.shape[0]} entries but `confidence` has {n_samples}")
+        raise ParameterError(name, correct, f"has {arr.shape[0]} entries but {{confidence}} has {n_samples}",
+                             related=("confidence",))
     arr = arr.astype(np.float64)
     bad = (arr != 0.0) & (arr != 1.0)
     if bad.any():
         where, value = _first_bad(arr, bad)
-        raise ValueError(f"`{name}` must be binary (0/1 or bool), got {value} at {where}")
+        raise ParameterError(name, correct, f"must be binary (0/1 or bool), got {value} at {where}")
     if np.unique(arr).size < 2:
-        raise ValueError(
-            f"`{name}` contains only one class ({arr[0]:g} for all {n_samples} samples); "
+        raise ParameterError(
+            name, correct, f"contains only one class ({arr[0]:g} for all {n_samples} samples); "
             "need both correct and wrong examples to fit a calibrator"
         )
     return arr
@@ -243,17 +199,17 @@ def _check_correct(correct, n_samples, name="correct"):
 
 def _check_int_param(value, name, low):
     if isinstance(value, bool) or not isinstance(value, Integral):
-        raise TypeError(f"`{name}` must be an int, got {_short(value)}")
+        raise ParameterTypeError(name, value, f"must be an int, got {_short(value)}")
     if value < low:
-        raise ValueError(f"`{name}` must be >= {low}, got {value}")
+        raise ParameterError(name, value, f"must be >= {low}, got {value}")
 
 
 def _check_real_param(value, name, *, positive):
     if isinstance(value, bool) or not isinstance(value, Real):
-        raise TypeError(f"`{name}` must be a real number, got {_short(value)}")
+        raise ParameterTypeError(name, value, f"must be a real number, got {_short(value)}")
     value = float(value)
     if not np.isfinite(value) or (value <= 0 if positive else value < 0):
-        raise ValueError(f"`{name}` must be finite and {'> 0' if positive else '>= 0'}, got {value}")
+        raise ParameterError(name, value, f"must be finite and {'> 0' if positive else '>= 0'}, got {value}")
 
 
 def _lbfgs(fun, x0, *, max_iter, name, bounds=None):
@@ -408,7 +364,7 @@ class TemperatureScaler(_PosthocCalibrator):
         _check_int_param(self.max_iter, "max_iter", 1)
         _check_real_param(self.init_temperature, "init_temperature", positive=True)
         z = _check_logits(logits)
-        y = _check_labels(labels, z.shape[0], z.shape[1])
+        y = check_labels(labels, z.shape[0], z.shape[1], name="labels", rows="logits").astype(np.int64)
         z_true = z[np.arange(z.shape[0]), y]
 
         def nll_and_grad(params):
@@ -493,7 +449,7 @@ class VectorScaler(_PosthocCalibrator):
         l2 = float(self.l2)
         z = _check_logits(logits)
         n, k = z.shape
-        y = _check_labels(labels, n, k)
+        y = check_labels(labels, n, k, name="labels", rows="logits").astype(np.int64)
         onehot = np.zeros_like(z)
         onehot[np.arange(n), y] = 1.0
 
@@ -517,8 +473,8 @@ class VectorScaler(_PosthocCalibrator):
         self._check_is_fitted()
         z = _check_logits(logits)
         if z.shape[1] != self.coef_.shape[0]:
-            raise ValueError(
-                f"`logits` has K={z.shape[1]} columns but this VectorScaler was fitted with "
+            raise ParameterError(
+                "logits", logits, f"has K={z.shape[1]} columns but this VectorScaler was fitted with "
                 f"K={self.coef_.shape[0]}"
             )
         return softmax(z * self.coef_ + self.intercept_, axis=1)
@@ -605,7 +561,7 @@ class PlattScaler(_ConfidenceCalibrator):
         lengths, or an unknown ``input_format``.
         """
         if not isinstance(self.target_smoothing, (bool, np.bool_)):
-            raise TypeError(f"`target_smoothing` must be a bool, got {_short(self.target_smoothing)}")
+            raise ParameterTypeError("target_smoothing", self.target_smoothing, f"must be a bool, got {_short(self.target_smoothing)}")
         _check_int_param(self.max_iter, "max_iter", 1)
         c, t = self._fit_inputs(confidence, correct)
         if self.target_smoothing:
@@ -796,20 +752,20 @@ class TemperatureScalingLogitsProcessor(LogitsProcessor):
         if token_ids is None:
             self.token_ids = None
             return
-        ids = _numeric(token_ids, "token_ids")
+        ids = to_numpy(token_ids, "token_ids")
         if ids.ndim != 1 or ids.size == 0:
-            raise ValueError(f"`token_ids` must be a non-empty 1-D sequence of ints, got {_short(token_ids)}")
+            raise ParameterError("token_ids", token_ids, f"must be a non-empty 1-D sequence of ints, got {_short(token_ids)}")
         if not np.issubdtype(ids.dtype, np.integer):
-            raise TypeError(f"`token_ids` must be integers, got dtype {ids.dtype} ({_short(token_ids)})")
+            raise ParameterTypeError("token_ids", token_ids, f"must be integers, got dtype {ids.dtype} ({_short(token_ids)})")
         if (ids < 0).any():
-            raise ValueError(f"`token_ids` must be >= 0, got {int(ids[ids < 0][0])}")
+            raise ParameterError("token_ids", token_ids, f"must be >= 0, got {int(ids[ids < 0][0])}")
         self.token_ids = torch.as_tensor(np.unique(ids), dtype=torch.long)
 
     @classmethod
     def from_scaler(cls, scaler, token_ids=None):
         """Build the processor from a fitted :class:`TemperatureScaler` (its ``temperature_``)."""
         if not isinstance(scaler, TemperatureScaler):
-            raise TypeError(f"`scaler` must be a TemperatureScaler, got {type(scaler).__name__}")
+            raise ParameterTypeError("scaler", scaler, f"must be a TemperatureScaler, got {type(scaler).__name__}")
         scaler._check_is_fitted()
         return cls(scaler.temperature_, token_ids=token_ids)
 
@@ -819,9 +775,9 @@ class TemperatureScalingLogitsProcessor(LogitsProcessor):
         vocab_size = scores.shape[-1]
         too_big = self.token_ids >= vocab_size
         if too_big.any():
-            raise ValueError(
-                f"`token_ids` contains {self.token_ids[too_big].tolist()}, outside the vocabulary "
-                f"of size {vocab_size} (last dimension of `scores`)"
+            raise ParameterError(
+                "token_ids", self.token_ids.tolist(), f"contains {self.token_ids[too_big].tolist()}, outside the "
+                f"vocabulary of size {vocab_size} (last dimension of {{scores}})", related=("scores",)
             )
         ids = self.token_ids.to(scores.device)
         processed = scores.clone()
