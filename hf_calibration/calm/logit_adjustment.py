@@ -1,4 +1,4 @@
-"""The learned logit adjustment α = (τ, l) of CALM and a causal-LM wrapper that applies it (SPEC §1).
+"""The learned logit adjustment α = (τ, l) of CALM and a causal-LM wrapper that applies it (docs/methods.md, 'CALM: logit adjustment').
 
 ``CALMModel`` wraps a ``peft.PeftModel`` (the LoRA adapter, whose layout on disk and loading are PEFT's) or a
 full model, plus its ``LogitAdjustment``; its folder is PEFT's adapter folder (or the full model) with
@@ -67,7 +67,7 @@ def _check_token_ids(token_ids, vocab_size):
 
 
 class LogitAdjustment(nn.Module):
-    """α = (τ, l) applied to next-token logits as z / τ + l (CALM, SPEC §1).
+    """α = (τ, l) applied to next-token logits as z / τ + l (CALM; docs/methods.md, 'CALM: logit adjustment').
 
     Parameters
     ----------
