@@ -1,7 +1,7 @@
 """Whether the Hugging Face Hub can be used right now, decided quickly.
 
 Without this check an unreachable Hub costs ~47 s of retries inside huggingface_hub before it fails
-(SPEC §4); a 2-second TCP probe answers the same question up front.
+(huggingface_hub retries for about 47 s); a 2-second TCP probe answers the same question up front.
 """
 
 import functools

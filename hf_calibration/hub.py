@@ -14,7 +14,7 @@ huggingface_hub and never logged or written anywhere by this module.
 
 Every endpoint comes from huggingface_hub (``HF_ENDPOINT``), so the same code runs against the Hub or
 a mirror; offline (HF_HUB_OFFLINE=1 or an unreachable endpoint) ``download_folder`` uses the local
-cache only instead of spending ~47 s on retries (SPEC §4).
+cache only instead of spending ~47 s on retries .
 """
 
 from __future__ import annotations

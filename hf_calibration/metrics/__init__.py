@@ -1,4 +1,4 @@
-"""Calibration metrics: pure functions on numpy arrays, Python lists or torch tensors (SPEC §3).
+"""Calibration metrics: pure functions on numpy arrays, Python lists or torch tensors (docs/methods.md, 'Calibration metrics').
 
 Two input forms, for every metric:
 

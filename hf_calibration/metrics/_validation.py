@@ -1,6 +1,6 @@
 """Input conversion and validation shared by every metric.
 
-Two input forms exist (SPEC §3):
+Two input forms exist (docs/methods.md, notation):
 
 * the "conf" view: ``y_prob`` of shape (n,) holds confidences in [0, 1] and ``y_true`` of shape (n,)
   holds 0/1 correctness;

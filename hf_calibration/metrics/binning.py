@@ -1,6 +1,6 @@
 """Top-label reduction, bin assignment and per-bin sums: the shared core of every binned metric.
 
-Bin conventions (SPEC §3)
+Bin conventions (docs/methods.md, 'Binned ECE family')
 -------------------------
 ``uniform``: bin k of B holds confidences c with ``k/B <= c < (k+1)/B``, where each edge k/B is the
 float64 nearest to the fraction (``np.arange(B + 1) / B``); c = 0.0 is in the first bin and c = 1.0

@@ -166,7 +166,7 @@ def classwise_ece(y_true, y_prob, *, n_bins: int = 15) -> float:
         \big|\,\overline{1[y=k]}_{bk} - \overline{p_{\cdot k}}_{bk}\big|
 
     with equal-width bins per class. This is the static calibration error (SCE) of Nixon et al. 2019
-    and the marginal ECE of Kumar et al. 2019 with p = 1, as computed by the CFT evaluator (SPEC §3).
+    and the marginal ECE of Kumar et al. 2019 with p = 1, as computed by the CFT evaluator (docs/methods.md, 'Classwise ECE').
 
     Parameters
     ----------
@@ -213,7 +213,7 @@ def adaptive_calibration_error(y_true, y_prob, *, n_bins: int = 15) -> float:
         \mathrm{ACE} = \frac{1}{|\{b: n_b > 0\}|}\sum_{b: n_b > 0} |\mathrm{acc}_b - \mathrm{conf}_b|
 
     over ``n_bins`` equal-mass (quantile) bins of the top-label confidence. This is netcal's ``ACE``
-    with ``equal_intervals=False`` (SPEC §3); Nixon et al. 2019 introduced adaptive binning (their
+    with ``equal_intervals=False`` (docs/methods.md, 'ACE'); Nixon et al. 2019 introduced adaptive binning (their
     ACE additionally averages over classes).
 
     Parameters

@@ -130,7 +130,7 @@ def confidence_auroc(y_true, y_prob) -> float:
     The probability that a random correct prediction has higher confidence than a random wrong one
     (ties count 1/2): the Mann-Whitney statistic, equal to scikit-learn's
     ``roc_auc_score(correct, confidence)``. 0.5 means the confidence carries no information about
-    correctness, however well calibrated its level is (SPEC §5).
+    correctness, however well calibrated its level is (docs/methods.md, 'AUROC and AURC').
 
     Parameters
     ----------

@@ -1,4 +1,4 @@
-"""Shift detection on the output entropy: the adaptive entropy gate of SECL (SPEC §2 step 2).
+"""Shift detection on the output entropy: the adaptive entropy gate of SECL (docs/methods.md, 'SECL: entropy gate and Page-Hinkley').
 
 ``PageHinkley`` is the two-sided Page-Hinkley test (Page 1954) with the semantics of river's
 ``drift.PageHinkley`` (running mean, optional forgetting factor α, reset after an alarm), so the two
