@@ -1,9 +1,9 @@
-"""Does SECL have something to distil? The generation–discrimination gap of a model (SPEC §2, §5).
+"""Does SECL have something to distil? The generation–discrimination gap of a model (docs/methods.md, 'SECL: generation–discrimination gap').
 
 SECL moves the verbalized confidence toward P(True)Norm. That can only help when P(True)Norm is the
 better signal: lower ECE *and* better ranking of correct above wrong answers (AUROC). When P(True)Norm
 only has the better level (lower ECE, AUROC no better), SECL can at most shift the level — which a
-constant confidence equal to the accuracy also does (SPEC §5) — and the verdict says so.
+constant confidence equal to the accuracy also does (docs/methods.md, 'AUROC and AURC') — and the verdict says so.
 """
 
 from __future__ import annotations
@@ -22,6 +22,44 @@ def _entry(result) -> dict:
     if np.isnan(low) or np.isnan(high):
         low = high = None
     return {"value": value, "low": low, "high": high}
+
+
+def _verdict(d_auroc: dict, d_ece: dict, confidence_level: float) -> tuple[str, bool | None, str]:
+    """(verdict, secl_expected_to_help, explanation) from the two differences' intervals (the rule of
+    ``generation_discrimination_gap``)."""
+    ece_gap = d_ece["high"] is not None and d_ece["high"] < 0
+    auroc_gap = d_auroc["low"] is not None and d_auroc["low"] > 0
+    pct = f"{confidence_level:.0%}"
+    ci = f"{pct} interval"
+    if ece_gap and auroc_gap:
+        verdict, helps = "helps", True
+        explanation = (
+            f"P(True)Norm is better calibrated (ECE {d_ece['value']:+.3f}) and ranks correct answers higher "
+            f"(AUROC {d_auroc['value']:+.3f}) than the verbalized confidence, both beyond the {ci}s: "
+            "SECL has a signal to distil and is expected to help."
+        )
+    elif auroc_gap:
+        verdict, helps = "ranking only", None
+        explanation = (
+            f"P(True)Norm ranks correct answers higher (AUROC {d_auroc['value']:+.3f}, {ci} above 0) but its ECE "
+            f"difference ({d_ece['value']:+.3f}) is not established ({ci} includes 0 or lies above it): SECL has a "
+            "ranking to transfer; whether it lowers ECE is undecided at this sample size."
+        )
+    elif ece_gap:
+        verdict, helps = "level only", False
+        explanation = (
+            f"P(True)Norm has the lower ECE ({d_ece['value']:+.3f}) but does not rank correct answers better "
+            f"(AUROC {d_auroc['value']:+.3f}, {ci} includes 0): SECL could only shift the confidence "
+            "level, which a constant equal to the accuracy also does; it is not expected to help."
+        )
+    else:
+        verdict, helps = "does not help", False
+        explanation = (
+            f"P(True)Norm is neither better calibrated (ECE {d_ece['value']:+.3f}) nor better at ranking "
+            f"(AUROC {d_auroc['value']:+.3f}) than the verbalized confidence beyond the {ci}s: there is no "
+            "generation–discrimination gap, so SECL cannot help."
+        )
+    return verdict, helps, explanation
 
 
 def generation_discrimination_gap(
@@ -74,38 +112,7 @@ def generation_discrimination_gap(
     auroc_v = _entry(bootstrap(confidence_auroc, y, v, **options))
     d_auroc = _entry(paired_bootstrap(confidence_auroc, y, p, y, v, **options))
     d_ece = _entry(paired_bootstrap(expected_calibration_error, y, p, y, v, metric_kwargs=ece, **options))
-    ece_gap = d_ece["high"] is not None and d_ece["high"] < 0
-    auroc_gap = d_auroc["low"] is not None and d_auroc["low"] > 0
-    pct = f"{confidence_level:.0%}"
-    ci = f"{pct} interval"
-    if ece_gap and auroc_gap:
-        verdict, helps = "helps", True
-        explanation = (
-            f"P(True)Norm is better calibrated (ECE {d_ece['value']:+.3f}) and ranks correct answers higher "
-            f"(AUROC {d_auroc['value']:+.3f}) than the verbalized confidence, both beyond the {ci}s: "
-            "SECL has a signal to distil and is expected to help."
-        )
-    elif auroc_gap:
-        verdict, helps = "ranking only", None
-        explanation = (
-            f"P(True)Norm ranks correct answers higher (AUROC {d_auroc['value']:+.3f}, {ci} above 0) but its ECE "
-            f"difference ({d_ece['value']:+.3f}) is not established ({ci} includes 0 or lies above it): SECL has a "
-            "ranking to transfer; whether it lowers ECE is undecided at this sample size."
-        )
-    elif ece_gap:
-        verdict, helps = "level only", False
-        explanation = (
-            f"P(True)Norm has the lower ECE ({d_ece['value']:+.3f}) but does not rank correct answers better "
-            f"(AUROC {d_auroc['value']:+.3f}, {ci} includes 0): SECL could only shift the confidence "
-            "level, which a constant equal to the accuracy also does; it is not expected to help."
-        )
-    else:
-        verdict, helps = "does not help", False
-        explanation = (
-            f"P(True)Norm is neither better calibrated (ECE {d_ece['value']:+.3f}) nor better at ranking "
-            f"(AUROC {d_auroc['value']:+.3f}) than the verbalized confidence beyond the {ci}s: there is no "
-            "generation–discrimination gap, so SECL cannot help."
-        )
+    verdict, helps, explanation = _verdict(d_auroc, d_ece, confidence_level)
     return {
         "delta_auroc": d_auroc, "delta_ece": d_ece, "auroc_norm_p_true": auroc_p, "auroc_verbalized": auroc_v,
         "verdict": verdict, "secl_expected_to_help": helps, "explanation": explanation,
