@@ -147,6 +147,6 @@ def test_trainer_step_uses_the_training_set_bin_counts(tmp_path, tiny_tokenizer,
     trainer.create_optimizer()
     batch = trainer.data_collator([trainer.train_dataset[i] for i in range(3)])
     trainer.training_step(trainer.model, batch)
-    logged = trainer._metrics["train"]["cft_term"]
+    logged = trainer._metrics["train"]["cft_term"]  # TRL's per-split log buffer: no public reader before log()
     # float32 probabilities (relative error ≤ 2^-24 each) through ~30 operations of magnitude ≤ 1: 1e-6
     assert logged == [pytest.approx(float(sum(e / n for e, n in zip(_hand_errors(), (8, 4, 8)))), abs=1e-6)]
