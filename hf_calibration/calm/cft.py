@@ -47,6 +47,8 @@ import math
 
 import torch
 
+from hf_calibration.errors import check_choice
+
 CFT_TARGETS = ("tanh", "proportional", "uniform")
 CFT_NORMALIZATIONS = ("bin_count", "batch_mean")
 
@@ -57,8 +59,7 @@ def non_max_target(non_max: torch.Tensor, accuracy: torch.Tensor, rule: str = "t
     'proportional' or 'uniform'). Each row sums to 1 − accuracy; 'tanh' and 'proportional' keep the order of
     ``non_max`` (not strictly for 'tanh' where tanh saturates). Differentiable w.r.t. ``non_max`` (not detached,
     as in the CFT code). Raises ValueError for an unknown rule."""
-    if rule not in CFT_TARGETS:
-        raise ValueError(f"cft_target: must be one of {CFT_TARGETS}, got {rule!r}")
+    check_choice(rule, "cft_target", CFT_TARGETS)
     remaining = (1 - accuracy).to(non_max.dtype)[:, None]
     if rule == "uniform":
         return (remaining / non_max.shape[1]).expand_as(non_max)
@@ -98,9 +99,8 @@ def cft_term(probs: torch.Tensor, bins: torch.Tensor, bin_accuracy: torch.Tensor
 
     Raises ValueError for an unknown normalization.
     """
+    check_choice(normalization, "cft_normalization", CFT_NORMALIZATIONS)
     errors = cft_item_errors(probs, bin_accuracy.to(probs.device)[bins], rule)
     if normalization == "bin_count":
         return (errors / bin_count.to(probs.device, probs.dtype)[bins].clamp(min=1)).sum()
-    if normalization == "batch_mean":
-        return errors.sum() / items
-    raise ValueError(f"cft_normalization: must be one of {CFT_NORMALIZATIONS}, got {normalization!r}")
+    return errors.sum() / items

@@ -23,6 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from hf_calibration.errors import check_choice
+
 ADJUSTMENT_WEIGHTS_NAME = "logit_adjustment.safetensors"
 ADJUSTMENT_CONFIG_NAME = "logit_adjustment_config.json"
 FORMAT_VERSION = 1  # of logit_adjustment_config.json; bump when the saved layout changes
@@ -89,10 +91,8 @@ class LogitAdjustment(nn.Module):
     def __init__(self, vocab_size: int, token_ids: Sequence[int] | None = None, *, mode: str = "vector",
                  parameterization: str = "exp"):
         super().__init__()
-        if mode not in MODES:
-            raise ValueError(f"mode: must be one of {MODES}, got {mode!r}")
-        if parameterization not in PARAMETERIZATIONS:
-            raise ValueError(f"parameterization: must be one of {PARAMETERIZATIONS}, got {parameterization!r}")
+        check_choice(mode, "mode", MODES)
+        check_choice(parameterization, "parameterization", PARAMETERIZATIONS)
         ids = _check_token_ids(token_ids, vocab_size)
         self.vocab_size = vocab_size
         self.mode = mode
