@@ -4,14 +4,17 @@ from hf_calibration.calm.bome import BOMETerms, bome_direction, bome_lambda, bom
 from hf_calibration.calm.config import CALMConfig
 from hf_calibration.calm.data import mcqa_to_prompt_completion
 from hf_calibration.calm.logit_adjustment import CALMModel, LogitAdjustment, adjust_logits, temperature_from_rho
+from hf_calibration.calm.strategies import STRATEGIES, CALMStrategy
 from hf_calibration.calm.trainer import CALMTrainer
 
 __all__ = [
     "BOMETerms",
     "CALMConfig",
     "CALMModel",
+    "CALMStrategy",
     "CALMTrainer",
     "LogitAdjustment",
+    "STRATEGIES",
     "adjust_logits",
     "bome_direction",
     "bome_lambda",
