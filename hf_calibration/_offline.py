@@ -1,7 +1,8 @@
 """Whether the Hugging Face Hub can be used right now, decided quickly.
 
-Without this check an unreachable Hub costs ~47 s of retries inside huggingface_hub before it fails
-(SPEC §4); a 2-second TCP probe answers the same question up front.
+Without this check an unreachable Hub costs ~47 s of retries inside huggingface_hub before it fails; a
+2-second TCP probe answers the same question up front. The probe's answer is kept for the process
+(``forget_reachability`` drops it, e.g. after the endpoint changed).
 """
 
 import functools
@@ -23,6 +24,11 @@ def _endpoint_reachable(endpoint: str, timeout: float = 2.0) -> bool:
             return True
     except OSError:
         return False
+
+
+def forget_reachability() -> None:
+    """Drop the kept probe result, so the next ``hub_available()`` probes the endpoint again."""
+    _endpoint_reachable.cache_clear()
 
 
 def hub_available() -> bool:

@@ -2,7 +2,7 @@
 
 On GPUs nothing here is needed: ``accelerate launch --config_file examples/accelerate_configs/<x>.yaml``
 and a plain ``CALMConfig`` work as with any TRL trainer, and ``cpu_training_kwargs()`` returns ``{}``.
-On a machine without GPUs (CI, these test machines) two accelerate quirks need working around (SPEC §4):
+On a machine without GPUs (CI, these test machines) two accelerate quirks need working around (docs/distributed.md):
 
 - ``accelerate launch --cpu --num_processes 2`` silently starts ONE process. Real 2-process CPU runs
   are launched as multi-GPU (``--multi_gpu --num_processes 2``, or the ``*_cpu.yaml`` configs) and the
@@ -31,7 +31,8 @@ def quiet_deepspeed_cpu_notice() -> None:
     accelerator, we were unable to detect it." on every run, a warning the user can do nothing about.
     ``DS_ACCELERATOR=cpu`` is DeepSpeed's own switch for the same choice. It is set only when no
     device DeepSpeed could use is present (CUDA, XPU, MPS, or the NPU/HPU/MLU plug-ins), and never over
-    a value the user set.
+    a value the user set. Called where DeepSpeed may be imported next (``CALMTrainer()``,
+    ``cpu_training_kwargs()``), never on import of the package.
     """
     import importlib.util
 
@@ -71,6 +72,7 @@ def cpu_training_kwargs() -> dict:
     if launched_with_deepspeed():
         from accelerate import PartialState
 
+        quiet_deepspeed_cpu_notice()  # accelerate imports DeepSpeed here
         PartialState(backend="gloo")
         return {"accelerator_config": {"use_configured_state": True}}
     return {"use_cpu": True}

@@ -65,8 +65,20 @@ class ParameterError(ValueError):
                           related=tuple(names.get(r, r) for r in self.related))
 
 
+class ParameterTypeError(ParameterError, TypeError):
+    """A parameter of the wrong type, e.g. a string where an array of numbers is needed (also a TypeError)."""
+
+
 class MissingPathError(ParameterError, FileNotFoundError):
     """A parameter names a file or folder that does not exist (also a FileNotFoundError)."""
+
+
+def check_choice(value, name: str, choices):
+    """``value`` if it is one of ``choices``, else ParameterError naming ``name``:
+    "binning: must be one of 'uniform', 'quantile', got 'equal'". Returns ``value``."""
+    if value not in choices:
+        raise ParameterError(name, value, f"must be one of {', '.join(map(repr, choices))}, got {value!r}")
+    return value
 
 
 class ParameterWarning(UserWarning):

@@ -14,7 +14,7 @@ huggingface_hub and never logged or written anywhere by this module.
 
 Every endpoint comes from huggingface_hub (``HF_ENDPOINT``), so the same code runs against the Hub or
 a mirror; offline (HF_HUB_OFFLINE=1 or an unreachable endpoint) ``download_folder`` uses the local
-cache only instead of spending ~47 s on retries (SPEC §4).
+cache only instead of spending ~47 s on retries .
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from huggingface_hub.utils import validate_repo_id
 
 from hf_calibration import __version__
 from hf_calibration._offline import hub_available
+from hf_calibration.errors import check_choice
 
 logger = logging.getLogger(__name__)
 
@@ -223,8 +224,7 @@ def push_folder_to_hub(
     if not folder.is_dir():
         raise ValueError(f"folder: {str(folder)!r} is not a directory")
     check_repo_id(repo_id)
-    if repo_type not in REPO_TYPES:
-        raise ValueError(f"repo_type: must be one of {REPO_TYPES}, got {repo_type!r}")
+    check_choice(repo_type, "repo_type", REPO_TYPES)
     token = _resolve_token(token)
     api = HfApi(token=token, library_name=LIBRARY_NAME, library_version=__version__)
     url = api.create_repo(repo_id, private=private, repo_type=repo_type, exist_ok=True, space_sdk=space_sdk)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from hf_calibration.errors import check_choice
 from hf_calibration.modeling.prompts import LETTERS, format_mcqa
 
 __all__ = ["CHOICE_STYLES", "ECE_YAML", "write_mcqa_task"]
@@ -45,8 +46,7 @@ def write_mcqa_task(rows, folder, name: str, *, choices: str = "letters", ece: b
 
     Raises ValueError for an unknown ``choices`` style, a ``name`` that is not a plain file name, or no rows.
     """
-    if choices not in CHOICE_STYLES:
-        raise ValueError(f"choices: must be one of {', '.join(map(repr, CHOICE_STYLES))}, got {choices!r}")
+    check_choice(choices, "choices", CHOICE_STYLES)
     if not name or Path(name).name != name or name.startswith("."):
         raise ValueError(f"name: must be a plain task name, got {name!r}")
     rows = [dict(r) for r in rows]

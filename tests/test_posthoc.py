@@ -185,7 +185,7 @@ def test_vector_scaling_matches_torch_autograd_fit(mc_data):
 def test_vector_scaling_rejects_other_k(mc_data):
     z, y = mc_data
     scaler = VectorScaler().fit(z, y)
-    with pytest.raises(ValueError, match=r"`logits`.*K=3.*K=4"):
+    with pytest.raises(ValueError, match=r"logits: .*K=3.*K=4"):
         scaler.transform(z[:, :3])
 
 
@@ -309,12 +309,12 @@ def test_input_format_survives_save_and_load(cls, binary_data, tmp_path):
     ("input_format", "x", "exc", "pattern"),
     [
         ("logit", [0.2, 0.6, 0.9, 0.4], ValueError,
-         r"`input_format` must be one of 'probability', 'log_probability', 'log_odds', got 'logit'"),
+         r"input_format: must be one of 'probability', 'log_probability', 'log_odds', got 'logit'"),
         ("log_probability", [-1.0, 0.5, -0.1, -2.0], ValueError,
-         r"`confidence` must be finite log-probabilities <= 0 \(input_format='log_probability'\), got 0\.5 at 1"),
-        ("log_probability", [-1.0, -np.inf, -0.1, -2.0], ValueError, r"`confidence` must be finite.*got -inf at 1"),
+         r"confidence: must be finite log-probabilities <= 0 \(input_format='log_probability'\), got 0\.5 at 1"),
+        ("log_probability", [-1.0, -np.inf, -0.1, -2.0], ValueError, r"confidence: must be finite.*got -inf at 1"),
         ("log_odds", [-1.0, 2.0, np.nan, 0.0], ValueError,
-         r"`confidence` must be finite log-odds \(input_format='log_odds'\), got nan at 2"),
+         r"confidence: must be finite log-odds \(input_format='log_odds'\), got nan at 2"),
     ],
 )
 def test_input_format_errors(cls, input_format, x, exc, pattern):
@@ -382,16 +382,16 @@ GOOD_T = np.array([0, 1, 1, 0])
 @pytest.mark.parametrize(
     ("logits", "labels", "exc", "pattern"),
     [
-        (GOOD_Z, [0, 1, 3], ValueError, r"`labels`.*\[0, 2\].*got 3"),
-        (GOOD_Z, [0, -1, 2], ValueError, r"`labels`.*got -1"),
-        (GOOD_Z, [0, 1.5, 2], ValueError, r"`labels`.*integer.*1\.5"),
-        (GOOD_Z, [0, 1], ValueError, r"`labels` has 2 entries.*`logits` has 3"),
-        (GOOD_Z[:, :1], [0, 0, 0], ValueError, r"`logits`.*1 class.*at least 2 classes"),
-        (GOOD_Z[0], [0], ValueError, r"`logits`.*shape \(n, K\)"),
-        (np.where(GOOD_Z == 2.0, np.nan, GOOD_Z), GOOD_Y, ValueError, r"`logits`.*finite.*nan"),
-        (np.where(GOOD_Z == 2.0, np.inf, GOOD_Z), GOOD_Y, ValueError, r"`logits`.*finite.*inf"),
-        ([["a", "b"], ["c", "d"]], [0, 1], TypeError, r"`logits` must be numeric"),
-        (GOOD_Z, ["a", "b", "c"], TypeError, r"`labels` must be numeric"),
+        (GOOD_Z, [0, 1, 3], ValueError, r"labels: .*\[0, 2\].*got 3"),
+        (GOOD_Z, [0, -1, 2], ValueError, r"labels: .*got -1"),
+        (GOOD_Z, [0, 1.5, 2], ValueError, r"labels: .*integer.*1\.5"),
+        (GOOD_Z, [0, 1], ValueError, r"labels: has 2 entries.*logits has 3"),
+        (GOOD_Z[:, :1], [0, 0, 0], ValueError, r"logits: .*1 class.*at least 2 classes"),
+        (GOOD_Z[0], [0], ValueError, r"logits: .*shape \(n, K\)"),
+        (np.where(GOOD_Z == 2.0, np.nan, GOOD_Z), GOOD_Y, ValueError, r"logits: .*finite.*nan"),
+        (np.where(GOOD_Z == 2.0, np.inf, GOOD_Z), GOOD_Y, ValueError, r"logits: .*finite.*inf"),
+        ([["a", "b"], ["c", "d"]], [0, 1], TypeError, r"logits: must hold numbers"),
+        (GOOD_Z, ["a", "b", "c"], TypeError, r"labels: must hold numbers"),
     ],
 )
 def test_logit_calibrators_reject_bad_input(cls, logits, labels, exc, pattern):
@@ -403,14 +403,14 @@ def test_logit_calibrators_reject_bad_input(cls, logits, labels, exc, pattern):
 @pytest.mark.parametrize(
     ("conf", "correct", "exc", "pattern"),
     [
-        ([0.2, 1.5, 0.9, 0.4], GOOD_T, ValueError, r"`confidence`.*\[0, 1\].*1\.5"),
-        ([0.2, -0.1, 0.9, 0.4], GOOD_T, ValueError, r"`confidence`.*-0\.1"),
-        ([0.2, np.nan, 0.9, 0.4], GOOD_T, ValueError, r"`confidence`.*nan"),
-        (GOOD_C, [0, 1, 1], ValueError, r"`correct` has 3 entries.*`confidence` has 4"),
-        (GOOD_C, [0, 1, 2, 0], ValueError, r"`correct`.*binary.*2"),
-        (GOOD_C, [1, 1, 1, 1], ValueError, r"`correct`.*only one class"),
-        (GOOD_C[:, None], GOOD_T, ValueError, r"`confidence`.*shape \(n,\)"),
-        (["x", "y", "z", "w"], GOOD_T, TypeError, r"`confidence` must be numeric"),
+        ([0.2, 1.5, 0.9, 0.4], GOOD_T, ValueError, r"confidence: .*\[0, 1\].*1\.5"),
+        ([0.2, -0.1, 0.9, 0.4], GOOD_T, ValueError, r"confidence: .*-0\.1"),
+        ([0.2, np.nan, 0.9, 0.4], GOOD_T, ValueError, r"confidence: .*nan"),
+        (GOOD_C, [0, 1, 1], ValueError, r"correct: has 3 entries.*confidence has 4"),
+        (GOOD_C, [0, 1, 2, 0], ValueError, r"correct: .*binary.*2"),
+        (GOOD_C, [1, 1, 1, 1], ValueError, r"correct: .*only one class"),
+        (GOOD_C[:, None], GOOD_T, ValueError, r"confidence: .*shape \(n,\)"),
+        (["x", "y", "z", "w"], GOOD_T, TypeError, r"confidence: must hold numbers"),
     ],
 )
 def test_confidence_calibrators_reject_bad_input(cls, conf, correct, exc, pattern):
@@ -429,21 +429,21 @@ def test_unfitted_transform_and_save_raise(method, tmp_path):
 
 
 def test_transform_validates_input():
-    with pytest.raises(ValueError, match="`logits`.*nan"):
+    with pytest.raises(ValueError, match="logits: .*nan"):
         TemperatureScaler().fit(GOOD_Z, GOOD_Y).transform([[np.nan, 1.0]])
-    with pytest.raises(ValueError, match=r"`confidence`.*2\.0"):
+    with pytest.raises(ValueError, match=r"confidence: .*2\.0"):
         PlattScaler().fit(GOOD_C, GOOD_T).transform([2.0])
 
 
 @pytest.mark.parametrize(
     ("cal", "exc", "pattern"),
     [
-        (TemperatureScaler(init_temperature=0.0), ValueError, r"`init_temperature`.*> 0.*0\.0"),
-        (TemperatureScaler(max_iter=0), ValueError, r"`max_iter` must be >= 1, got 0"),
-        (TemperatureScaler(max_iter=2.5), TypeError, r"`max_iter` must be an int, got 2\.5"),
-        (VectorScaler(l2=-1.0), ValueError, r"`l2`.*>= 0.*-1\.0"),
-        (HistogramBinningCalibrator(n_bins=0), ValueError, r"`n_bins` must be >= 1, got 0"),
-        (PlattScaler(target_smoothing="yes"), TypeError, r"`target_smoothing` must be a bool"),
+        (TemperatureScaler(init_temperature=0.0), ValueError, r"init_temperature: .*> 0.*0\.0"),
+        (TemperatureScaler(max_iter=0), ValueError, r"max_iter: must be >= 1, got 0"),
+        (TemperatureScaler(max_iter=2.5), TypeError, r"max_iter: must be an int, got 2\.5"),
+        (VectorScaler(l2=-1.0), ValueError, r"l2: .*>= 0.*-1\.0"),
+        (HistogramBinningCalibrator(n_bins=0), ValueError, r"n_bins: must be >= 1, got 0"),
+        (PlattScaler(target_smoothing="yes"), TypeError, r"target_smoothing: must be a bool"),
     ],
 )
 def test_bad_hyperparameters(cal, exc, pattern):
@@ -483,7 +483,7 @@ def test_processor_all_tokens_and_from_scaler(mc_data):
     proc = TemperatureScalingLogitsProcessor.from_scaler(scaler)
     scores = torch.randn(2, 10)
     torch.testing.assert_close(proc(None, scores), scores / scaler.temperature_)
-    with pytest.raises(TypeError, match="`scaler` must be a TemperatureScaler"):
+    with pytest.raises(TypeError, match="scaler: must be a TemperatureScaler"):
         TemperatureScalingLogitsProcessor.from_scaler(VectorScaler().fit(z, y))
     with pytest.raises(NotFittedError):
         TemperatureScalingLogitsProcessor.from_scaler(TemperatureScaler())
@@ -492,13 +492,13 @@ def test_processor_all_tokens_and_from_scaler(mc_data):
 @pytest.mark.parametrize(
     ("kwargs", "exc", "pattern"),
     [
-        ({"temperature": 0.0}, ValueError, r"`temperature`.*> 0.*0\.0"),
-        ({"temperature": -1.0}, ValueError, r"`temperature`.*-1\.0"),
-        ({"temperature": float("nan")}, ValueError, r"`temperature`.*nan"),
-        ({"temperature": "2"}, TypeError, r"`temperature` must be a real number"),
-        ({"temperature": 2.0, "token_ids": [1, -2]}, ValueError, r"`token_ids` must be >= 0, got -2"),
-        ({"temperature": 2.0, "token_ids": [1.5]}, TypeError, r"`token_ids` must be integers"),
-        ({"temperature": 2.0, "token_ids": []}, ValueError, r"`token_ids` must be a non-empty"),
+        ({"temperature": 0.0}, ValueError, r"temperature: .*> 0.*0\.0"),
+        ({"temperature": -1.0}, ValueError, r"temperature: .*-1\.0"),
+        ({"temperature": float("nan")}, ValueError, r"temperature: .*nan"),
+        ({"temperature": "2"}, TypeError, r"temperature: must be a real number"),
+        ({"temperature": 2.0, "token_ids": [1, -2]}, ValueError, r"token_ids: must be >= 0, got -2"),
+        ({"temperature": 2.0, "token_ids": [1.5]}, TypeError, r"token_ids: must be integers"),
+        ({"temperature": 2.0, "token_ids": []}, ValueError, r"token_ids: must be a non-empty"),
     ],
 )
 def test_processor_rejects_bad_arguments(kwargs, exc, pattern):
@@ -508,7 +508,7 @@ def test_processor_rejects_bad_arguments(kwargs, exc, pattern):
 
 def test_processor_token_id_outside_vocab():
     proc = TemperatureScalingLogitsProcessor(2.0, token_ids=[1, 64])
-    with pytest.raises(ValueError, match=r"`token_ids` contains \[64\].*size 64"):
+    with pytest.raises(ValueError, match=r"token_ids: contains \[64\].*size 64"):
         proc(None, torch.zeros(1, 64))
 
 

@@ -1,4 +1,4 @@
-"""First-order bilevel update (BOME; Ye, Liu, Wright, Stone, Liu, NeurIPS 2022) as used by CALM (SPEC §1).
+"""First-order bilevel update (BOME; Ye, Liu, Wright, Stone, Liu, NeurIPS 2022) as used by CALM (docs/methods.md, 'CALM: BOME step').
 
 Problem: min_α f(α, θ) s.t. θ ∈ argmin L(α, ·). With u = (α, θ), one outer step:
 

@@ -1,13 +1,13 @@
 """CFT's calibration term (Xiao et al., ICML 2025, "Restoring Calibration for Aligned LLMs: A Calibration-Aware
 Fine-Tuning Approach", arXiv 2505.01997; code ZhanliangAaronWang/RestoreLLMCalibration), as ``CALMTrainer`` uses
-it for method='cft' (SPEC §1).
+it for method='cft' (docs/methods.md, 'CALM: CFT baseline').
 
 The loss of an optimizer step is (1 − a)·L_tr + a·c·term with
 
     term = Σ_{items i of the step} [(conf_i − acc_b)² + Σ_{j ≠ argmax} (p_ij − t_ij)²] / N_b,   b = bin(conf_i),
 
 conf_i = max_j p_ij, acc_b and N_b the accuracy and the number of items of confidence bin b in a pass over the
-training data, and t_ij the target of the non-maximum probabilities. Grouped by bin this is SPEC §1's
+training data, and t_ij the target of the non-maximum probabilities. Grouped by bin this is the paper summary's
 Σ_bins[(max-conf − bin acc)² + (non-max conf − target)²]/count.
 
 What is taken from the CFT code (stored copy of the repository: top-level files at commit 62a3afc,
@@ -29,8 +29,8 @@ bin of accuracy a:
   the sum at 1 − a for any K; ln 3 is kept as the code's constant (tanh(ln 3) = 0.8 is where the second-largest
   probability lands when a = 0).
 - ``"proportional"``: t_j = (1 − a)·s_j / Σ_j s_j, the non-maximum probabilities scaled to sum to 1 − a (order
-  kept) — a reconstruction from SPEC §1's formula alone, made before the code was read; kept for comparison.
-- ``"uniform"``: t_j = (1 − a)/(K − 1), this project's rule before issue 17.4.
+  kept) — a reconstruction from the paper summary's formula alone, made before the code was read; kept for comparison.
+- ``"uniform"``: t_j = (1 − a)/(K − 1), this project's earlier rule (before it followed the CFT code).
 
 Where this implementation differs from the CFT code, on purpose: the step's batch is the whole optimizer step
 (every micro-batch of every process, ``CALMTrainer``'s unit), where the code's Trainer averages the per-device
@@ -47,6 +47,8 @@ import math
 
 import torch
 
+from hf_calibration.errors import check_choice
+
 CFT_TARGETS = ("tanh", "proportional", "uniform")
 CFT_NORMALIZATIONS = ("bin_count", "batch_mean")
 
@@ -57,8 +59,7 @@ def non_max_target(non_max: torch.Tensor, accuracy: torch.Tensor, rule: str = "t
     'proportional' or 'uniform'). Each row sums to 1 − accuracy; 'tanh' and 'proportional' keep the order of
     ``non_max`` (not strictly for 'tanh' where tanh saturates). Differentiable w.r.t. ``non_max`` (not detached,
     as in the CFT code). Raises ValueError for an unknown rule."""
-    if rule not in CFT_TARGETS:
-        raise ValueError(f"cft_target: must be one of {CFT_TARGETS}, got {rule!r}")
+    check_choice(rule, "cft_target", CFT_TARGETS)
     remaining = (1 - accuracy).to(non_max.dtype)[:, None]
     if rule == "uniform":
         return (remaining / non_max.shape[1]).expand_as(non_max)
@@ -94,13 +95,12 @@ def cft_term(probs: torch.Tensor, bins: torch.Tensor, bin_accuracy: torch.Tensor
     bin_accuracy, bin_count : (B,) accuracy and number of items of each bin in the pass over the training data.
     rule : the non-maximum target (``non_max_target``).
     normalization : 'bin_count' → Σ_i errors_i / max(N_{bin i}, 1) (the CFT code; an empty bin counts 1);
-        'batch_mean' → Σ_i errors_i / ``items``, the step's item count (this project's rule before issue 17.4).
+        'batch_mean' → Σ_i errors_i / ``items``, the step's item count (this project's earlier rule).
 
     Raises ValueError for an unknown normalization.
     """
+    check_choice(normalization, "cft_normalization", CFT_NORMALIZATIONS)
     errors = cft_item_errors(probs, bin_accuracy.to(probs.device)[bins], rule)
     if normalization == "bin_count":
         return (errors / bin_count.to(probs.device, probs.dtype)[bins].clamp(min=1)).sum()
-    if normalization == "batch_mean":
-        return errors.sum() / items
-    raise ValueError(f"cft_normalization: must be one of {CFT_NORMALIZATIONS}, got {normalization!r}")
+    return errors.sum() / items

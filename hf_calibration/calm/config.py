@@ -1,4 +1,4 @@
-"""``CALMConfig``: ``trl.SFTConfig`` plus the fields of CALM's bilevel update (SPEC §1).
+"""``CALMConfig``: ``trl.SFTConfig`` plus the fields of CALM's bilevel update (docs/methods.md, 'CALM').
 
 The paper (Jin et al., arXiv 2608.07419) does not publish T, η, the learning rates or the batch
 composition; the defaults below say where each comes from: "BOME" = Ye et al. NeurIPS 2022 and its code
@@ -67,8 +67,8 @@ class CALMConfig(SFTConfig):
     method: str = field(
         default="bome",
         metadata={
-            "help": "Training method. 'bome': CALM, the first-order bilevel update of SPEC §1 (paper). 'iterate': "
-            "the paper's alternating ablation (SPEC §1: an α step on −H alternated with a θ step on L_tr, no λ "
+            "help": "Training method. 'bome': CALM, the first-order bilevel update (paper; docs/methods.md, 'CALM: BOME step'). 'iterate': "
+            "the paper's alternating ablation (docs/methods.md, 'CALM: ablations': an α step on −H alternated with a θ step on L_tr, no λ "
             "coupling): even optimizer steps update θ on L_tr only, odd steps α on −H only, at the θ just updated; "
             "the resting group gets no gradient, so the optimizer leaves it untouched (one θ step per α step, θ "
             "first: ours, the paper gives no ratio; under DeepSpeed ZeRO the engine zero-fills missing gradients, "
@@ -141,7 +141,7 @@ class CALMConfig(SFTConfig):
     )
     temperature_parameterization: str = field(
         default="exp",
-        metadata={"help": "τ = exp(ρ) or softplus(ρ + log(e − 1)); both are 1 at ρ = 0 (SPEC §1 allows either; ours: exp).",
+        metadata={"help": "τ = exp(ρ) or softplus(ρ + log(e − 1)); both are 1 at ρ = 0 (the paper allows either; ours: exp).",
                   "choices": ["exp", "softplus"]},
     )
     adjustment_tokens: str = field(
@@ -182,8 +182,8 @@ class CALMConfig(SFTConfig):
     )
     cft_coefficient: float = field(
         default=1e-3,
-        metadata={"help": "c > 0 of CFT, the scale of the calibration term (CFT code: 1e-3; this project used 1 "
-                  "before issue 17.4)."},
+        metadata={"help": "c > 0 of CFT, the scale of the calibration term (CFT code: 1e-3; this project "
+                  "used 1 before it followed the code)."},
     )
     cft_target: str = field(
         default="tanh",
@@ -191,15 +191,15 @@ class CALMConfig(SFTConfig):
                   "accuracy a; each rule's targets sum to 1 − a. 'tanh': the CFT code's rank-preserving target "
                   "t_j = A·(tanh(γ·s_j) + 1), γ = ln 3 / (s_1·(1 − a)), A = (1 − a) / (Σ_j tanh(γ·s_j) + K − 1) (0 "
                   "when a = 1; the code hard-codes K = 4, K − 1 = 3 here). 'proportional': t_j = (1 − a)·s_j / Σ s, "
-                  "a reconstruction from SPEC §1's formula alone. 'uniform': (1 − a)/(K − 1), this project's rule "
-                  "before issue 17.4. See hf_calibration.calm.cft.", "choices": list(CFT_TARGETS)},
+                  "a reconstruction from the paper's summary formula alone. 'uniform': (1 − a)/(K − 1), this project's earlier rule "
+                  "(before it followed the CFT code). See hf_calibration.calm.cft.", "choices": list(CFT_TARGETS)},
     )
     cft_normalization: str = field(
         default="bin_count",
         metadata={"help": "'bin_count': each item's squared error is divided by the number of training items in its "
                   "confidence bin (from the pass over the training data) and summed over the optimizer step's batch, "
-                  "as the CFT code does per batch. 'batch_mean': the mean over the step's items, this project's rule "
-                  "before issue 17.4.", "choices": list(CFT_NORMALIZATIONS)},
+                  "as the CFT code does per batch. 'batch_mean': the mean over the step's items, this project's earlier rule "
+                  "(before it followed the CFT code).", "choices": list(CFT_NORMALIZATIONS)},
     )
     cft_num_bins: int = field(
         default=10,
@@ -209,19 +209,19 @@ class CALMConfig(SFTConfig):
         default=0,
         metadata={"help": "CFT bin accuracies and counts come from a pass over the training data before the first "
                   "step; with a value k > 0 they are recomputed every k optimizer steps. 0 (default): never, as the "
-                  "CFT code computes them once before training (this project refreshed every 50 before issue 17.4)."},
+                  "CFT code computes them once before training (this project once refreshed every 50)."},
     )
     select_best_by: str | None = field(
         default=None,
         metadata={"help": "Keep the checkpoint with the lowest eval value of this metric on the labelled eval_dataset "
-                  "(SPEC §1 selection rule): 'conf_ece', 'cw_ece' (eval_num_bins bins), 'nll' (of the adjusted "
+                  "(the paper's selection rule, docs/methods.md, 'CALM: product defaults'): 'conf_ece', 'cw_ece' (eval_num_bins bins), 'nll' (of the adjusted "
                   "option distribution, unsmoothed) or 'loss' (the training cross-entropy, label-smoothed when "
                   "label_smoothing_factor > 0); None keeps the last.",
                   "choices": [None, *SELECTION_METRICS]},
     )
     eval_num_bins: int = field(
         default=15,
-        metadata={"help": "Equal-width bins of the conf-ECE and cw-ECE logged at evaluation (SPEC §3 default 15)."},
+        metadata={"help": "Equal-width bins of the conf-ECE and cw-ECE logged at evaluation (Guo et al. 2017's 15 by default)."},
     )
 
     def __post_init__(self):
@@ -247,21 +247,7 @@ class CALMConfig(SFTConfig):
             raise ParameterError("bome_momentum", self.bome_momentum, f"must lie in [0, 1), got {self.bome_momentum!r}")
         if self.max_grad_norm is None:
             self.max_grad_norm = 1.0 if self.bome_optimizer == "trainer" else 0.0
-        if not self.alpha_learning_rate > 0:
-            raise ParameterError("alpha_learning_rate", self.alpha_learning_rate, f"must be > 0, got {self.alpha_learning_rate!r}")
-        if not self.alpha_weight_decay >= 0:
-            raise ParameterError("alpha_weight_decay", self.alpha_weight_decay, f"must be ≥ 0, got {self.alpha_weight_decay!r}")
-        if self.adjustment_mode not in ("vector", "scalar"):
-            raise ParameterError("adjustment_mode", self.adjustment_mode, f"must be 'vector' or 'scalar', got {self.adjustment_mode!r}")
-        if self.method == "scalar":
-            self.adjustment_mode = "scalar"
-        if self.temperature_parameterization not in ("exp", "softplus"):
-            raise ParameterError("temperature_parameterization", self.temperature_parameterization, f"must be 'exp' or 'softplus', got {self.temperature_parameterization!r}")
-        if self.adjustment_tokens not in ADJUSTMENT_TOKENS:
-            raise ParameterError("adjustment_tokens", self.adjustment_tokens, f"must be one of {ADJUSTMENT_TOKENS}, got {self.adjustment_tokens!r}")
-        if self.adjustment_token_ids is not None:
-            if not self.adjustment_token_ids or not all(_is_int(t) and t >= 0 for t in self.adjustment_token_ids):
-                raise ParameterError("adjustment_token_ids", self.adjustment_token_ids, f"must be a non-empty list of non-negative ints, got {self.adjustment_token_ids!r}")
+        self._check_adjustment()
         if self.entropy_domain not in ENTROPY_DOMAINS:
             raise ParameterError("entropy_domain", self.entropy_domain, f"must be one of {ENTROPY_DOMAINS}, got {self.entropy_domain!r}")
         if not _is_int(self.num_options) or not 2 <= self.num_options <= 10:
@@ -272,20 +258,7 @@ class CALMConfig(SFTConfig):
             not _is_int(self.calibration_batch_size) or self.calibration_batch_size <= 0
         ):
             raise ParameterError("calibration_batch_size", self.calibration_batch_size, f"must be a positive integer, got {self.calibration_batch_size!r}")
-        if not 0 <= self.cft_weight <= 1:
-            raise ParameterError("cft_weight", self.cft_weight, f"must lie in [0, 1], got {self.cft_weight!r}")
-        if not self.cft_coefficient > 0:
-            raise ParameterError("cft_coefficient", self.cft_coefficient, f"must be > 0, got {self.cft_coefficient!r}")
-        if self.cft_target not in CFT_TARGETS:
-            raise ParameterError("cft_target", self.cft_target, f"must be one of {CFT_TARGETS}, got {self.cft_target!r}")
-        if self.cft_normalization not in CFT_NORMALIZATIONS:
-            raise ParameterError("cft_normalization", self.cft_normalization, f"must be one of {CFT_NORMALIZATIONS}, got {self.cft_normalization!r}")
-        for name in ("cft_num_bins", "eval_num_bins"):
-            value = getattr(self, name)
-            if not _is_int(value) or value <= 0:
-                raise ParameterError(name, value, f"must be a positive integer, got {value!r}")
-        if not _is_int(self.cft_refresh_steps) or self.cft_refresh_steps < 0:
-            raise ParameterError("cft_refresh_steps", self.cft_refresh_steps, f"must be an integer ≥ 0, got {self.cft_refresh_steps!r}")
+        self._check_cft()
         if self.select_best_by is not None:
             if self.select_best_by not in SELECTION_METRICS:
                 raise ParameterError("select_best_by", self.select_best_by, f"must be one of {SELECTION_METRICS} or None, got {self.select_best_by!r}")
@@ -307,3 +280,38 @@ class CALMConfig(SFTConfig):
             # ("'pin_memory' argument is set as true but no accelerator is found") and pinning does nothing.
             self.dataloader_pin_memory = False
         super().__post_init__()
+
+    def _check_adjustment(self):
+        """The logit adjustment's fields (α's optimiser, mode, parameterisation, covered tokens)."""
+        if not self.alpha_learning_rate > 0:
+            raise ParameterError("alpha_learning_rate", self.alpha_learning_rate, f"must be > 0, got {self.alpha_learning_rate!r}")
+        if not self.alpha_weight_decay >= 0:
+            raise ParameterError("alpha_weight_decay", self.alpha_weight_decay, f"must be ≥ 0, got {self.alpha_weight_decay!r}")
+        if self.adjustment_mode not in ("vector", "scalar"):
+            raise ParameterError("adjustment_mode", self.adjustment_mode, f"must be 'vector' or 'scalar', got {self.adjustment_mode!r}")
+        if self.method == "scalar":
+            self.adjustment_mode = "scalar"
+        if self.temperature_parameterization not in ("exp", "softplus"):
+            raise ParameterError("temperature_parameterization", self.temperature_parameterization, f"must be 'exp' or 'softplus', got {self.temperature_parameterization!r}")
+        if self.adjustment_tokens not in ADJUSTMENT_TOKENS:
+            raise ParameterError("adjustment_tokens", self.adjustment_tokens, f"must be one of {ADJUSTMENT_TOKENS}, got {self.adjustment_tokens!r}")
+        if self.adjustment_token_ids is not None:
+            if not self.adjustment_token_ids or not all(_is_int(t) and t >= 0 for t in self.adjustment_token_ids):
+                raise ParameterError("adjustment_token_ids", self.adjustment_token_ids, f"must be a non-empty list of non-negative ints, got {self.adjustment_token_ids!r}")
+
+    def _check_cft(self):
+        """The CFT baseline's fields and the evaluation bins."""
+        if not 0 <= self.cft_weight <= 1:
+            raise ParameterError("cft_weight", self.cft_weight, f"must lie in [0, 1], got {self.cft_weight!r}")
+        if not self.cft_coefficient > 0:
+            raise ParameterError("cft_coefficient", self.cft_coefficient, f"must be > 0, got {self.cft_coefficient!r}")
+        if self.cft_target not in CFT_TARGETS:
+            raise ParameterError("cft_target", self.cft_target, f"must be one of {CFT_TARGETS}, got {self.cft_target!r}")
+        if self.cft_normalization not in CFT_NORMALIZATIONS:
+            raise ParameterError("cft_normalization", self.cft_normalization, f"must be one of {CFT_NORMALIZATIONS}, got {self.cft_normalization!r}")
+        for name in ("cft_num_bins", "eval_num_bins"):
+            value = getattr(self, name)
+            if not _is_int(value) or value <= 0:
+                raise ParameterError(name, value, f"must be a positive integer, got {value!r}")
+        if not _is_int(self.cft_refresh_steps) or self.cft_refresh_steps < 0:
+            raise ParameterError("cft_refresh_steps", self.cft_refresh_steps, f"must be an integer ≥ 0, got {self.cft_refresh_steps!r}")

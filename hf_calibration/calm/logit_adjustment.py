@@ -1,4 +1,4 @@
-"""The learned logit adjustment α = (τ, l) of CALM and a causal-LM wrapper that applies it (SPEC §1).
+"""The learned logit adjustment α = (τ, l) of CALM and a causal-LM wrapper that applies it (docs/methods.md, 'CALM: logit adjustment').
 
 ``CALMModel`` wraps a ``peft.PeftModel`` (the LoRA adapter, whose layout on disk and loading are PEFT's) or a
 full model, plus its ``LogitAdjustment``; its folder is PEFT's adapter folder (or the full model) with
@@ -22,6 +22,8 @@ from typing import Sequence
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from hf_calibration.errors import check_choice
 
 ADJUSTMENT_WEIGHTS_NAME = "logit_adjustment.safetensors"
 ADJUSTMENT_CONFIG_NAME = "logit_adjustment_config.json"
@@ -67,7 +69,7 @@ def _check_token_ids(token_ids, vocab_size):
 
 
 class LogitAdjustment(nn.Module):
-    """α = (τ, l) applied to next-token logits as z / τ + l (CALM, SPEC §1).
+    """α = (τ, l) applied to next-token logits as z / τ + l (CALM; docs/methods.md, 'CALM: logit adjustment').
 
     Parameters
     ----------
@@ -89,10 +91,8 @@ class LogitAdjustment(nn.Module):
     def __init__(self, vocab_size: int, token_ids: Sequence[int] | None = None, *, mode: str = "vector",
                  parameterization: str = "exp"):
         super().__init__()
-        if mode not in MODES:
-            raise ValueError(f"mode: must be one of {MODES}, got {mode!r}")
-        if parameterization not in PARAMETERIZATIONS:
-            raise ValueError(f"parameterization: must be one of {PARAMETERIZATIONS}, got {parameterization!r}")
+        check_choice(mode, "mode", MODES)
+        check_choice(parameterization, "parameterization", PARAMETERIZATIONS)
         ids = _check_token_ids(token_ids, vocab_size)
         self.vocab_size = vocab_size
         self.mode = mode

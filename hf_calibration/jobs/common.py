@@ -14,7 +14,7 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hf_calibration.errors import MissingPathError, ParameterError, ParameterWarning, renamed_parameters
+from hf_calibration.errors import MissingPathError, ParameterError, ParameterWarning, check_choice, renamed_parameters
 from hf_calibration.metrics.binning import BINNINGS
 from hf_calibration.metrics.ece import NORMS
 from hf_calibration.modeling.prompts import PROMPT_FORMATS
@@ -177,11 +177,6 @@ def check_positive_number(value, name: str) -> None:
     """ParameterError naming ``name`` unless ``value`` is a finite real number > 0."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value > 0):
         raise ParameterError(name, value, f"must be a finite number > 0, got {value!r}")
-
-
-def check_choice(value, name: str, choices) -> None:
-    if value not in choices:
-        raise ParameterError(name, value, f"must be one of {', '.join(map(repr, choices))}, got {value!r}")
 
 
 def check_device(device: str) -> str:

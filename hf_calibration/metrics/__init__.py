@@ -1,4 +1,4 @@
-"""Calibration metrics: pure functions on numpy arrays, Python lists or torch tensors (SPEC §3).
+"""Calibration metrics: pure functions on numpy arrays, Python lists or torch tensors (docs/methods.md, 'Calibration metrics').
 
 Two input forms, for every metric:
 
@@ -26,7 +26,8 @@ torch is never imported by this package unless a torch tensor is passed or
 :func:`top_label`                         (confidence, correct) of a prediction
 :func:`uniform_bin_index`                 the equal-width bin of a confidence (the one rule used everywhere)
 :func:`semantic_ece`                      Sem-ECE of open-ended answers (sampled answers grouped by meaning)
-:func:`bootstrap`                         percentile interval of any metric
+:func:`bootstrap`                         BCa (default) or percentile interval of any metric
+:func:`bootstrap_interval`                the interval of given resampled values (BCa with a jackknife)
 :func:`calibration_report`                every metric with bootstrap intervals, as a dict
 :func:`paired_bootstrap`                  interval of metric(a) − metric(b) on the same items
 :func:`stratified_bootstrap`              interval of a weighted mean over strata resampled on their own
@@ -34,12 +35,13 @@ torch is never imported by this package unless a torch tensor is passed or
 :func:`paired_strata_difference`          a difference within each stratum, averaged, stratified interval
 :func:`interval_verdict`                  whether an interval of a difference lies below / above 0
 :class:`BinnedCalibrationState`           streaming / distributed accumulator for uniform-bin metrics
+:mod:`hf_calibration.metrics.registry`     where a metric registers its batched form for the bootstrap
 ========================================  ==============================================================
 """
 
 from hf_calibration.metrics.binning import ReliabilityTable, reliability_diagram, top_label, uniform_bin_index
-from hf_calibration.metrics.bootstrap import (BootstrapResult, bootstrap, calibration_report, paired_bootstrap,
-                                              stratified_bootstrap)
+from hf_calibration.metrics.bootstrap import (BootstrapResult, bootstrap, bootstrap_interval, calibration_report,
+                                              paired_bootstrap, stratified_bootstrap)
 from hf_calibration.metrics.paired import interval_verdict, paired_differences, paired_strata_difference
 from hf_calibration.metrics.ece import adaptive_calibration_error, classwise_ece, expected_calibration_error
 from hf_calibration.metrics.scores import (
@@ -60,6 +62,7 @@ __all__ = [
     "adaptive_calibration_error",
     "aurc",
     "bootstrap",
+    "bootstrap_interval",
     "paired_bootstrap",
     "paired_differences",
     "paired_strata_difference",

@@ -1,6 +1,6 @@
 """Input conversion and validation shared by every metric.
 
-Two input forms exist (SPEC §3):
+Two input forms exist (docs/methods.md, notation):
 
 * the "conf" view: ``y_prob`` of shape (n,) holds confidences in [0, 1] and ``y_true`` of shape (n,)
   holds 0/1 correctness;
@@ -19,6 +19,10 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
+
+from hf_calibration.errors import ParameterError, ParameterTypeError, check_choice
+
+__all__ = ["Inputs", "check_choice", "check_labels", "check_n_bins", "check_prob_values", "prepare", "to_numpy"]
 
 #: Rows of a probability array must sum to 1 within ``max(ROW_SUM_ATOL, K * eps(dtype))``; the second
 #: term only matters for half-precision input, whose rounding alone moves a softmax row by ~K·eps.
@@ -56,17 +60,21 @@ def _from_torch(x):
 
 
 def to_numpy(x, name: str) -> np.ndarray:
-    """Convert a numpy array, Python list or torch tensor to a numeric numpy array (no copy if possible)."""
+    """Convert a numpy array, Python list or torch tensor to a numeric numpy array (no copy if possible).
+
+    ParameterError naming ``name`` for a ragged sequence, ParameterTypeError (also a TypeError) for
+    values that are not numbers (bool counts as a number).
+    """
     if type(x).__module__.split(".")[0] == "torch":
         x = _from_torch(x)
     try:
         arr = np.asarray(x)
     except ValueError as err:  # ragged nested lists
-        raise ValueError(f"{name} must be a rectangular array, got a ragged sequence: {err}") from None
+        raise ParameterError(name, x, f"must be a rectangular array, got a ragged sequence: {err}") from None
     if arr.dtype == np.float16:
         arr = arr.astype(np.float32)
     if arr.dtype.kind not in "biuf":
-        raise TypeError(f"{name} must hold numbers, got dtype {arr.dtype} (first value {_first(arr)!r})")
+        raise ParameterTypeError(name, x, f"must hold numbers, got dtype {arr.dtype} (first value {_first(arr)!r})")
     return arr
 
 
@@ -75,18 +83,12 @@ def _first(arr: np.ndarray):
 
 
 def check_n_bins(n_bins) -> int:
-    """``n_bins`` as a positive int; TypeError for non-integers, ValueError for values <= 0."""
+    """``n_bins`` as a positive int; ParameterTypeError for non-integers, ParameterError for values <= 0."""
     if isinstance(n_bins, bool) or not isinstance(n_bins, (int, np.integer)):
-        raise TypeError(f"n_bins must be an int, got {n_bins!r} ({type(n_bins).__name__})")
+        raise ParameterTypeError("n_bins", n_bins, f"must be an int, got {n_bins!r} ({type(n_bins).__name__})")
     if n_bins <= 0:
-        raise ValueError(f"n_bins must be a positive integer, got {n_bins}")
+        raise ParameterError("n_bins", n_bins, f"must be a positive integer, got {n_bins}")
     return int(n_bins)
-
-
-def check_choice(value, name: str, choices: tuple) -> str:
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}, got {value!r}")
-    return value
 
 
 def _index(flat_position: int, shape: tuple) -> str:
@@ -182,39 +184,43 @@ def prepare(
     atol = max(ROW_SUM_ATOL, prob.shape[1] * eps) if prob.ndim == 2 else ROW_SUM_ATOL
     if check_values and prob.size:
         check_prob_values(prob, atol=atol)
-    labels = check_labels(y_true, prob)
+    labels = check_labels(y_true, prob.shape[0], prob.shape[1] if prob.ndim == 2 else None)
     return Inputs(labels, prob, atol)
 
 
-def check_labels(y_true, prob: np.ndarray) -> np.ndarray:
-    """``y_true`` as an integer array matching ``prob``: 0/1 for the conf view, [0, K) for (n, K)."""
-    labels = to_numpy(y_true, "y_true")
+def check_labels(y_true, n_rows: int, n_classes: int | None, *, name: str = "y_true",
+                 rows: str = "y_prob") -> np.ndarray:
+    """``y_true`` as an integer array of shape (``n_rows``,): 0/1 correctness when ``n_classes`` is None,
+    class indices in [0, ``n_classes``) otherwise. Integral floats are accepted; bool becomes int8.
+
+    ``name`` is the argument checked, ``rows`` the one it must match in length (both named in the message).
+    Raises ParameterError naming ``name`` (wrong shape or length, a non-integral or out-of-range label, with
+    its index), ParameterTypeError for non-numbers.
+    """
+    labels = to_numpy(y_true, name)
     if labels.ndim != 1:
-        raise ValueError(f"y_true must have shape (n,), got shape {labels.shape}")
-    if labels.shape[0] != prob.shape[0]:
-        raise ValueError(f"y_true has {labels.shape[0]} entries but y_prob has {prob.shape[0]} rows")
+        raise ParameterError(name, y_true, f"must have shape (n,), got shape {labels.shape}")
+    if labels.shape[0] != n_rows:
+        raise ParameterError(name, y_true, f"has {labels.shape[0]} entries but {{{rows}}} has {n_rows} rows",
+                             related=(rows,))
     if labels.dtype.kind == "f":
         bad = ~np.isfinite(labels) | (labels != np.floor(labels))
         if bad.any():
             i = int(np.argmax(bad))
-            raise ValueError(f"y_true[{i}] = {labels[i]} is not an integer label")
+            raise ParameterError(name, labels[i], f"must hold integer labels, got {labels[i]} at index {i}")
         labels = labels.astype(np.int64)
     elif labels.dtype.kind == "b":
         labels = labels.astype(np.int8)
     if labels.size == 0:
         return labels
-    k = prob.shape[1] if prob.ndim == 2 else None
-    high = 1 if k is None else k - 1
-    lo, hi = labels.min(), labels.max()
-    if lo < 0 or hi > high:
+    high = 1 if n_classes is None else n_classes - 1
+    if labels.min() < 0 or labels.max() > high:
         i = int(np.argmax((labels < 0) | (labels > high)))
-        if k is None:
-            raise ValueError(
-                f"y_true[{i}] = {labels[i]} must be 0 or 1 (correctness) when y_prob holds confidences of shape (n,)"
-            )
-        raise ValueError(
-            f"y_true[{i}] = {labels[i]} is not a valid label for K={k} classes (expected 0 <= label < {k})"
-        )
+        if n_classes is None:
+            raise ParameterError(name, labels[i], f"must be 0 or 1 (correctness) when {{{rows}}} holds confidences "
+                                 f"of shape (n,), got {labels[i]} at index {i}", related=(rows,))
+        raise ParameterError(name, labels[i], f"must lie in [0, {high}] (K={n_classes} classes), got {labels[i]} "
+                             f"at index {i}")
     return labels
 
 

@@ -1,6 +1,6 @@
 """Top-label reduction, bin assignment and per-bin sums: the shared core of every binned metric.
 
-Bin conventions (SPEC §3)
+Bin conventions (docs/methods.md, 'Binned ECE family')
 -------------------------
 ``uniform``: bin k of B holds confidences c with ``k/B <= c < (k+1)/B``, where each edge k/B is the
 float64 nearest to the fraction (``np.arange(B + 1) / B``); c = 0.0 is in the first bin and c = 1.0
@@ -429,3 +429,41 @@ def validate_chunk(p: np.ndarray, conf: np.ndarray, offset: int, atol: float) ->
             ok = np.abs(sums - 1.0).max() <= atol
     if not ok:
         check_prob_values(p, offset=offset, atol=atol)
+
+
+def accumulate_bin_sums(inputs, n_bins: int, classwise: bool) -> np.ndarray:
+    """Validate and bin ``inputs`` chunk by chunk; returns the (3, [K,] n_bins) sums of the batch.
+
+    Working memory is O(chunk), so a float32 (n, K) array is never copied to float64 as a whole.
+    """
+    y, p, atol = inputs.y_true, inputs.y_prob, inputs.row_sum_atol
+    k = inputs.n_classes
+    cells = k if classwise else 1
+    counts, sums = np.zeros(2 * n_bins * cells), np.zeros(2 * n_bins * cells)
+    step = chunk_rows(1 if k is None else k)
+    if classwise:
+        classes = np.arange(k)
+        offsets = 2 * n_bins * classes
+    for s in range(0, len(p), step):
+        pc, yc = p[s : s + step], y[s : s + step]
+        if classwise:
+            validate_chunk(pc, pc.reshape(-1), s, atol)
+            conf = pc.astype(np.float64)
+            target = yc[:, None] == classes
+        elif k is None:
+            validate_chunk(pc, pc, s, atol)
+            conf, target = pc, yc == 1
+        else:
+            conf, target = top_label_chunk(pc, yc)
+            validate_chunk(pc, conf, s, atol)
+            conf = conf.astype(np.float64)
+        # key = (cell * n_bins + bin) * 2 + target, as in bin_sums
+        key = uniform_bin_index(conf, n_bins)
+        key *= 2
+        key += target
+        if classwise:
+            key += offsets
+        key = key.ravel()
+        counts += np.bincount(key, minlength=counts.size)
+        sums += np.bincount(key, weights=conf.ravel(), minlength=sums.size)
+    return fold_keyed(counts, sums, (k,) if classwise else (), n_bins)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import ndtr
 
-from hf_calibration.metrics._registry import register
+from hf_calibration.metrics.registry import register
 from hf_calibration.metrics._validation import Inputs, check_choice, check_n_bins, prepare
-from hf_calibration.metrics.binning import BINNINGS, bin_index, bin_sums, prepared_top_label, uniform_bin_index
-from hf_calibration.metrics.streaming import accumulate_bin_sums
+from hf_calibration.metrics.binning import (BINNINGS, accumulate_bin_sums, bin_index, bin_sums, prepared_top_label,
+                                           uniform_bin_index)
 
 NORMS = ("l1", "l2", "max")
 
@@ -166,7 +166,7 @@ def classwise_ece(y_true, y_prob, *, n_bins: int = 15) -> float:
         \big|\,\overline{1[y=k]}_{bk} - \overline{p_{\cdot k}}_{bk}\big|
 
     with equal-width bins per class. This is the static calibration error (SCE) of Nixon et al. 2019
-    and the marginal ECE of Kumar et al. 2019 with p = 1, as computed by the CFT evaluator (SPEC §3).
+    and the marginal ECE of Kumar et al. 2019 with p = 1, as computed by the CFT evaluator (docs/methods.md, 'Classwise ECE').
 
     Parameters
     ----------
@@ -213,7 +213,7 @@ def adaptive_calibration_error(y_true, y_prob, *, n_bins: int = 15) -> float:
         \mathrm{ACE} = \frac{1}{|\{b: n_b > 0\}|}\sum_{b: n_b > 0} |\mathrm{acc}_b - \mathrm{conf}_b|
 
     over ``n_bins`` equal-mass (quantile) bins of the top-label confidence. This is netcal's ``ACE``
-    with ``equal_intervals=False`` (SPEC §3); Nixon et al. 2019 introduced adaptive binning (their
+    with ``equal_intervals=False`` (docs/methods.md, 'ACE'); Nixon et al. 2019 introduced adaptive binning (their
     ACE additionally averages over classes).
 
     Parameters
@@ -243,6 +243,6 @@ def adaptive_calibration_error(y_true, y_prob, *, n_bins: int = 15) -> float:
     return float(_ace_impl(prepare(y_true, y_prob), None, **options)[0])
 
 
-register(expected_calibration_error, _ece_impl, _ece_options)
-register(classwise_ece, _cw_impl, _cw_options, multiclass=True)
-register(adaptive_calibration_error, _ace_impl, _cw_options)
+register("conf_ece", _ece_impl, options=_ece_options, function=expected_calibration_error)
+register("cw_ece", _cw_impl, options=_cw_options, multiclass=True, function=classwise_ece)
+register("ace", _ace_impl, options=_cw_options, function=adaptive_calibration_error)

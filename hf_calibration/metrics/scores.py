@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hf_calibration.metrics._registry import register
+from hf_calibration.metrics.registry import register
 from hf_calibration.metrics._validation import Inputs, prepare
 from hf_calibration.metrics.binning import prepared_top_label
 
@@ -16,10 +16,6 @@ def _mean(values: np.ndarray, weights) -> np.ndarray:
     if weights is None:
         return np.atleast_1d(values.mean())
     return weights @ values / weights.sum(axis=1)
-
-
-def _no_options() -> dict:
-    return {}
 
 
 def _brier_impl(inputs: Inputs, weights) -> np.ndarray:
@@ -134,7 +130,7 @@ def confidence_auroc(y_true, y_prob) -> float:
     The probability that a random correct prediction has higher confidence than a random wrong one
     (ties count 1/2): the Mann-Whitney statistic, equal to scikit-learn's
     ``roc_auc_score(correct, confidence)``. 0.5 means the confidence carries no information about
-    correctness, however well calibrated its level is (SPEC §5).
+    correctness, however well calibrated its level is (docs/methods.md, 'AUROC and AURC').
 
     Parameters
     ----------
@@ -258,11 +254,10 @@ def _mean_confidence_impl(inputs: Inputs, weights) -> np.ndarray:
     return _mean(prepared_top_label(inputs)[0], weights)
 
 
-for _public, _impl in (
-    (brier_score, _brier_impl),
-    (negative_log_likelihood, _nll_impl),
-    (confidence_auroc, _auroc_impl),
-    (confidence_auprc, _auprc_impl),
-    (aurc, _aurc_impl),
-):
-    register(_public, _impl, _no_options)
+register("brier", _brier_impl, function=brier_score)
+register("nll", _nll_impl, function=negative_log_likelihood)
+register("auroc", _auroc_impl, function=confidence_auroc)
+register("auprc", _auprc_impl, function=confidence_auprc)
+register("aurc", _aurc_impl, function=aurc)
+register("accuracy", _accuracy_impl)
+register("mean_confidence", _mean_confidence_impl)

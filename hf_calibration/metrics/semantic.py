@@ -1,4 +1,4 @@
-"""Semantic confidence and Semantic ECE for open-ended answers (SPEC §3, Sem-ECE).
+"""Semantic confidence and Semantic ECE for open-ended answers (docs/methods.md, 'Sem-ECE').
 
 For a free-form question a model's answers cannot be compared token by token: "Paris", "paris." and
 "It is Paris" are one answer. Sem-ECE (Wang et al. 2026, code ZhanliangAaronWang/Sem-ECE) samples N

@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 from scipy import fft as sp_fft
 
-from hf_calibration.metrics._registry import register
+from hf_calibration.metrics.registry import register
 from hf_calibration.metrics._validation import Inputs, prepare
 from hf_calibration.metrics.binning import prepared_top_label
 
@@ -207,4 +207,4 @@ def smooth_ece(y_true, y_prob, *, sigma: float | None = None) -> float:
     return float(_smece_impl(prepare(y_true, y_prob), None, **options)[0])
 
 
-register(smooth_ece, _smece_impl, _smece_options)
+register("smece", _smece_impl, options=_smece_options, function=smooth_ece)

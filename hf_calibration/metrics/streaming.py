@@ -4,15 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from hf_calibration.metrics._validation import check_n_bins, chunk_rows, prepare
-from hf_calibration.metrics.binning import (
-    ReliabilityTable,
-    fold_keyed,
-    table_from_sums,
-    top_label_chunk,
-    uniform_bin_index,
-    validate_chunk,
-)
+from hf_calibration.metrics._validation import check_n_bins, prepare
+from hf_calibration.metrics.binning import ReliabilityTable, accumulate_bin_sums, table_from_sums
+from hf_calibration.metrics.ece import calibration_error_from_sums, check_norm
 
 
 class BinnedCalibrationState:
@@ -149,8 +143,6 @@ class BinnedCalibrationState:
         """ECE of the accumulated data (``norm``/``debiased`` as in
         :func:`~hf_calibration.metrics.expected_calibration_error`); the mean over classes when
         classwise (cw-ECE)."""
-        from hf_calibration.metrics.ece import calibration_error_from_sums, check_norm
-
         check_norm(norm, debiased)
         if self.n == 0:
             raise ValueError("the state holds no predictions; call update() first")
@@ -205,41 +197,3 @@ def _check_n_classes(n_classes, classwise: bool) -> int | None:
     if not classwise:
         raise ValueError(f"n_classes={n_classes} is only meaningful with classwise=True")
     return int(n_classes)
-
-
-def accumulate_bin_sums(inputs, n_bins: int, classwise: bool) -> np.ndarray:
-    """Validate and bin ``inputs`` chunk by chunk; returns the (3, [K,] n_bins) sums of the batch.
-
-    Working memory is O(chunk), so a float32 (n, K) array is never copied to float64 as a whole.
-    """
-    y, p, atol = inputs.y_true, inputs.y_prob, inputs.row_sum_atol
-    k = inputs.n_classes
-    cells = k if classwise else 1
-    counts, sums = np.zeros(2 * n_bins * cells), np.zeros(2 * n_bins * cells)
-    step = chunk_rows(1 if k is None else k)
-    if classwise:
-        classes = np.arange(k)
-        offsets = 2 * n_bins * classes
-    for s in range(0, len(p), step):
-        pc, yc = p[s : s + step], y[s : s + step]
-        if classwise:
-            validate_chunk(pc, pc.reshape(-1), s, atol)
-            conf = pc.astype(np.float64)
-            target = yc[:, None] == classes
-        elif k is None:
-            validate_chunk(pc, pc, s, atol)
-            conf, target = pc, yc == 1
-        else:
-            conf, target = top_label_chunk(pc, yc)
-            validate_chunk(pc, conf, s, atol)
-            conf = conf.astype(np.float64)
-        # key = (cell * n_bins + bin) * 2 + target, as in bin_sums
-        key = uniform_bin_index(conf, n_bins)
-        key *= 2
-        key += target
-        if classwise:
-            key += offsets
-        key = key.ravel()
-        counts += np.bincount(key, minlength=counts.size)
-        sums += np.bincount(key, weights=conf.ravel(), minlength=sums.size)
-    return fold_keyed(counts, sums, (k,) if classwise else (), n_bins)

@@ -1,4 +1,4 @@
-"""``load_model``: a Hub id or local folder as usual, and the packaged GGUF copies offline (SPEC §4)."""
+"""``load_model``: a Hub id or local folder as usual, and the packaged GGUF copies offline (the copies ``hf_calibration.data`` lists)."""
 
 from __future__ import annotations
 
@@ -105,7 +105,7 @@ def _convert_packaged(name: str) -> Path:
         tokenizer = AutoTokenizer.from_pretrained(gguf_dir, gguf_file=gguf_file)
         model = AutoModelForCausalLM.from_pretrained(gguf_dir, gguf_file=gguf_file)
         # The dequantised weights are plain fp32; drop the GGUF quantiser so save_pretrained writes a
-        # normal checkpoint (SPEC §4).
+        # normal checkpoint.
         model.hf_quantizer = None
         if hasattr(model.config, "quantization_config"):
             del model.config.quantization_config

@@ -1,4 +1,4 @@
-"""SECL: label-free test-time self-calibration of verbalized confidence (SPEC §2), and the confidence
+"""SECL: label-free test-time self-calibration of verbalized confidence (docs/methods.md, 'SECL'), and the confidence
 signals it shares with ``hf-calibration diagnose``.
 
 - ``confidence``: verbalized confidence, P(True), P(True)Norm, the DINCO-style score (one home).

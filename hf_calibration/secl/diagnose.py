@@ -1,91 +1,32 @@
-"""Does SECL have something to distil? The generation–discrimination gap of a model (SPEC §2, §5).
+"""Does SECL have something to distil? The generation–discrimination gap of a model (docs/methods.md, 'SECL: generation–discrimination gap').
 
 SECL moves the verbalized confidence toward P(True)Norm. That can only help when P(True)Norm is the
 better signal: lower ECE *and* better ranking of correct above wrong answers (AUROC). When P(True)Norm
 only has the better level (lower ECE, AUROC no better), SECL can at most shift the level — which a
-constant confidence equal to the accuracy also does (SPEC §5) — and the verdict says so.
+constant confidence equal to the accuracy also does (docs/methods.md, 'AUROC and AURC') — and the verdict says so.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from hf_calibration.errors import ParameterError
 from hf_calibration.secl.confidence import DEFAULT_TAU_N, SIGNAL_NAMES, SIGNALS, MCQASignals, mcqa_signals
+
 VERDICTS = ("helps", "ranking only", "level only", "does not help")
 
 
-def _interval(values: np.ndarray, estimate: float, confidence_level: float) -> dict:
-    values = values[np.isfinite(values)]
-    if values.size == 0:
-        return {"value": float(estimate), "low": None, "high": None}
-    tail = (1 - confidence_level) / 2 * 100
-    low, high = np.percentile(values, [tail, 100 - tail])
-    return {"value": float(estimate), "low": float(low), "high": float(high)}
+def _entry(result) -> dict:
+    """A ``BootstrapResult`` as a table entry; an interval no resample defined (NaN) is None."""
+    value, low, high = (float(x) for x in result)
+    if np.isnan(low) or np.isnan(high):
+        low = high = None
+    return {"value": value, "low": low, "high": high}
 
 
-def generation_discrimination_gap(
-    correct,
-    verbalized,
-    norm_p_true,
-    *,
-    n_bins: int = 15,
-    binning: str = "uniform",
-    norm: str = "l1",
-    n_resamples: int = 1000,
-    confidence_level: float = 0.95,
-    seed: int = 0,
-) -> dict:
-    """The gap SECL distils, with paired bootstrap intervals, and the verdict in plain words.
-
-    Parameters
-    ----------
-    correct : (n,) bool or {0, 1}; verbalized, norm_p_true : (n,) confidences in [0, 1] of the same
-        answers. n_bins, binning, norm : the ECE of ``delta_ece`` (``expected_calibration_error``'s options;
-        default 15 equal-width bins, l1). n_resamples : bootstrap resamples (the same resampled indices for both signals, so
-        the differences are paired). confidence_level : in (0, 1).
-
-    Returns
-    -------
-    dict with ``delta_auroc`` = AUROC(P(True)Norm) − AUROC(verbalized) and ``delta_ece`` =
-    ECE(P(True)Norm) − ECE(verbalized) (under ``n_bins``/``binning``/``norm``), each {"value", "low", "high"};
-    ``auroc_norm_p_true`` and ``auroc_verbalized`` likewise; ``verdict`` ∈ ``VERDICTS``;
-    ``secl_expected_to_help`` (True, False, or None when undecided) and ``explanation`` (plain words).
-
-    Rule: "helps" (True) when the ECE difference's interval lies below 0 and the AUROC difference's
-    interval lies above 0; "ranking only" (None) when only the AUROC interval lies above 0 (SECL has a
-    ranking to transfer, but a lower ECE is not established at this n); "level only" (False) when only
-    the ECE interval lies below 0 (SECL could lower ECE only by shifting the level, which the
-    constant-accuracy reference also does); otherwise "does not help" (False).
-    """
-    from hf_calibration.metrics import confidence_auroc, expected_calibration_error
-
-    y = np.asarray(correct).astype(int)
-    v = np.asarray(verbalized, dtype=np.float64)
-    p = np.asarray(norm_p_true, dtype=np.float64)
-    if not (y.shape == v.shape == p.shape and y.ndim == 1):
-        raise ValueError(f"correct, verbalized, norm_p_true: need equal 1-D shapes, got {y.shape}, {v.shape}, {p.shape}")
-    if isinstance(n_resamples, bool) or not isinstance(n_resamples, (int, np.integer)) or n_resamples < 1:
-        raise ValueError(f"n_resamples: must be a positive integer, got {n_resamples!r}")
-    if not 0 < confidence_level < 1:
-        raise ValueError(f"confidence_level: must be in (0, 1), got {confidence_level!r}")
-    ece = dict(n_bins=n_bins, binning=binning, norm=norm)
-    expected_calibration_error(y[:1], v[:1], **ece)  # the options checked before the resamples
-
-    def stats(idx):
-        yy = y[idx]
-        if yy.min() == yy.max():
-            return np.nan, np.nan, np.nan, np.nan
-        a_p, a_v = confidence_auroc(yy, p[idx]), confidence_auroc(yy, v[idx])
-        e_p, e_v = expected_calibration_error(yy, p[idx], **ece), expected_calibration_error(yy, v[idx], **ece)
-        return a_p, a_v, e_p, e_v
-
-    point = stats(np.arange(len(y)))
-    rng = np.random.default_rng(seed)
-    boot = np.array([stats(rng.integers(0, len(y), len(y))) for _ in range(n_resamples)])
-    auroc_p = _interval(boot[:, 0], point[0], confidence_level)
-    auroc_v = _interval(boot[:, 1], point[1], confidence_level)
-    d_auroc = _interval(boot[:, 0] - boot[:, 1], point[0] - point[1], confidence_level)
-    d_ece = _interval(boot[:, 2] - boot[:, 3], point[2] - point[3], confidence_level)
+def _verdict(d_auroc: dict, d_ece: dict, confidence_level: float) -> tuple[str, bool | None, str]:
+    """(verdict, secl_expected_to_help, explanation) from the two differences' intervals (the rule of
+    ``generation_discrimination_gap``)."""
     ece_gap = d_ece["high"] is not None and d_ece["high"] < 0
     auroc_gap = d_auroc["low"] is not None and d_auroc["low"] > 0
     pct = f"{confidence_level:.0%}"
@@ -118,6 +59,60 @@ def generation_discrimination_gap(
             f"(AUROC {d_auroc['value']:+.3f}) than the verbalized confidence beyond the {ci}s: there is no "
             "generation–discrimination gap, so SECL cannot help."
         )
+    return verdict, helps, explanation
+
+
+def generation_discrimination_gap(
+    correct,
+    verbalized,
+    norm_p_true,
+    *,
+    n_bins: int = 15,
+    binning: str = "uniform",
+    norm: str = "l1",
+    n_resamples: int = 1000,
+    confidence_level: float = 0.95,
+    seed: int = 0,
+) -> dict:
+    """The gap SECL distils, with paired bootstrap intervals, and the verdict in plain words.
+
+    Parameters
+    ----------
+    correct : (n,) bool or {0, 1}; verbalized, norm_p_true : (n,) confidences in [0, 1] of the same
+        answers. n_bins, binning, norm : the ECE of ``delta_ece`` (``expected_calibration_error``'s options;
+        default 15 equal-width bins, l1). n_resamples : bootstrap resamples (the same resampled indices for both signals, so
+        the differences are paired; ``metrics.bootstrap`` / ``metrics.paired_bootstrap``, BCa intervals).
+        confidence_level : in (0, 1). seed : of the resamples.
+
+    Returns
+    -------
+    dict with ``delta_auroc`` = AUROC(P(True)Norm) − AUROC(verbalized) and ``delta_ece`` =
+    ECE(P(True)Norm) − ECE(verbalized) (under ``n_bins``/``binning``/``norm``), each {"value", "low", "high"};
+    ``auroc_norm_p_true`` and ``auroc_verbalized`` likewise; ``verdict`` ∈ ``VERDICTS``;
+    ``secl_expected_to_help`` (True, False, or None when undecided) and ``explanation`` (plain words).
+
+    Rule: "helps" (True) when the ECE difference's interval lies below 0 and the AUROC difference's
+    interval lies above 0; "ranking only" (None) when only the AUROC interval lies above 0 (SECL has a
+    ranking to transfer, but a lower ECE is not established at this n); "level only" (False) when only
+    the ECE interval lies below 0 (SECL could lower ECE only by shifting the level, which the
+    constant-accuracy reference also does); otherwise "does not help" (False).
+    """
+    from hf_calibration.metrics import bootstrap, confidence_auroc, expected_calibration_error, paired_bootstrap
+
+    y = np.asarray(correct).astype(int)
+    v = np.asarray(verbalized, dtype=np.float64)
+    p = np.asarray(norm_p_true, dtype=np.float64)
+    if not (y.shape == v.shape == p.shape and y.ndim == 1):
+        raise ParameterError("correct", correct, f"correct, verbalized, norm_p_true need equal 1-D shapes, got "
+                             f"{y.shape}, {v.shape}, {p.shape}", related=("verbalized", "norm_p_true"))
+    ece = dict(n_bins=n_bins, binning=binning, norm=norm)
+    # one resampling for all four: the same seed draws the same item indices, so the differences are paired
+    options = dict(n_resamples=n_resamples, confidence_level=confidence_level, seed=seed)
+    auroc_p = _entry(bootstrap(confidence_auroc, y, p, **options))
+    auroc_v = _entry(bootstrap(confidence_auroc, y, v, **options))
+    d_auroc = _entry(paired_bootstrap(confidence_auroc, y, p, y, v, **options))
+    d_ece = _entry(paired_bootstrap(expected_calibration_error, y, p, y, v, metric_kwargs=ece, **options))
+    verdict, helps, explanation = _verdict(d_auroc, d_ece, confidence_level)
     return {
         "delta_auroc": d_auroc, "delta_ece": d_ece, "auroc_norm_p_true": auroc_p, "auroc_verbalized": auroc_v,
         "verdict": verdict, "secl_expected_to_help": helps, "explanation": explanation,

@@ -1,4 +1,4 @@
-"""Shift detection on the output entropy: the adaptive entropy gate of SECL (SPEC §2 step 2).
+"""Shift detection on the output entropy: the adaptive entropy gate of SECL (docs/methods.md, 'SECL: entropy gate and Page-Hinkley').
 
 ``PageHinkley`` is the two-sided Page-Hinkley test (Page 1954) with the semantics of river's
 ``drift.PageHinkley`` (running mean, optional forgetting factor α, reset after an alarm), so the two
@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import math
 
+from hf_calibration.errors import ParameterError
+
 _MODES = ("up", "down", "both")
 
 
 def _check_positive(name, value, *, allow_zero=False):
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
     if not ok or value < 0 or (value == 0 and not allow_zero):
-        raise ValueError(f"{name}: must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
+        raise ParameterError(name, value, f"must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
 
 
 class PageHinkley:
@@ -43,11 +45,11 @@ class PageHinkley:
         _check_positive("delta", delta, allow_zero=True)
         _check_positive("threshold", threshold)
         if isinstance(min_instances, bool) or not isinstance(min_instances, int) or min_instances < 1:
-            raise ValueError(f"min_instances: must be a positive integer, got {min_instances!r}")
+            raise ParameterError("min_instances", min_instances, f"must be a positive integer, got {min_instances!r}")
         if not (isinstance(alpha, (int, float)) and 0 < alpha <= 1):
-            raise ValueError(f"alpha: must be in (0, 1], got {alpha!r}")
+            raise ParameterError("alpha", alpha, f"must be in (0, 1], got {alpha!r}")
         if mode not in _MODES:
-            raise ValueError(f"mode: must be one of {_MODES}, got {mode!r}")
+            raise ParameterError("mode", mode, f"must be one of {_MODES}, got {mode!r}")
         self.delta, self.threshold, self.min_instances, self.alpha, self.mode = (
             float(delta), float(threshold), min_instances, float(alpha), mode)
         self.reset()
@@ -75,7 +77,7 @@ class PageHinkley:
             self.reset()
         x = float(x)
         if not math.isfinite(x):
-            raise ValueError(f"x: must be finite, got {x!r}")
+            raise ParameterError("x", x, f"must be finite, got {x!r}")
         self.n += 1
         self.mean += (x - self.mean) / self.n
         dev = x - self.mean
@@ -122,9 +124,9 @@ class EntropyShiftDetector:
     def __init__(self, *, ema_rate: float = 0.02, delta: float = 0.5, threshold: float = 10.0,
                  min_instances: int = 10, warmup: int = 10):
         if not (isinstance(ema_rate, (int, float)) and 0 < ema_rate <= 1):
-            raise ValueError(f"ema_rate: must be in (0, 1], got {ema_rate!r}")
+            raise ParameterError("ema_rate", ema_rate, f"must be in (0, 1], got {ema_rate!r}")
         if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 2:
-            raise ValueError(f"warmup: must be an integer >= 2, got {warmup!r}")
+            raise ParameterError("warmup", warmup, f"must be an integer >= 2, got {warmup!r}")
         self.ema_rate, self.warmup = float(ema_rate), warmup
         self.ph = PageHinkley(delta=delta, threshold=threshold, min_instances=min_instances, alpha=1.0)
         self.reset()
@@ -151,7 +153,7 @@ class EntropyShiftDetector:
         """Add one question's entropy (nats, ≥ 0); return True when a shift is detected."""
         h = float(entropy)
         if not math.isfinite(h):
-            raise ValueError(f"entropy: must be finite, got {entropy!r}")
+            raise ParameterError("entropy", entropy, f"must be finite, got {entropy!r}")
         alarm = False
         if self.t >= self.warmup:
             self.last_z = (h - self.mean) / max(self.std, 1e-6)

@@ -82,9 +82,9 @@ def test_sft_step_is_the_gradient_of_the_item_mean(tmp_path, tiny_tokenizer, dom
             items += int((labels != -100).sum())
         else:  # the first labelled position is the answer letter; a letter's logit sums its single-token variants
             pos = int((labels != -100).nonzero()[0])
-            z = logits[pos, trainer._variant_ids]
-            per_letter = torch.stack([torch.logsumexp(z[trainer._variant_letter == k], 0) for k in range(4)])
-            total = total - torch.log_softmax(per_letter, 0)[int(trainer._letter_of[labels[pos]])]
+            z = logits[pos, trainer.letter_token_ids]
+            per_letter = torch.stack([torch.logsumexp(z[trainer.letter_of_variant == k], 0) for k in range(4)])
+            total = total - torch.log_softmax(per_letter, 0)[int(trainer.letter_of_token[labels[pos]])]
             items += 1
     assert items == (20 if domain == "vocab" else 3)
     (total / items).backward()

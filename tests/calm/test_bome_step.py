@@ -32,7 +32,7 @@ def toy_trainer(tmp_path, tok, data, **kw):
     config = dict(method="bome", inner_steps=1, inner_learning_rate=0.05, phi_rule="eta_value", eta=0.5,
                   learning_rate=LR, alpha_learning_rate=LR, lr_scheduler_type="constant")
     trainer = make_trainer(tmp_path, tok, data, peft=False, **{**config, **kw})
-    _, theta = trainer._parameters()
+    _, theta = trainer.calm_parameters()
     weight = theta[THETA]
     assert float(weight[0].detach()) == 1.0  # RMSNorm weights start at 1
 
@@ -45,12 +45,12 @@ def toy_trainer(tmp_path, tok, data, **kw):
     def upper_value(batch, items):
         return lambda alpha: 9 * a_of(alpha) - 20.1 * (1.5 + weight[0])
 
-    trainer._lower_value, trainer._upper_value = lower_value, upper_value
+    trainer.lower_value, trainer.upper_value = lower_value, upper_value
     return trainer
 
 
 def coordinates(trainer):
-    alpha, theta = trainer._parameters()
+    alpha, theta = trainer.calm_parameters()
     return {n: p.detach().clone() for n, p in {**alpha, **theta}.items()}
 
 
@@ -115,19 +115,19 @@ def test_sgd_momentum_is_heavy_ball(tmp_path, tiny_tokenizer, mcqa_data):
     trainer = toy_trainer(tmp_path, tiny_tokenizer, mcqa_data, bome_optimizer="sgd_momentum", bome_momentum=0.9,
                           alpha_learning_rate=2 * LR)
     directions = []
-    backward = trainer._backward_direction
+    backward = trainer.apply_direction
 
     def record(direction, alpha, theta):
         directions.append({n: direction[n].detach().clone() for n in (ALPHA, THETA)})
         return backward(direction, alpha, theta)
 
-    trainer._backward_direction = record
+    trainer.apply_direction = record
     before, after = run(trainer, steps=2)
     optimizer = trainer.optimizer.optimizer if hasattr(trainer.optimizer, "optimizer") else trainer.optimizer
     assert type(optimizer) is torch.optim.SGD
     groups = optimizer.param_groups
     assert [(g["momentum"], g["dampening"], g["nesterov"]) for g in groups] == [(0.9, 0, False)] * len(groups)
-    alpha_ids = {id(p) for p in trainer._parameters()[0].values()}
+    alpha_ids = {id(p) for p in trainer.calm_parameters()[0].values()}
     assert sorted(g["lr"] for g in groups) == sorted(2 * LR if id(g["params"][0]) in alpha_ids else LR for g in groups)
     assert len(directions) == 2
     for name, lr in ((ALPHA, 2 * LR), (THETA, LR)):

@@ -3,7 +3,7 @@
 import numpy as np
 import torch
 
-from hf_calibration.calm.trainer import _confidence_bins
+from hf_calibration.calm.strategies import confidence_bins
 from hf_calibration.metrics.binning import uniform_bin_index
 from tests.calm.test_trainer import make_trainer
 
@@ -17,10 +17,10 @@ def test_confidence_bins_equal_the_metrics_rule_at_every_edge():
                                np.nextafter(np.float32(edges), np.float32(1))]).astype(np.float32)
         conf = torch.from_numpy(np.clip(near, 0, 1))
         expected = torch.from_numpy(uniform_bin_index(conf.double().numpy(), n_bins)).long()
-        assert torch.equal(_confidence_bins(conf, n_bins), expected)
+        assert torch.equal(confidence_bins(conf, n_bins), expected)
         # float32(0.7) = 0.699999988 is below the edge 0.7, though 0.699999988 * 10 rounds to 7.0 in float32
-    assert _confidence_bins(torch.tensor([np.float32(0.7)]), 10).tolist() == [6]
-    assert _confidence_bins(torch.tensor([0.0, 1.0]), 10).tolist() == [0, 9]
+    assert confidence_bins(torch.tensor([np.float32(0.7)]), 10).tolist() == [6]
+    assert confidence_bins(torch.tensor([0.0, 1.0]), 10).tolist() == [0, 9]
 
 
 def test_cft_bin_accuracies_bin_like_the_metrics(tmp_path, tiny_tokenizer, mcqa_data):
@@ -32,9 +32,9 @@ def test_cft_bin_accuracies_bin_like_the_metrics(tmp_path, tiny_tokenizer, mcqa_
     trainer = make_trainer(tmp_path, tiny_tokenizer, mcqa_data, method="cft", cft_num_bins=10)
     row = torch.log(torch.tensor([0.7, 0.1, 0.1, 0.1], dtype=torch.float32))
     assert float(row.exp()[0].double()) < 0.7  # exp(log(float32(0.7))) is float32(0.7) again
-    trainer._log_probs = lambda raw, alpha: row.expand(raw.shape[0], 4)
-    trainer._targets = lambda ids: torch.zeros(len(ids), dtype=torch.long)  # argmax 0 is always right
-    accuracy, count = trainer._cft_bin_statistics()
+    trainer.log_probs = lambda raw, alpha: row.expand(raw.shape[0], 4)
+    trainer.targets = lambda ids: torch.zeros(len(ids), dtype=torch.long)  # argmax 0 is always right
+    accuracy, count = trainer.strategy.bin_statistics()
     expected = (torch.arange(10) + 0.5) / 10  # empty bins: their centre
     expected[6] = 1.0
     torch.testing.assert_close(accuracy, expected, rtol=0, atol=0)
@@ -97,7 +97,7 @@ def test_cft_term_by_hand():
     assert expected == pytest.approx(0.0112111, abs=1e-7)
     probs = torch.tensor(HAND_PROBS, dtype=torch.float64)
     bins = torch.tensor(HAND_BINS)
-    assert torch.equal(_confidence_bins(probs.max(dim=1).values, 10), bins)  # the table's bins
+    assert torch.equal(confidence_bins(probs.max(dim=1).values, 10), bins)  # the table's bins
     got = cft_term(probs, bins, torch.tensor(HAND_ACCURACY), torch.tensor(HAND_COUNT, dtype=torch.float32))
     # float64 throughout (the inputs 0.65 … are within 2^-53 relative of the table's decimals), a few dozen
     # operations of magnitude ≤ 1: 1e-14 is ~50 units in the last place
@@ -141,12 +141,12 @@ def test_trainer_step_uses_the_training_set_bin_counts(tmp_path, tiny_tokenizer,
     the hand value, i.e. the trainer divides each item by its bin's training-set count, not by the batch size."""
     trainer = make_trainer(tmp_path, tiny_tokenizer, mcqa_data, method="cft", cft_num_bins=10)
     fixed = torch.tensor(HAND_PROBS).log()
-    trainer._log_probs = lambda raw, alpha: fixed + 0 * raw[:, :1]  # keeps a graph to differentiate
-    strategy = trainer._strategy
+    trainer.log_probs = lambda raw, alpha: fixed + 0 * raw[:, :1]  # keeps a graph to differentiate
+    strategy = trainer.strategy
     strategy.bin_accuracy, strategy.bin_count = torch.tensor(HAND_ACCURACY), torch.tensor(HAND_COUNT, dtype=torch.float)
     trainer.create_optimizer()
     batch = trainer.data_collator([trainer.train_dataset[i] for i in range(3)])
     trainer.training_step(trainer.model, batch)
-    logged = trainer._metrics["train"]["cft_term"]
+    logged = trainer._metrics["train"]["cft_term"]  # TRL's per-split log buffer: no public reader before log()
     # float32 probabilities (relative error ≤ 2^-24 each) through ~30 operations of magnitude ≤ 1: 1e-6
     assert logged == [pytest.approx(float(sum(e / n for e, n in zip(_hand_errors(), (8, 4, 8)))), abs=1e-6)]

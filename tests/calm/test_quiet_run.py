@@ -15,12 +15,20 @@ from hf_calibration.calm import CALMConfig, CALMTrainer
 from tests.tiny import make_tiny_model
 
 
-def test_deepspeed_import_after_calm_is_quiet_on_a_cpu_machine():
+def test_deepspeed_import_after_a_calm_trainer_is_quiet_on_a_cpu_machine():
     if torch.cuda.is_available():  # the notice only exists where DeepSpeed falls back to the CPU
         return
-    code = "import hf_calibration.calm\ntry:\n    import deepspeed\nexcept ImportError:\n    pass\n"
+    # importing the package changes nothing; building a trainer (where DeepSpeed may load next) quiets the notice
+    code = ("import os\nimport hf_calibration.calm\nassert 'DS_ACCELERATOR' not in os.environ\n"
+            "from tests.tiny import make_tiny_model, make_tiny_tokenizer\n"
+            "from datasets import Dataset\nfrom hf_calibration.calm import CALMConfig, CALMTrainer\n"
+            "tok = make_tiny_tokenizer()\n"
+            "data = Dataset.from_dict({'prompt': ['Q? Answer:'] * 2, 'completion': [' A', ' B']})\n"
+            "CALMTrainer(make_tiny_model(tok), CALMConfig(__import__('tempfile').mkdtemp(), method='sft', report_to='none'),\n"
+            "            train_dataset=data, processing_class=tok)\n"
+            "try:\n    import deepspeed\nexcept ImportError:\n    pass\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                          env={"PATH": "", "HF_HUB_OFFLINE": "1"})
+                          env={"PATH": "", "HF_HUB_OFFLINE": "1", "PYTHONPATH": ":".join(sys.path)})
     assert proc.returncode == 0, proc.stderr
     assert "Setting accelerator to CPU" not in proc.stdout + proc.stderr
 

@@ -101,7 +101,7 @@ def test_iterate_alpha_gradient_is_the_entropy_gradient_only(tmp_path, tiny_toke
     trainer = make_trainer(tmp_path, tiny_tokenizer, mcqa_data, method="iterate")
     trainer.create_optimizer()
     trainer.state.global_step = 1  # odd steps are the α steps
-    calibration = trainer._calibration_batch()  # the batch step 1 uses (a pure function of the step)
+    calibration = trainer.calibration_batch()  # the batch step 1 uses (a pure function of the step)
     adj = trainer.model.logit_adjustment
     train_batch = trainer.data_collator([trainer.train_dataset[i] for i in range(4)])
     trainer.training_step(trainer.model, train_batch)
@@ -114,9 +114,9 @@ def test_iterate_alpha_gradient_is_the_entropy_gradient_only(tmp_path, tiny_toke
                             adjust_logits=False).logits
         raw = raw[torch.arange(len(lengths)), lengths - 1]
     rho = adj.rho.detach().clone().requires_grad_(True)
-    z = raw[:, trainer._variant_ids] / torch.exp(rho[trainer._alpha_index[trainer._variant_ids]]) \
-        + adj.shift.detach()[trainer._alpha_index[trainer._variant_ids]]
-    letters = torch.stack([torch.logsumexp(z[:, trainer._variant_letter == k], 1) for k in range(4)], 1)
+    z = raw[:, trainer.letter_token_ids] / torch.exp(rho[trainer.alpha_index[trainer.letter_token_ids]]) \
+        + adj.shift.detach()[trainer.alpha_index[trainer.letter_token_ids]]
+    letters = torch.stack([torch.logsumexp(z[:, trainer.letter_of_variant == k], 1) for k in range(4)], 1)
     logp = torch.log_softmax(letters, 1)
     (-(-(logp.exp() * logp).sum(1)).mean()).backward()
     torch.testing.assert_close(written, rho.grad, rtol=1e-4, atol=1e-7)

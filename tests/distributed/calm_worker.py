@@ -68,7 +68,7 @@ def main():
         ds["zero_optimization"]["stage3_param_persistence_threshold"] = args.zero3_persistence_threshold
     trainer.train()
     acc = trainer.accelerator
-    calm = trainer._calm
+    calm = trainer.calm_model
     params = {n: p.detach().cpu().clone().contiguous() for n, p in calm.named_parameters() if p.requires_grad}
     save_file(params, str(out / f"params_rank{acc.process_index}.safetensors"))
     sharded = sum(1 for p in calm.parameters() if getattr(p, "ds_numel", 0) and p.numel() == 0)

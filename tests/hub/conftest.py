@@ -55,9 +55,9 @@ def fake_hub(tmp_path, monkeypatch):
         }
         for name, value in patched.items():
             monkeypatch.setattr(constants, name, value)
-        _offline._endpoint_reachable.cache_clear()
+        _offline.forget_reachability()
         yield HubSession(hub=hub, token=token, user=user, hf_home=hf_home, storage=storage)
     finally:
         hub.stop()
-        _offline._endpoint_reachable.cache_clear()
+        _offline.forget_reachability()
 

@@ -39,7 +39,7 @@ def _local_paths(folder: Path, *extra: Path) -> list[str]:
 
 def test_packaged_model_is_named_by_its_hub_id():
     model, tokenizer = load_model(NAME)
-    assert model.config._name_or_path == NAME
+    assert model.config._name_or_path == NAME  # transformers' own record of where a model came from
     assert model.name_or_path == NAME
     assert tokenizer.name_or_path == NAME
 

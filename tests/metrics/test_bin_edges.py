@@ -82,8 +82,8 @@ def test_uniform_bin_index_accepts_scalars_and_other_dtypes():
         ([0.2, 1.5], 10, ValueError, r"conf\[1\] = 1.5 is outside \[0, 1\]"),
         ([0.2, np.nan], 10, ValueError, r"conf\[1\] = nan is outside \[0, 1\]"),
         (-0.1, 10, ValueError, r"conf = -0.1 is outside \[0, 1\]"),
-        ([0.5], 0, ValueError, "n_bins must be a positive integer, got 0"),
-        ([0.5], 2.0, TypeError, "n_bins must be an int"),
+        ([0.5], 0, ValueError, "n_bins: must be a positive integer, got 0"),
+        ([0.5], 2.0, TypeError, "n_bins: must be an int"),
         (["a"], 10, TypeError, "conf must hold real numbers"),
     ],
 )

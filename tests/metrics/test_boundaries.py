@@ -250,7 +250,7 @@ def test_probability_outside_unit_interval(metric):
 
 
 def test_nan_in_labels():
-    with pytest.raises(ValueError, match=r"y_true\[1\] = nan is not an integer label"):
+    with pytest.raises(ValueError, match=r"y_true: must hold integer labels, got nan at index 1"):
         expected_calibration_error([1.0, np.nan], [0.2, 0.3])
 
 
@@ -259,25 +259,25 @@ def test_nan_in_labels():
 
 @pytest.mark.parametrize("metric", VALIDATING)
 def test_negative_label(metric):
-    with pytest.raises(ValueError, match=r"y_true\[1\] = -1 is not a valid label for K=2 classes"):
+    with pytest.raises(ValueError, match=r"y_true: must lie in \[0, 1\] \(K=2 classes\), got -1 at index 1"):
         metric([0, -1], [[0.5, 0.5], [0.2, 0.8]])
 
 
 @pytest.mark.parametrize("metric", VALIDATING)
 def test_label_not_below_k(metric):
-    message = r"y_true\[0\] = 3 is not a valid label for K=3 classes \(expected 0 <= label < 3\)"
+    message = r"y_true: must lie in \[0, 2\] \(K=3 classes\), got 3 at index 0"
     with pytest.raises(ValueError, match=message):
         metric([3, 0], [[0.5, 0.25, 0.25], [0.2, 0.7, 0.1]])
 
 
 @pytest.mark.parametrize("metric", [m for m in VALIDATING if m not in MULTICLASS_ONLY])
 def test_correctness_must_be_binary(metric):
-    with pytest.raises(ValueError, match=r"y_true\[2\] = 2 must be 0 or 1"):
+    with pytest.raises(ValueError, match=r"y_true: must be 0 or 1 \(correctness\).*got 2 at index 2"):
         metric([0, 1, 2], [0.2, 0.3, 0.4])
 
 
 def test_non_integer_label():
-    with pytest.raises(ValueError, match=r"y_true\[0\] = 0.5 is not an integer label"):
+    with pytest.raises(ValueError, match=r"y_true: must hold integer labels, got 0.5 at index 0"):
         expected_calibration_error([0.5, 1.0], [0.2, 0.3])
     assert expected_calibration_error([0.0, 1.0], [0.2, 0.7]) == pytest.approx((0.2 + 0.3) / 2)
 
@@ -287,7 +287,7 @@ def test_non_integer_label():
 
 @pytest.mark.parametrize("metric", VALIDATING)
 def test_length_mismatch(metric):
-    with pytest.raises(ValueError, match="y_true has 3 entries but y_prob has 2 rows"):
+    with pytest.raises(ValueError, match="y_true: has 3 entries but y_prob has 2 rows"):
         metric([0, 1, 1], [[0.5, 0.5], [0.2, 0.8]])
 
 
@@ -313,7 +313,7 @@ def test_bad_prob_shapes(probs, message):
 
 
 def test_two_dimensional_labels():
-    with pytest.raises(ValueError, match=r"y_true must have shape \(n,\), got shape \(2, 1\)"):
+    with pytest.raises(ValueError, match=r"y_true: must have shape \(n,\), got shape \(2, 1\)"):
         expected_calibration_error([[0], [1]], [0.2, 0.3])
 
 
@@ -323,14 +323,14 @@ def test_classwise_needs_probability_rows():
 
 
 def test_non_numeric_input():
-    with pytest.raises(TypeError, match=r"y_prob must hold numbers, got dtype <U3"):
+    with pytest.raises(TypeError, match=r"y_prob: must hold numbers, got dtype <U3"):
         expected_calibration_error([0, 1], ["0.2", "0.3"])
-    with pytest.raises(TypeError, match="y_true must hold numbers"):
+    with pytest.raises(TypeError, match="y_true: must hold numbers"):
         expected_calibration_error(["a", "b"], [0.2, 0.3])
 
 
 def test_ragged_rows():
-    with pytest.raises(ValueError, match="y_prob must be a rectangular array"):
+    with pytest.raises(ValueError, match="y_prob: must be a rectangular array"):
         expected_calibration_error([0, 1], [[0.5, 0.5], [1.0]])
 
 
@@ -423,7 +423,7 @@ def test_bool_correctness_and_integer_confidences():
     ],
 )
 def test_n_bins_not_positive(metric, n_bins):
-    with pytest.raises(ValueError, match=f"n_bins must be a positive integer, got {n_bins}"):
+    with pytest.raises(ValueError, match=f"n_bins: must be a positive integer, got {n_bins}"):
         if metric is BinnedCalibrationState:
             metric(n_bins=n_bins)
         else:
@@ -432,14 +432,14 @@ def test_n_bins_not_positive(metric, n_bins):
 
 @pytest.mark.parametrize("n_bins", [2.5, True, "15", None])
 def test_n_bins_not_an_int(n_bins):
-    with pytest.raises(TypeError, match=r"n_bins must be an int, got"):
+    with pytest.raises(TypeError, match=r"n_bins: must be an int, got"):
         expected_calibration_error([0, 1], [0.5, 0.5], n_bins=n_bins)
 
 
 def test_unknown_options():
-    with pytest.raises(ValueError, match=r"binning must be one of 'uniform', 'quantile', got 'equal'"):
+    with pytest.raises(ValueError, match=r"binning: must be one of 'uniform', 'quantile', got 'equal'"):
         expected_calibration_error([0, 1], [0.5, 0.5], binning="equal")
-    with pytest.raises(ValueError, match=r"norm must be one of 'l1', 'l2', 'max', got 'l3'"):
+    with pytest.raises(ValueError, match=r"norm: must be one of 'l1', 'l2', 'max', got 'l3'"):
         expected_calibration_error([0, 1], [0.5, 0.5], norm="l3")
     with pytest.raises(ValueError, match=r"debiased=True is defined for norm='l1' and norm='l2'.*got norm='max'"):
         expected_calibration_error([0, 1], [0.5, 0.5], norm="max", debiased=True)

@@ -130,7 +130,7 @@ def test_empty_batches_are_no_ops(classwise):
 
 
 def test_empty_batch_is_still_checked():
-    with pytest.raises(ValueError, match="y_true has 1 entries but y_prob has 0 rows"):
+    with pytest.raises(ValueError, match="y_true: has 1 entries but y_prob has 0 rows"):
         BinnedCalibrationState().update([1], np.empty(0))
     with pytest.raises(ValueError, match=r"y_prob must have shape \(n,\) or \(n, K\), got shape \(0, 2, 2\)"):
         BinnedCalibrationState().update([], np.empty((0, 2, 2)))
