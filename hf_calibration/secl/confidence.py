@@ -1,14 +1,14 @@
-"""Confidence signals of a causal LM about its own answer (SPEC §2, steps 1 and 4; baselines).
+"""Confidence signals of a causal LM about its own answer (docs/methods.md, "SECL"; baselines).
 
 One home for the four signals that ``diagnose`` and SECL share:
 
 - **verbalized confidence** (generative): after the answer, a follow-up turn asks for a number from
   0 to 10; the confidence is the expectation ``Σ_k P(k)·k/10`` over the digit tokens, renormalised
-  over those tokens, so it is differentiable in the model's parameters (SPEC §2 step 1,
+  over those tokens, so it is differentiable in the model's parameters (docs/methods.md, "SECL: verbalized confidence";
   reconstruction). The greedy number is returned beside it.
 - **P(True)** (discriminative, Kadavath et al. 2022): after the answer, a follow-up turn asks whether
   the answer is correct; ``P(Yes) / (P(Yes) + P(No))``.
-- **P(True)Norm** over the answer and its distractors: ``softmax(P_T / τ_n)`` (SPEC §2 step 4).
+- **P(True)Norm** over the answer and its distractors: ``softmax(P_T / τ_n)`` (docs/methods.md, "SECL: P(True)Norm").
 - **DINCO-style score** (Wang & Stengel-Eskin, ICLR 2026) without the NLI model; see ``dinco_score``.
 
 Prompts. Every signal continues the conversation in which the model gave the answer:
@@ -317,7 +317,7 @@ def p_true(
 
 
 def norm_p_true(p_true_options: np.ndarray, *, tau: float = DEFAULT_TAU_N) -> np.ndarray:
-    """P(True)Norm: ``softmax(P_T / τ_n)`` over each row's candidates (SPEC §2 step 4).
+    """P(True)Norm: ``softmax(P_T / τ_n)`` over each row's candidates (docs/methods.md, "SECL: P(True)Norm").
 
     p_true_options : (n, K) P(True) of the answer and its distractors in [0, 1]; NaN marks a missing
     candidate (a question with fewer options), which gets 0. tau : τ_n > 0. Returns (n, K), rows sum
@@ -407,18 +407,9 @@ def mcqa_answer_text(letter: str, choice: str, max_chars: int = 200) -> str:
     return f"{letter}. {choice[:max_chars]}"
 
 
-def mcqa_signals(
-    model,
-    tokenizer,
-    dataset,
-    *,
-    tau_n: float = DEFAULT_TAU_N,
-    prompt_format: str = "auto",
-    confidence_template: str = CONFIDENCE_TEMPLATE,
-    p_true_template: str = P_TRUE_TEMPLATE,
-    batch_size: int = 8,
-    progress: bool = True,
-) -> MCQASignals:
+def mcqa_signals(model, tokenizer, dataset, *, tau_n: float = DEFAULT_TAU_N, prompt_format: str = "auto",
+                 confidence_template: str = CONFIDENCE_TEMPLATE, p_true_template: str = P_TRUE_TEMPLATE,
+                 batch_size: int = 8, progress: bool = True) -> MCQASignals:
     """Option probability, P(True), P(True)Norm, verbalized confidence and the DINCO-style score.
 
     Per question: one pass over the MCQA prompt (option letters; its cache is kept), then K short
@@ -432,7 +423,7 @@ def mcqa_signals(
     """
     from tqdm.auto import tqdm
 
-    from hf_calibration.modeling.prompts import LETTERS, build_mcqa_prompt, option_token_ids
+    from hf_calibration.modeling.prompts import option_token_ids
 
     check_template(confidence_template, "confidence_template")
     check_template(p_true_template, "p_true_template")
@@ -444,44 +435,63 @@ def mcqa_signals(
     tokens = ConfidenceTokens.from_tokenizer(tokenizer)
     fmt = resolve_prompt_format(tokenizer, prompt_format)
     k_max = max(len(r["choices"]) for r in rows)
+    reads = _MCQAReads(len(rows), k_max)
     variants = option_token_ids(tokenizer, k_max)
-    n = len(rows)
-    option_probs = np.zeros((n, k_max))
-    option_mass = np.zeros(n)
-    pt = np.full((n, k_max), np.nan)
-    pt_mass = np.full((n, k_max), np.nan)
-    verb = np.zeros(n)
-    greedy = np.full(n, np.nan)
-    verb_mass = np.zeros(n)
-    t_option = t_ptrue = t_verb = 0.0
-    pad = tokenizer.pad_token_id or 0
+    templates = (p_true_template, confidence_template)
     with torch.no_grad():
         for i, row in enumerate(tqdm(rows, desc="diagnose", disable=not progress, unit="q")):
-            k = len(row["choices"])
-            t0 = time.perf_counter()
-            prompt = build_mcqa_prompt(tokenizer, row["question"], row["choices"], prompt_format=fmt)
-            lp, cache, n_prefix = prefix_pass(model, tokenizer.encode(prompt, add_special_tokens=False))
-            letter_lp = torch.stack([torch.logsumexp(lp[list(v)], dim=0) for v in variants[:k]])
-            option_probs[i, :k] = torch.softmax(letter_lp, dim=0).cpu().numpy()
-            option_mass[i] = float(torch.exp(torch.logsumexp(letter_lp, dim=0)))
-            pred = int(np.argmax(option_probs[i, :k]))
-            t1 = time.perf_counter()
-            answers = [mcqa_answer_text(LETTERS[j], row["choices"][j]) for j in range(k)]
-            conts = [_answer_then_followup(tokenizer, LETTERS[j], p_true_template.replace("{answer}", answers[j]),
-                                           fmt, PLAIN_P_TRUE_PREFIX) for j in range(k)]
-            p, m = p_true_from_logprobs(continuation_logprobs(model, cache, n_prefix, conts,
-                                                              batch_size=batch_size, pad_id=pad), tokens)
-            pt[i, :k], pt_mass[i, :k] = p.cpu().numpy(), m
-            t2 = time.perf_counter()
-            cont = _answer_then_followup(tokenizer, LETTERS[pred],
-                                         confidence_template.replace("{answer}", answers[pred]),
-                                         fmt, PLAIN_CONFIDENCE_PREFIX)
-            first, second = continuation_then_token(model, cache, n_prefix, cont,
-                                                    tokens.digits[1][0] if tokens.two_step else None)
-            c, g, m = verbalized_from_logprobs(first, tokens, second)
-            verb[i], greedy[i], verb_mass[i] = float(c[0]), g[0], m[0]
-            t3 = time.perf_counter()
-            t_option, t_ptrue, t_verb = t_option + t1 - t0, t_ptrue + t2 - t1, t_verb + t3 - t2
+            _read_mcqa_question(model, tokenizer, row, i, reads, variants=variants, tokens=tokens, fmt=fmt,
+                                templates=templates, batch_size=batch_size)
+    return _mcqa_result(rows, reads, tokens, fmt, tau_n)
+
+
+class _MCQAReads:
+    """The per-question reads of ``mcqa_signals``, filled row by row, with the seconds each read took."""
+
+    def __init__(self, n: int, k_max: int):
+        self.option_probs, self.option_mass = np.zeros((n, k_max)), np.zeros(n)
+        self.pt, self.pt_mass = np.full((n, k_max), np.nan), np.full((n, k_max), np.nan)
+        self.verb, self.greedy, self.verb_mass = np.zeros(n), np.full(n, np.nan), np.zeros(n)
+        self.t_option = self.t_ptrue = self.t_verb = 0.0
+
+
+def _read_mcqa_question(model, tokenizer, row, i: int, reads: _MCQAReads, *, variants, tokens, fmt, templates,
+                        batch_size: int) -> None:
+    from hf_calibration.modeling.prompts import LETTERS, build_mcqa_prompt
+
+    p_true_template, confidence_template = templates
+    pad = tokenizer.pad_token_id or 0
+    k = len(row["choices"])
+    t0 = time.perf_counter()
+    prompt = build_mcqa_prompt(tokenizer, row["question"], row["choices"], prompt_format=fmt)
+    lp, cache, n_prefix = prefix_pass(model, tokenizer.encode(prompt, add_special_tokens=False))
+    letter_lp = torch.stack([torch.logsumexp(lp[list(v)], dim=0) for v in variants[:k]])
+    reads.option_probs[i, :k] = torch.softmax(letter_lp, dim=0).cpu().numpy()
+    reads.option_mass[i] = float(torch.exp(torch.logsumexp(letter_lp, dim=0)))
+    pred = int(np.argmax(reads.option_probs[i, :k]))
+    t1 = time.perf_counter()
+    answers = [mcqa_answer_text(LETTERS[j], row["choices"][j]) for j in range(k)]
+    conts = [_answer_then_followup(tokenizer, LETTERS[j], p_true_template.replace("{answer}", answers[j]),
+                                   fmt, PLAIN_P_TRUE_PREFIX) for j in range(k)]
+    p, m = p_true_from_logprobs(continuation_logprobs(model, cache, n_prefix, conts,
+                                                      batch_size=batch_size, pad_id=pad), tokens)
+    reads.pt[i, :k], reads.pt_mass[i, :k] = p.cpu().numpy(), m
+    t2 = time.perf_counter()
+    cont = _answer_then_followup(tokenizer, LETTERS[pred], confidence_template.replace("{answer}", answers[pred]),
+                                 fmt, PLAIN_CONFIDENCE_PREFIX)
+    first, second = continuation_then_token(model, cache, n_prefix, cont,
+                                            tokens.digits[1][0] if tokens.two_step else None)
+    c, g, m = verbalized_from_logprobs(first, tokens, second)
+    reads.verb[i], reads.greedy[i], reads.verb_mass[i] = float(c[0]), g[0], m[0]
+    t3 = time.perf_counter()
+    reads.t_option += t1 - t0
+    reads.t_ptrue += t2 - t1
+    reads.t_verb += t3 - t2
+
+
+def _mcqa_result(rows, reads: _MCQAReads, tokens, fmt: str, tau_n: float) -> MCQASignals:
+    n = len(rows)
+    option_probs, pt, pt_mass = reads.option_probs, reads.pt, reads.pt_mass
     labels = np.array([int(r["answer"]) for r in rows])
     prediction = option_probs.argmax(axis=1)
     norm = norm_p_true(pt, tau=tau_n)
@@ -490,18 +500,18 @@ def mcqa_signals(
         "option_probability": option_probs[rows_idx, prediction],
         "p_true": pt[rows_idx, prediction],
         "norm_p_true": norm[rows_idx, prediction],
-        "verbalized": verb,
+        "verbalized": reads.verb,
         "dinco": dinco_score(pt, prediction, option_probs[rows_idx, prediction]),
     }
     n_opts = np.array([len(r["choices"]) for r in rows])
     verb_passes = 3 if tokens.two_step else 2
-    s_opt, s_pt, s_verb = t_option / n, t_ptrue / n, t_verb / n
+    s_opt, s_pt, s_verb = reads.t_option / n, reads.t_ptrue / n, reads.t_verb / n
     return MCQASignals(
         option_probs=option_probs, prediction=prediction, labels=labels, correct=prediction == labels,
-        confidence=confidence, p_true_options=pt, norm_p_true_options=norm, verbalized_greedy=greedy,
+        confidence=confidence, p_true_options=pt, norm_p_true_options=norm, verbalized_greedy=reads.greedy,
         mass={
-            "option_probability": option_mass, "p_true": pt_mass[rows_idx, prediction],
-            "norm_p_true": np.nanmean(pt_mass, axis=1), "verbalized": verb_mass,
+            "option_probability": reads.option_mass, "p_true": pt_mass[rows_idx, prediction],
+            "norm_p_true": np.nanmean(pt_mass, axis=1), "verbalized": reads.verb_mass,
             "dinco": np.nanmean(pt_mass, axis=1),
         },
         forward_passes={
