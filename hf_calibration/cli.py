@@ -22,6 +22,7 @@ from hf_calibration.errors import ParameterError, ParameterWarning
 from hf_calibration.jobs import (CALMJobConfig, DiagnoseConfig, EvaluateConfig, FitPosthocConfig, LMEvalImportConfig,
                                  ReportConfig, SECLStreamConfig, run_calm, run_diagnose, run_evaluate, run_fit_posthoc,
                                  run_lm_eval_import, run_report, run_secl_stream)
+from hf_calibration.jobs.secl_service import SECLServiceConfig, run_secl_service
 from hf_calibration.secl import SECLConfig
 
 PROG = "hf-calibration"
@@ -51,6 +52,11 @@ COMMANDS = {
              "Two passes over the same stream: the baselines (verbalized, P(True), P(True)Norm, DINCO-style; "
              "Platt/TS with labels, 2-fold) and SECL online. Writes records.jsonl, metrics.json, the calibrated "
              "adapter (secl_adapter/) and a reliability diagram per domain; prints a table per domain and overall."),
+    "secl-serve": ((SECLServiceConfig, SECLConfig), run_secl_service,
+                   "SECL beside a vLLM server: one LoRA adapter per stream, trained here, hot-swapped into the server",
+                   "Answers and confidence reads go to the server (--base-url), the burst's LoRA steps run in a local "
+                   "copy of --model; each new adapter version is saved under --output-dir and loaded by the server "
+                   "(docs/serving.md). A rerun on the same --output-dir resumes every stream."),
     "report": ((ReportConfig,), run_report,
                "one self-contained HTML page from result folders: tables with intervals, reliability diagrams",
                "hf-calibration report DIR [DIR ...] --output report.html: every metric table (value [95 % interval], "

@@ -9,6 +9,7 @@ before a model loads, raising ``hf_calibration.errors.ParameterError`` naming th
 - ``run_fit_posthoc(FitPosthocConfig)``: fit a post-hoc calibrator on ``run_evaluate``'s predictions.
 - ``run_diagnose(DiagnoseConfig)``: the generation–discrimination gap; will SECL help this model?
 - ``run_secl_stream(SECLStreamConfig, SECLConfig)``: a multi-domain stream through SECL with the baselines.
+- ``run_secl_service(SECLServiceConfig, SECLConfig)``: a stream through SECL beside a vLLM server, adapters hot-swapped.
 - ``run_calm(CALMJobConfig, CALMConfig)``: fine-tune with CALM.
 - ``run_report(ReportConfig)``: one self-contained HTML page from result folders.
 - ``run_lm_eval_import(LMEvalImportConfig)``: calibration reports of lm-evaluation-harness ``--log_samples`` runs.
@@ -21,6 +22,7 @@ from hf_calibration.jobs.evaluate import EvaluateConfig, EvaluateResult, run_eva
 from hf_calibration.jobs.fit_posthoc import FitPosthocConfig, FitPosthocResult, run_fit_posthoc
 from hf_calibration.jobs.lm_eval import LMEvalImportConfig, run_lm_eval_import
 from hf_calibration.jobs.report import ReportConfig, run_report
+from hf_calibration.jobs.secl_service import SECLServiceConfig, SECLServiceResult, run_secl_service
 from hf_calibration.jobs.secl_stream import SECLStreamConfig, SECLStreamResult, run_secl_stream
 
 __all__ = [
@@ -35,6 +37,8 @@ __all__ = [
     "JobResult",
     "LMEvalImportConfig",
     "ReportConfig",
+    "SECLServiceConfig",
+    "SECLServiceResult",
     "SECLStreamConfig",
     "SECLStreamResult",
     "run_calm",
@@ -43,5 +47,6 @@ __all__ = [
     "run_fit_posthoc",
     "run_lm_eval_import",
     "run_report",
+    "run_secl_service",
     "run_secl_stream",
 ]

@@ -1,0 +1,411 @@
+"""SECL as a service beside a server: one LoRA adapter per stream, trained locally, hot-swapped into the server.
+
+``SECLService(backend, trainer, state_dir)`` runs SECL (``mixin.py``, Hedna et al. 2026) for any number of named
+streams against one OpenAI-compatible server (vLLM started with ``--enable-lora --max-lora-rank R`` and
+``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``; docs/serving.md). Per question of a stream:
+
+- served (``OpenAICompatibleBackend``): the greedy answer and the entropy the gate reads; the verbalized
+  confidence, read with the stream's current adapter (its served name, or the base model while it is the
+  identity); in a burst, the P(True) teacher reads (with the adapter off in the "confidence" scope, with it in
+  the "all" scope, as ``SECLConfig.adapter_scope`` says);
+- local (the "trainer": a ``SECLModel``, a transformers + PEFT copy of the base model): the update steps of
+  an accepted burst question, the mixin's own ``_secl_verbalized`` under MSE(c, ĉ) with AdamW.
+
+The server applies a request's LoRA to every token of it, so the served verbalized read is the adapter over
+the whole conversation: the mixin's "all"-scope read. The trainer therefore computes that read (its config is
+set to the "all" scope; ``SECLService.adapter_scope`` keeps the stream's own scope, which decides only what the
+answers and the teacher are read with). In the "all" scope every read equals the in-process ``SECLModel``'s;
+in the "confidence" scope the answers and pseudo-labels do (both the base model's), the confidences after the
+first update do not (the in-process read runs the adapter over the follow-up turn only, on the base model's
+cache, which no server request can express; docs/serving.md).
+
+After each accepted update (``swap="update"``) or at the end of each burst with updates (``swap="burst"``) the
+adapter is written with ``save_pretrained`` (PEFT's folder plus ``secl_config.json`` / ``secl_state.json``, and the
+AdamW state ``optimizer.pt``) into a temporary folder, renamed to ``<state_dir>/<stream>/v<N>`` (atomic), loaded
+by the server as ``<stream>-v<N>`` (``/v1/load_lora_adapter``), and only then used; the previous name is unloaded
+(``/v1/unload_lora_adapter``). No request names a version before the server has loaded it whole, and every
+version stays on disk. ``<state_dir>/<stream>/stream.json`` (written atomically after every question whose
+adapter is saved) holds the gate, counters, open burst, records and the current version: a service started on
+the same ``state_dir`` resumes every stream there and has the server load its current adapter.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import os
+import threading
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from hf_calibration.errors import ParameterError
+from hf_calibration.secl.confidence import (PLAIN_CONFIDENCE_PREFIX, PLAIN_P_TRUE_PREFIX, norm_p_true,
+                                            p_true_from_logprobs, verbalized_from_logprobs)
+from hf_calibration.secl.drift import EntropyShiftDetector
+from hf_calibration.secl.mixin import COUNTERS, SECLGenerationMixin, bin_gate_passes, directional_target
+
+SWAP_MODES = ("update", "burst")
+STATE_FILE = "stream.json"
+OPTIMIZER_FILE = "optimizer.pt"
+STATE_FORMAT = 1  # of stream.json
+
+
+@dataclass
+class StreamState:
+    """One stream's SECL state: its gate, counters, open burst, records, and the adapter version it reads with
+    (0: the identity, never saved, read as the base model). ``adapter``/``optimizer``: the trainer's LoRA
+    weights and AdamW while another stream holds the trainer. ``pending``: updated since the last swap."""
+
+    name: str
+    gate: EntropyShiftDetector
+    counters: dict = field(default_factory=lambda: dict.fromkeys(COUNTERS, 0))
+    burst_left: int = 0
+    records: list = field(default_factory=list)
+    version: int = 0
+    served_name: str | None = None
+    adapter: dict | None = None
+    optimizer: object = None
+    pending: bool = False
+
+
+class LoRAAdmin:
+    """The server's runtime LoRA endpoints (vLLM), with each refusal turned into one line naming the cause."""
+
+    def __init__(self, backend):
+        self.backend = backend
+
+    def served(self) -> set:
+        return {m.get("id") for m in self.backend._request("GET", "/models").get("data") or []}
+
+    def _post(self, path: str, payload: dict) -> tuple[int, str]:
+        """One POST (vLLM answers these endpoints in plain text, not JSON): (status, body). ServerError naming
+        ``base_url`` when the server cannot be reached; not retried (a repeated load is refused as a duplicate)."""
+        import httpx
+
+        from hf_calibration.modeling.backends import ServerError
+
+        url = f"{self.backend.base_url}{path}"
+        try:
+            response = self.backend._client.post(url, json=payload)
+        except httpx.TransportError as err:
+            raise ServerError("base_url", self.backend.base_url, f"cannot reach {url}: {type(err).__name__}") from None
+        return response.status_code, " ".join(response.text.split())[:300]
+
+    def load(self, name: str, folder: Path, *, rank: int) -> None:
+        """``/v1/load_lora_adapter``. ParameterError naming ``base_url`` (no runtime LoRA loading, LoRA not
+        enabled) or ``lora_r`` (above the server's ``--max-lora-rank``)."""
+        status, text = self._post("/load_lora_adapter", {"lora_name": name, "lora_path": str(folder)})
+        if status >= 400:
+            raise _lora_refusal(self.backend.base_url, status, text, rank)
+
+    def unload(self, name: str) -> None:
+        """``/v1/unload_lora_adapter``; a name the server does not hold is no error (already gone)."""
+        status, text = self._post("/unload_lora_adapter", {"lora_name": name})
+        if status >= 400 and "cannot be found" not in text:  # vLLM's words for a name it does not hold
+            raise _lora_refusal(self.backend.base_url, status, text, None)
+
+
+def _lora_refusal(base_url: str, status: int, text: str, rank) -> ParameterError:
+    from hf_calibration.modeling.backends import ServerError
+
+    low = text.lower()
+    if status in (404, 405) and "lora" not in low:
+        return ParameterError("base_url", base_url, f"the server has no runtime LoRA loading (/v1/load_lora_adapter "
+                              f"answered HTTP {status}): start vLLM with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True and "
+                              "--enable-lora")
+    if "rank" in low and rank is not None:
+        return ParameterError("lora_r", rank, f"the server refused a rank-{rank} adapter ({text}): start it with "
+                              f"--max-lora-rank {rank} or more, or lower lora_r")
+    if ("enable" in low and "lora" in low) or "not supported" in low:
+        return ParameterError("base_url", base_url, f"the server does not serve LoRA adapters ({text}): start vLLM "
+                              "with --enable-lora")
+    return ServerError("base_url", base_url, f"the server refused the adapter: HTTP {status}: {text}")
+
+
+def _view(backend, served_model: str):
+    """The backend reading through ``served_model`` (the base model or a LoRA name); shares its connection."""
+    if served_model == backend.served_model:
+        return backend
+    view = copy.copy(backend)
+    view.served_model = served_model
+    return view
+
+
+class SECLService:
+    """SECL for named streams against one server (module docstring).
+
+    backend : an ``OpenAICompatibleBackend`` serving the base model. trainer : a ``SECLModel`` (``apply_secl`` on a
+    local copy of the same base model) whose config is the streams' SECL config. state_dir : folder of the
+    streams' versions and state. swap : "update" or "burst". max_new_tokens : answer length.
+
+    Raises ParameterError naming ``swap``, ``max_new_tokens`` or ``trainer``; the server's refusals (``LoRAAdmin``)
+    when a stream's adapter is first loaded.
+    """
+
+    def __init__(self, backend, trainer, state_dir, *, swap: str = "update", max_new_tokens: int = 8):
+        if not isinstance(trainer, SECLGenerationMixin):
+            raise ParameterError("trainer", type(trainer).__name__, "must be a SECLModel (apply_secl)")
+        if swap not in SWAP_MODES:
+            raise ParameterError("swap", swap, f"must be 'update' or 'burst', got {swap!r}")
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+            raise ParameterError("max_new_tokens", max_new_tokens, f"must be a positive integer, got {max_new_tokens!r}")
+        self.backend, self.trainer, self.swap, self.max_new_tokens = backend, trainer, swap, max_new_tokens
+        self.config = trainer.secl_config
+        self.adapter_scope = self.config.adapter_scope
+        trainer.secl_config = replace(self.config, adapter_scope="all")  # the read the server computes
+        self.state_dir = Path(state_dir)
+        self.lora = LoRAAdmin(backend)
+        self.streams: dict[str, StreamState] = {}
+        self._identity = {k: v.detach().clone() for k, v in trainer._secl_initial.items()}
+        self._active: StreamState | None = None
+        self._lock = threading.Lock()  # the trainer holds one stream's adapter at a time
+        tok = trainer.secl_tokens
+        self._verbal_ids = list(dict.fromkeys([t for v in tok.digits for t in v] + list(tok.ten)
+                                              + list(tok.zero_after_one)))
+        self._yes_no = list(dict.fromkeys(list(tok.yes) + list(tok.no)))
+
+    # -- streams ------------------------------------------------------------------------------
+    def open_stream(self, name: str) -> StreamState:
+        """The stream ``name``: resumed from ``state_dir/name/stream.json`` when there is one (its current adapter
+        loaded into the server if the server lacks it), else new with the identity adapter."""
+        if not isinstance(name, str) or not name or not name.replace("-", "").replace("_", "").isalnum():
+            raise ParameterError("stream", name, f"must be a non-empty name of letters, digits, '-' and '_', got {name!r}")
+        if name in self.streams:
+            return self.streams[name]
+        stream = StreamState(name, self._new_gate())
+        path = self.state_dir / name / STATE_FILE
+        if path.is_file():
+            self._resume(stream, json.loads(path.read_text(encoding="utf-8")))
+        self.streams[name] = stream
+        return stream
+
+    def _new_gate(self) -> EntropyShiftDetector:
+        c = self.config
+        return EntropyShiftDetector(ema_rate=c.ema_rate, delta=c.ph_delta, threshold=c.ph_threshold,
+                                    min_instances=c.ph_min_instances, warmup=c.warmup)
+
+    def _resume(self, stream: StreamState, state: dict) -> None:
+        from hf_calibration.hub import check_artifact_config, load_artifact_weights
+
+        check_artifact_config(state, kind="SECL service state", max_format_version=STATE_FORMAT,
+                              source=str(self.state_dir / stream.name / STATE_FILE))
+        stream.gate.load_state_dict(_gate_from_json(state["gate"]))
+        stream.counters, stream.burst_left, stream.records = state["counters"], state["burst_left"], state["records"]
+        stream.version = state["version"]
+        if stream.version == 0:
+            return
+        folder = self._version_folder(stream.name, stream.version)
+        with self._lock:
+            self._activate(stream)
+            load_artifact_weights(self.trainer.peft_model, folder)
+            if (folder / OPTIMIZER_FILE).is_file():
+                self.trainer._secl_optimizer = None
+                self.trainer._secl_opt().load_state_dict(torch.load(folder / OPTIMIZER_FILE, weights_only=True))
+        served = f"{stream.name}-v{stream.version}"
+        if served not in self.lora.served():  # a server restarted since; else the killed service's load stands
+            self.lora.load(served, folder, rank=self.config.lora_r)
+        stream.served_name = served
+
+    def _activate(self, stream: StreamState) -> None:
+        """Put ``stream``'s adapter weights and optimizer into the trainer (the other stream's kept aside)."""
+        from peft import set_peft_model_state_dict
+
+        tr = self.trainer
+        if self._active is stream:
+            return
+        if self._active is not None:
+            self._active.adapter = {k: v.detach().clone() for k, v in tr._secl_adapter_state().items()}
+            self._active.optimizer = tr._secl_optimizer
+        weights = stream.adapter if stream.adapter is not None else self._identity
+        set_peft_model_state_dict(tr.peft_model, {k: v.clone() for k, v in weights.items()}, adapter_name="default")
+        tr._secl_optimizer = stream.optimizer
+        tr.secl_gate, tr.secl_counters, tr.secl_burst_left = stream.gate, stream.counters, stream.burst_left
+        self._active = stream
+
+    def start_burst(self, name: str) -> None:
+        """Open a burst in stream ``name`` now, as an alarm would (``SECLModel.start_burst``)."""
+        stream = self.open_stream(name)
+        if stream.burst_left == 0:
+            stream.counters["bursts"] += 1
+        stream.burst_left = self.config.burst_size
+
+    # -- one question -------------------------------------------------------------------------
+    def step(self, name: str, prompt_ids, *, choices=None, distractors=None, update: bool = True) -> dict:
+        """SECL on one question of stream ``name``: the record ``SECLModel.generate`` keeps for it
+        (``secl_records``), plus ``answer_ids``, ``entropy_gap`` (how far the served entropy, a top-k bound, can
+        lie below the exact one) and ``adapter`` (the served name it was read with; None: the base model).
+
+        prompt_ids : the prompt's token ids. choices / distractors : as ``SECLModel.generate``'s
+        ``secl_choices`` / ``secl_distractors`` for this prompt; a burst needs one of them (the beam search for
+        open-ended alternatives is not a served read). update : False reads only (the gate is not updated).
+        Raises ParameterError naming ``choices`` for a burst question without either; the backend's errors.
+        """
+        stream = self.open_stream(name)
+        prompt = [int(t) for t in prompt_ids]
+        reader = _view(self.backend, stream.served_name or self.backend.served_model)
+        answerer = reader if self.adapter_scope == "all" else self.backend
+        gen = answerer.generate([prompt], max_new_tokens=self.max_new_tokens)[0]
+        stop = self.trainer.secl_stop_ids()
+        length = next((j for j, t in enumerate(gen.token_ids) if t in stop), len(gen.token_ids))
+        answer = list(gen.token_ids[:length])
+        steps = slice(0, max(length, 1))
+        entropy = float(np.mean(gen.entropy[steps])) if len(gen.entropy) else 0.0
+        gap = float(np.mean(gen.entropy_gap[steps])) if len(gen.entropy_gap) else 0.0
+        c, greedy, passes = self._verbalized(reader, prompt, answer)
+        passes += 1  # the generation
+        record = {"confidence": c, "verbalized_greedy": greedy, "entropy": entropy, "alarm": False,
+                  "in_burst": False, "p_true": None, "norm_p_true": None, "skipped_by_bin_gate": False,
+                  "updated": False, "target": None, "confidence_after": c, "n_distractors": 0,
+                  "answer_ids": answer, "entropy_gap": gap, "adapter": stream.served_name}
+        if update:
+            stream.counters["questions"] += 1
+            record["alarm"] = stream.gate.update(entropy)
+            if record["alarm"]:
+                stream.counters["alarms"] += 1
+                if stream.burst_left == 0:
+                    self.start_burst(name)
+            if stream.burst_left > 0:
+                stream.burst_left -= 1
+                stream.counters["burst_questions"] += 1
+                record["in_burst"] = True
+                passes += self._burst_item(stream, reader, prompt, answer, c, distractors, choices, record)
+            stream.counters["forward_passes"] += passes
+        record["forward_passes"] = passes
+        stream.records.append(record)
+        if stream.pending and (self.swap == "update" or stream.burst_left == 0):
+            self._swap(stream)
+        if not stream.pending:
+            self._write_state(stream)
+        return record
+
+    def _verbalized(self, reader, prompt, answer) -> tuple[float, float, int]:
+        """(c, greedy, reads): the verbalized confidence of ``answer`` read through ``reader``, over the ids the
+        trainer's ``_secl_verbalized`` reads (the second read of a two-token "10" after its "1")."""
+        tr, tokens = self.trainer, self.trainer.secl_tokens
+        cont = tr._secl_cont(answer, tr._secl_text(answer), self.config.confidence_template, PLAIN_CONFIDENCE_PREFIX)
+        rows = [prompt + cont] + ([prompt + cont + [tokens.digits[1][0]]] if tokens.two_step else [])
+        lp = reader.next_token_logprobs(rows, self._verbal_ids).dense(self._verbal_ids, reader.vocab_size)
+        conf, greedy, _ = verbalized_from_logprobs(lp[:1], tokens, lp[1:] if tokens.two_step else None)
+        return float(conf[0]), float(greedy[0]), len(rows)
+
+    def _burst_item(self, stream, reader, prompt, answer, c, distractors, choices, record) -> int:
+        """The served pseudo-label, the bin gate and, past it, the trainer's update steps (``SECLModel``'s)."""
+        cfg, tr = self.config, self.trainer
+        if choices is None and distractors is None:
+            raise ParameterError("choices", None, "a served SECL burst needs the MCQA options (choices) or "
+                                 "alternative answers (distractors) for P(True)Norm")
+        candidates, passes = tr._secl_candidates(prompt, answer, distractors, choices)
+        conts = [tr._secl_cont(ids, text, cfg.p_true_template, PLAIN_P_TRUE_PREFIX) for ids, text in candidates]
+        teacher = self.backend if self.adapter_scope == "confidence" else reader
+        lp = teacher.next_token_logprobs([prompt + x for x in conts], self._yes_no).dense(self._yes_no,
+                                                                                         teacher.vocab_size)
+        pt = p_true_from_logprobs(lp, tr.secl_tokens)[0].numpy().astype(np.float64)
+        c_star = float(norm_p_true(pt[None], tau=cfg.tau_n)[0, 0])
+        record.update(p_true=float(pt[0]), norm_p_true=c_star, n_distractors=len(candidates) - 1)
+        passes += len(conts)
+        if not bin_gate_passes(c, c_star, n_bins=cfg.n_bins, width=cfg.bin_gate_width):
+            record["skipped_by_bin_gate"] = True
+            stream.counters["skipped_by_bin_gate"] += 1
+            return passes
+        record["target"] = target = directional_target(c, c_star, alpha_step=cfg.alpha_step, delta=cfg.delta)
+        with self._lock:
+            self._activate(stream)
+            passes += self._train(prompt, answer, target)
+            stream.pending = True
+            if self.swap == "burst":  # read locally: the server keeps the old version until the burst ends
+                with torch.no_grad():
+                    record["confidence_after"] = float(tr._secl_verbalized(prompt, answer)[0][0])
+        stream.counters["updates"] += 1
+        record["updated"] = True
+        if self.swap == "update":
+            self._swap(stream)
+            record["confidence_after"] = self._verbalized(_view(self.backend, stream.served_name), prompt, answer)[0]
+        return passes
+
+    def _train(self, prompt, answer, target: float) -> int:
+        """``steps_per_update`` AdamW steps of the trainer's adapter on (c − ĉ)², c read as the server reads it."""
+        tr = self.trainer
+        opt = tr._secl_opt()
+        tr.train()
+        try:
+            for _ in range(self.config.steps_per_update):
+                conf, _, _ = tr._secl_verbalized(prompt, answer, requires_grad=True)
+                loss = (conf[0] - target) ** 2
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+        finally:
+            opt.zero_grad(set_to_none=True)
+            tr.eval()
+        return self.config.steps_per_update
+
+    # -- versions and state -------------------------------------------------------------------
+    def _version_folder(self, name: str, version: int) -> Path:
+        return self.state_dir / name / f"v{version:06d}"
+
+    def _swap(self, stream: StreamState) -> None:
+        """Write the stream's adapter as a new version (temporary folder, then rename), have the server load it,
+        switch the stream's reads to it, unload the previous name. A refusal leaves the version on disk and the
+        stream on its previous one (``pending`` stays set)."""
+        root = self.state_dir / stream.name
+        root.mkdir(parents=True, exist_ok=True)
+        taken = [int(p.name[1:]) for p in root.glob("v[0-9]*") if p.name[1:].isdigit()]
+        version = max(taken + [stream.version]) + 1
+        final = self._version_folder(stream.name, version)
+        tmp = root / f".v{version:06d}.tmp-{os.getpid()}"
+        with self._lock:
+            self._activate(stream)
+            self.trainer.secl_burst_left = stream.burst_left
+            read_config, self.trainer.secl_config = self.trainer.secl_config, self.config  # the stream's own scope
+            try:
+                self.trainer.save_pretrained(tmp)
+            finally:
+                self.trainer.secl_config = read_config
+            if self.trainer._secl_optimizer is not None:
+                torch.save(self.trainer._secl_optimizer.state_dict(), tmp / OPTIMIZER_FILE)
+        os.replace(tmp, final)
+        served = f"{stream.name}-v{version}"
+        self.lora.load(served, final, rank=self.config.lora_r)
+        old, stream.served_name, stream.version, stream.pending = stream.served_name, served, version, False
+        if old is not None:
+            self.lora.unload(old)
+
+    def _write_state(self, stream: StreamState) -> None:
+        root = self.state_dir / stream.name
+        root.mkdir(parents=True, exist_ok=True)
+        state = {"format_version": STATE_FORMAT, "version": stream.version, "gate": _gate_to_json(stream.gate),
+                 "counters": stream.counters, "burst_left": stream.burst_left, "records": stream.records,
+                 "adapter_scope": self.adapter_scope}
+        tmp = root / f".{STATE_FILE}.tmp-{os.getpid()}"
+        tmp.write_text(json.dumps(state, indent=1, default=_json_default) + "\n", encoding="utf-8")
+        os.replace(tmp, root / STATE_FILE)
+
+    def close(self) -> None:
+        """Swap in every stream's pending updates (``swap="burst"`` with a burst still open) and save its state."""
+        for stream in self.streams.values():
+            if stream.pending:
+                self._swap(stream)
+                self._write_state(stream)
+
+
+def _gate_to_json(gate: EntropyShiftDetector) -> dict:
+    state = gate.state_dict()
+    state["ph"] = {k: (None if isinstance(v, float) and math.isinf(v) else v) for k, v in state["ph"].items()}
+    return state
+
+
+def _gate_from_json(state: dict) -> dict:
+    ph = dict(state["ph"])  # JSON has no infinity
+    ph["min_up"] = math.inf if ph["min_up"] is None else ph["min_up"]
+    ph["max_down"] = -math.inf if ph["max_down"] is None else ph["max_down"]
+    return {**state, "ph": ph}
+
+
+def _json_default(value):
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"not JSON-serialisable: {type(value).__name__}")
