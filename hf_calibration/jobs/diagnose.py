@@ -19,7 +19,6 @@ from hf_calibration.reports import AtomicOutputDir, write_json, write_jsonl
 from hf_calibration.secl.config import SECLConfig
 from hf_calibration.secl.confidence import DEFAULT_TAU_N, SIGNAL_NAMES
 from hf_calibration.secl.diagnose import diagnose, format_diagnosis, generation_discrimination_gap, plot_diagnosis
-from hf_calibration.secl.mixin import SECLGenerationMixin, apply_secl
 from hf_calibration.secl.stream import BASELINE_ROWS, build_stream, run_stream, summarize_stream
 
 DATASETS = {**MCQA_DATASETS, **OPEN_QA_DATASETS}
@@ -104,6 +103,8 @@ def _diagnose_mcqa(config: DiagnoseConfig, model, tokenizer, out, run: dict, pro
 def _diagnose_open(config: DiagnoseConfig, model, tokenizer, out, run: dict, progress: bool):
     """Open-ended: the baseline pass of the SECL stream (greedy answer, verbalized, P(True), P(True)Norm over
     beam-search alternatives, DINCO-style) on one domain."""
+    from hf_calibration.secl.mixin import SECLGenerationMixin, apply_secl  # not imported to read the config
+
     if model is None:
         model, tokenizer = _load(config, run)
     if not isinstance(model, SECLGenerationMixin):

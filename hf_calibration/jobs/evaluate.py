@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from hf_calibration import modeling, reports
 from hf_calibration.data import check_mcqa_arguments
@@ -11,7 +12,9 @@ from hf_calibration.errors import ParameterError, renamed_parameters
 from hf_calibration.jobs.common import (JobResult, MCQAScoringConfig, batch_size_field, check_device, check_input_file,
                                         check_output_dir, custom_data_options, dataset_field, ece_options,
                                         load_mcqa_for)
-from hf_calibration.modeling.scoring import MCQAScores
+
+if TYPE_CHECKING:  # scoring needs torch: not imported to read the config
+    from hf_calibration.modeling.scoring import MCQAScores
 
 
 @dataclass(kw_only=True)

@@ -8,19 +8,21 @@ from dataclasses import dataclass, field
 from hf_calibration import reports
 from hf_calibration.errors import ParameterError, renamed_parameters
 from hf_calibration.jobs.common import JobResult, check_choice, check_output_file
-from hf_calibration.posthoc import CALIBRATORS
+
+# posthoc.CALIBRATORS' names (posthoc needs torch and scikit-learn: not imported to read the config)
+METHODS = ("histogram", "isotonic", "platt", "temperature", "vector")
 
 
 @dataclass(kw_only=True)
 class FitPosthocConfig:
     """Options of ``run_fit_posthoc`` / ``hf-calibration fit-posthoc``."""
 
-    method: str = field(metadata={"help": "Calibrator to fit.", "choices": sorted(CALIBRATORS)})
+    method: str = field(metadata={"help": "Calibrator to fit.", "choices": list(METHODS)})
     predictions: str = field(metadata={"help": "predictions.jsonl written by evaluate."})
     output: str = field(metadata={"help": "JSON file to write the fitted calibrator to."})
 
     def __post_init__(self):
-        check_choice(self.method, "method", sorted(CALIBRATORS))
+        check_choice(self.method, "method", METHODS)
 
 
 @dataclass(kw_only=True)
@@ -40,6 +42,8 @@ def run_fit_posthoc(config: FitPosthocConfig) -> FitPosthocResult:
     ``predictions`` (with the file and line), also when the predictions are all right or all wrong (every
     calibrator's fit then runs to a bound).
     """
+    from hf_calibration.posthoc import CALIBRATORS
+
     out = check_output_file(config.output)
     with renamed_parameters(path="predictions", records="predictions"):
         records = reports.read_predictions(config.predictions)

@@ -22,7 +22,6 @@ from hf_calibration.plotting import plot_reliability_diagrams
 from hf_calibration.reports import AtomicOutputDir, write_json, write_jsonl
 from hf_calibration.secl.config import ADAPTER_SCOPES, SECLConfig
 from hf_calibration.secl.confidence import SIGNAL_NAMES
-from hf_calibration.secl.mixin import apply_secl
 from hf_calibration.secl.stream import (baseline_pass, build_stream, format_stream_summary, parse_stream, secl_field,
                                         secl_key, secl_pass, signal_rows, summarize_stream)
 
@@ -116,6 +115,8 @@ def _secl_pass_worker(job: dict) -> tuple[list, dict, dict | None]:
     parent, its identity adapter set to the parent's (the same LoRA A), the same stream. Returns the pass's record
     fields (one dict per question, with its ``passes`` entry), its counters and, when ``job["keep"]``, the state
     the pass left (adapter weights, gate, open burst, counters) for the parent to take over."""
+    from hf_calibration.secl.mixin import apply_secl
+
     torch.set_num_threads(job["threads"])
     model, tokenizer = modeling.load_model(job["model"], device=job["device"])
     model = apply_secl(model, tokenizer, SECLConfig(**job["secl"]))
@@ -200,6 +201,8 @@ def run_secl_stream(config: SECLStreamConfig, secl: SECLConfig | None = None, *,
     start = time.perf_counter()
     model, tokenizer = modeling.load_model(config.model, device=config.device)
     load_s = time.perf_counter() - start
+    from hf_calibration.secl.mixin import apply_secl  # transformers' generation stack: not to read the config
+
     torch.manual_seed(config.seed)  # PEFT draws the LoRA A of the identity adapter: the same one on every rerun
     model = apply_secl(model, tokenizer, secl)
     items = build_stream(tokenizer, config.stream, limit_per_domain=config.limit_per_domain, seed=config.seed,

@@ -18,7 +18,20 @@ from hf_calibration.modeling.prompts import (
     option_token_ids,
     single_token_ids,
 )
-from hf_calibration.modeling.scoring import MCQAScores, NextTokenScores, next_token_scores, score_mcqa
+
+# scoring needs torch: imported on first use, so that reading a config (the command line's --help) stays fast
+_LAZY = {name: "hf_calibration.modeling.scoring" for name in ("MCQAScores", "NextTokenScores", "next_token_scores",
+                                                              "score_mcqa")}
+
+
+def __getattr__(name):
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = globals()[name] = getattr(importlib.import_module(_LAZY[name]), name)
+    return value
+
 
 __all__ = [
     "LETTERS",
