@@ -17,6 +17,7 @@ from pathlib import Path
 from hf_calibration.errors import MissingPathError, ParameterError, ParameterWarning, renamed_parameters
 from hf_calibration.metrics.binning import BINNINGS
 from hf_calibration.metrics.ece import NORMS
+from hf_calibration.modeling.context import OVERFLOW_POLICIES
 from hf_calibration.modeling.prompts import PROMPT_FORMATS
 
 DEFAULT_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
@@ -57,6 +58,42 @@ def prompt_format_field():
     return field(default="auto", metadata={
         "help": "Chat template or plain prompt (auto: chat when the tokenizer has a template).",
         "choices": list(PROMPT_FORMATS)})
+
+
+def on_overflow_field():
+    return field(default="truncate", metadata={
+        "help": "A question longer than the model's context: truncate (cut its text in the middle; the options, "
+                "answer slot and chat markup are kept; one warning counts them), skip (drop it) or error (stop "
+                "before anything is scored or written, naming it).", "choices": list(OVERFLOW_POLICIES)})
+
+
+def fit_mcqa_to_context(dataset, model, tokenizer, *, prompt_format: str, on_overflow: str, reserve=0,
+                        limit: int | None = None):
+    """``dataset`` (MCQA rows) with every prompt fitted to the model's context (``modeling.context``): the
+    questions that do not fit cut in the middle, or dropped, or a ParameterError naming ``on_overflow``.
+
+    reserve : tokens the step adds after the MCQA prompt (an int, or a function of a row's choices giving one):
+        0 for the option-letter read of ``evaluate``, the follow-up turns of ``diagnose``.
+    limit : a context shorter than the model's to fit to (CALM's ``max_length``)."""
+    from hf_calibration.modeling.context import context_length, fit_to_context
+    from hf_calibration.modeling.prompts import build_mcqa_prompt, resolve_prompt_format
+
+    fmt = resolve_prompt_format(tokenizer, prompt_format)
+    choices = dataset["choices"]
+    context = context_length(model, tokenizer)
+    if limit is not None:
+        context = limit if context is None else min(limit, context)
+    fit = fit_to_context(tokenizer, dataset["question"], limit=context,
+                         build=lambda i, q: build_mcqa_prompt(tokenizer, q, choices[i], prompt_format=fmt),
+                         reserve=reserve if isinstance(reserve, int) else [reserve(c) for c in choices],
+                         on_overflow=on_overflow)
+    if not fit.overflowed:
+        return dataset
+    if not fit.kept:
+        raise ParameterError("on_overflow", on_overflow, f"none of the {len(dataset)} questions fits in the model's "
+                             f"context of {fit.limit:,} tokens")
+    texts = fit.texts
+    return dataset.select(fit.kept).map(lambda row, j: {"question": texts[j]}, with_indices=True)
 
 
 def n_resamples_field():
@@ -285,6 +322,7 @@ class MCQAScoringConfig:
     batch_size: int = batch_size_field()
     device: str = device_field()
     prompt_format: str = prompt_format_field()
+    on_overflow: str = on_overflow_field()
     n_resamples: int = n_resamples_field()
     n_bins: int = n_bins_field()
     binning: str = binning_field()
@@ -297,6 +335,7 @@ class MCQAScoringConfig:
         for name in ("limit", "batch_size", "n_resamples"):
             check_int(getattr(self, name), name)
         check_choice(self.prompt_format, "prompt_format", PROMPT_FORMATS)
+        check_choice(self.on_overflow, "on_overflow", OVERFLOW_POLICIES)
         check_int(self.seed, "seed", minimum=0)
         check_ece_options(self)
 

@@ -11,7 +11,7 @@ from hf_calibration.data import check_mcqa_arguments
 from hf_calibration.errors import ParameterError, renamed_parameters
 from hf_calibration.jobs.common import (JobResult, MCQAScoringConfig, batch_size_field, check_device, check_input_file,
                                         check_output_dir, custom_data_options, dataset_field, ece_options,
-                                        load_mcqa_for)
+                                        fit_mcqa_to_context, load_mcqa_for)
 
 if TYPE_CHECKING:  # scoring needs torch: not imported to read the config
     from hf_calibration.modeling.scoring import MCQAScores
@@ -86,13 +86,16 @@ def run_evaluate(config: EvaluateConfig, *, progress: bool = True) -> EvaluateRe
     start = time.perf_counter()
     model, tokenizer = modeling.load_model(config.model, device=config.device)
     load_s = time.perf_counter() - start
+    dataset = fit_mcqa_to_context(dataset, model, tokenizer, prompt_format=config.prompt_format,
+                                  on_overflow=config.on_overflow)
     start = time.perf_counter()
     scores = modeling.score_mcqa(model, tokenizer, dataset, batch_size=config.batch_size,
                                  prompt_format=config.prompt_format, progress=progress)
     run = {
         "model": config.model, "dataset": config.dataset, "subjects": config.subjects,
         **{name: value for name, value in custom_data_options(config).items() if value is not None},
-        "n": len(dataset), "seed": config.seed, "prompt_format": scores.prompt_format, **ece_options(config),
+        "n": len(dataset), "seed": config.seed, "prompt_format": scores.prompt_format, "on_overflow": config.on_overflow,
+        **ece_options(config),
         "load_seconds": round(load_s, 2), "scoring_seconds": round(time.perf_counter() - start, 2),
     }
     metrics = reports.mcqa_metrics(scores, n_resamples=config.n_resamples, seed=config.seed, calibrator=calibrator,
