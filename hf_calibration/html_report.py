@@ -24,7 +24,10 @@ import json
 import math
 from pathlib import Path
 
-__all__ = ["find_metric_tables", "render_report", "rescored_table"]
+__all__ = ["GENERATOR", "find_metric_tables", "render_report", "rescored_table"]
+
+# in every page's head: `hf-calibration report` replaces an existing --output file only when it carries this
+GENERATOR = '<meta name="generator" content="hf-calibration report">'
 
 _STYLE = """
 body{font-family:system-ui,sans-serif;margin:1.5rem;color:#222}
@@ -178,6 +181,7 @@ def render_report(folders, *, title: str = "hf-calibration report", max_files: i
             "(confidence = accuracy, 1/K): an ECE that does not beat them, or comes with AUROC ≈ 0.5, is a "
             "shift of level, not information.")
     body = "".join(_folder_html(f, max_files, ece, n_resamples) for f in folders)
-    return (f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>"
+    return (f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">{GENERATOR}"
+            f"<title>{html.escape(title)}</title>"
             f"<style>{_STYLE}</style></head><body><h1>{html.escape(title)}</h1><p>{note}</p>"
             f"<div class=\"folders\">{body}</div></body></html>\n")

@@ -228,6 +228,24 @@ def _check_writable_location(path: Path, name: str, raw: str) -> None:
         raise ParameterError(name, raw, f"{raw!r} cannot be created: {str(parent)!r} is not a directory")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise ParameterError(name, raw, f"{raw!r} cannot be created: {str(parent)!r} is not writable")
+    _probe(parent, name, raw, "cannot be created")
+
+
+def _probe(folder: Path, name: str, raw: str, what: str) -> None:
+    """Create and remove a folder in ``folder``: permissions do not tell (root may write anywhere, yet not under
+    /proc or on a read-only mount), and the job must fail here, not after the model has run."""
+    import tempfile
+
+    try:
+        os.rmdir(tempfile.mkdtemp(dir=folder, prefix=".hfcal-probe-"))
+    except OSError as err:
+        raise ParameterError(name, raw, f"{raw!r} {what} ({err.strerror or err.__class__.__name__})") from None
+
+
+def overwrite_field():
+    return field(default=False, metadata={
+        "help": "Replace another job's results, or files no run of this package wrote, in the output folder "
+                "(otherwise refused; an earlier run of the same job is always replaced, its stale files removed)."})
 
 
 def check_output_dir(path, name: str = "output_dir") -> Path:
@@ -242,6 +260,7 @@ def check_output_dir(path, name: str = "output_dir") -> Path:
             raise ParameterError(name, raw, f"{raw!r} exists and is not a directory")
         if not os.access(out, os.W_OK | os.X_OK):
             raise ParameterError(name, raw, f"{raw!r} is not writable")
+        _probe(out, name, raw, "is not writable")
     else:
         _check_writable_location(out, name, raw)
     return out
@@ -327,6 +346,7 @@ class MCQAScoringConfig:
     n_bins: int = n_bins_field()
     binning: str = binning_field()
     norm: str = norm_field()
+    overwrite: bool = overwrite_field()
 
     def check_scoring_fields(self) -> None:
         """ParameterError naming the first bad shared field (sizes, prompt format, seed, ECE options)."""

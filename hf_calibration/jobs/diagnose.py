@@ -16,7 +16,8 @@ from hf_calibration.jobs.common import (CUSTOM_DATA_FIELDS, JobResult, MCQAScori
                                         custom_data_options, dataset_field, ece_options, fit_mcqa_to_context,
                                         load_mcqa_for)
 from hf_calibration.plotting import plot_reliability_diagrams
-from hf_calibration.reports import AtomicOutputDir, write_json, write_jsonl
+from hf_calibration.outputs import AtomicOutputDir, check_result_folder
+from hf_calibration.reports import write_json, write_jsonl
 from hf_calibration.secl.config import SECLConfig
 from hf_calibration.secl.confidence import DEFAULT_TAU_N, SIGNAL_NAMES
 from hf_calibration.secl.diagnose import diagnose, format_diagnosis, generation_discrimination_gap, plot_diagnosis
@@ -114,7 +115,7 @@ def _diagnose_mcqa(config: DiagnoseConfig, model, tokenizer, out, run: dict, pro
                                seed=config.seed, progress=progress)
     run.update(n=len(dataset), prompt_format=signals.prompt_format, wall_seconds=round(time.perf_counter() - start, 1),
                length_only_accuracy=length_only_accuracy(dataset))
-    with AtomicOutputDir(out) as tmp:
+    with AtomicOutputDir(out, "diagnose", overwrite=config.overwrite) as tmp:
         write_json(tmp / "diagnosis.json", {"run": run, **result})
         write_jsonl(tmp / "signals.jsonl", _signal_records(dataset, signals))
         fig = plot_diagnosis(signals, title=f"{config.model.split('/')[-1]} · {config.dataset} (n={len(dataset)})",
@@ -151,7 +152,7 @@ def _diagnose_open(config: DiagnoseConfig, model, tokenizer, out, run: dict, pro
         "gap": generation_discrimination_gap(y, [r["verbalized"] for r in records], [r["norm_p_true"] for r in records],
                                              **ece, n_resamples=config.n_resamples, seed=config.seed),
     }
-    with AtomicOutputDir(out) as tmp:
+    with AtomicOutputDir(out, "diagnose", overwrite=config.overwrite) as tmp:
         write_jsonl(tmp / "records.jsonl", records)
         write_json(tmp / "diagnosis.json", {"run": run, **result})
         fig = plot_reliability_diagrams({SIGNAL_NAMES[s]: (y, [r[s] for r in records]) for s in rows},
@@ -187,6 +188,8 @@ def run_diagnose(config: DiagnoseConfig, *, model=None, tokenizer=None, progress
     Raises ParameterError naming the config field before any model loads.
     """
     out = check_output_dir(config.output_dir)
+    check_result_folder(out, "diagnose", ("diagnosis.json", "signals.jsonl", "records.jsonl",
+                                          "reliability_diagrams.png"), overwrite=config.overwrite)
     if model is None:
         modeling.resolve_model_path(config.model)
     run = {"model": config.model, "dataset": config.dataset, "subjects": config.subjects,

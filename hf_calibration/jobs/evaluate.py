@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from hf_calibration import modeling, reports
 from hf_calibration.data import check_mcqa_arguments
 from hf_calibration.errors import ParameterError, renamed_parameters
+from hf_calibration.outputs import check_result_folder
 from hf_calibration.jobs.common import (JobResult, MCQAScoringConfig, batch_size_field, check_device, check_input_file,
                                         check_output_dir, custom_data_options, dataset_field, ece_options,
                                         fit_mcqa_to_context, load_mcqa_for)
@@ -74,6 +75,7 @@ def run_evaluate(config: EvaluateConfig, *, progress: bool = True) -> EvaluateRe
     from hf_calibration.posthoc import VectorScaler
 
     out = check_output_dir(config.output_dir)
+    check_result_folder(out, "evaluate", reports.EVALUATION_FILES, overwrite=config.overwrite)
     calibrator = None if config.posthoc is None else _load_posthoc(config.posthoc)
     dataset = load_mcqa_for(config.dataset, subjects=config.subjects, limit=config.limit, seed=config.seed,
                             **custom_data_options(config))
@@ -102,7 +104,8 @@ def run_evaluate(config: EvaluateConfig, *, progress: bool = True) -> EvaluateRe
                                    **ece_options(config))
     if calibrator is not None:
         run["posthoc"] = str(config.posthoc)
-    reports.write_evaluation(out, dataset, scores, metrics, run, n_bins=config.n_bins, binning=config.binning)
-    paths = {name: out / name for name in ("predictions.jsonl", "metrics.json", "reliability_diagram.png")}
+    reports.write_evaluation(out, dataset, scores, metrics, run, n_bins=config.n_bins, binning=config.binning,
+                             overwrite=config.overwrite)
+    paths = {name: out / name for name in reports.EVALUATION_FILES}
     return EvaluateResult(metrics=metrics, run=run, paths=paths, output_dir=out,
                           table=reports.format_mcqa_table(metrics, run), scores=scores, calibrator=calibrator)

@@ -18,10 +18,11 @@ from hf_calibration.data import domain_key
 from hf_calibration.errors import ParameterError, ParameterWarning
 from hf_calibration.jobs.common import (JobResult, check_choice, check_device, check_int, check_output_dir, device_field,
                                         model_field, n_resamples_field, on_overflow_field, output_dir_field,
-                                        seed_field)
+                                        overwrite_field, seed_field)
 from hf_calibration.modeling.context import OVERFLOW_POLICIES
 from hf_calibration.plotting import plot_reliability_diagrams
-from hf_calibration.reports import AtomicOutputDir, write_json, write_jsonl
+from hf_calibration.outputs import AtomicOutputDir, check_result_folder
+from hf_calibration.reports import write_json, write_jsonl
 from hf_calibration.secl.config import ADAPTER_SCOPES, SECLConfig
 from hf_calibration.secl.confidence import SIGNAL_NAMES
 from hf_calibration.secl.stream import (baseline_pass, build_stream, format_stream_summary, parse_stream, secl_field,
@@ -62,6 +63,7 @@ class SECLStreamConfig:
     device: str = device_field()
     on_overflow: str = on_overflow_field()
     n_resamples: int = n_resamples_field()
+    overwrite: bool = overwrite_field()
 
     def __post_init__(self):
         check_stream(self.stream, self.limit_per_domain)
@@ -219,6 +221,7 @@ def run_secl_stream(config: SECLStreamConfig, secl: SECLConfig | None = None, *,
     """
     secl = SECLConfig() if secl is None else secl
     out = check_output_dir(config.output_dir)
+    check_result_folder(out, "secl", ("records.jsonl", "metrics.json", "secl_adapter"), overwrite=config.overwrite)
     modeling.resolve_model_path(config.model)
     start = time.perf_counter()
     model, tokenizer = modeling.load_model(config.model, device=config.device)
@@ -263,7 +266,7 @@ def run_secl_stream(config: SECLStreamConfig, secl: SECLConfig | None = None, *,
     domains = list(dict.fromkeys(r["domain"] for r in records))
     pngs = {d: f"reliability_{domain_key(d)}.png" for d in domains}
     plotted = PLOTTED_SIGNALS + keys[1:]
-    with AtomicOutputDir(out) as tmp:
+    with AtomicOutputDir(out, "secl", overwrite=config.overwrite) as tmp:
         write_jsonl(tmp / "records.jsonl", records)
         write_json(tmp / "metrics.json", {"run": run, "summary": summary})
         model.save_pretrained(tmp / "secl_adapter")
