@@ -292,15 +292,17 @@ def check_input_file(path, name: str) -> Path:
 # --------------------------------------------------------------------------------------------- data
 
 
-def load_mcqa_for(dataset: str, *, subjects=None, limit: int, seed: int, balance_gold: bool = False, **custom):
+def load_mcqa_for(dataset: str, *, subjects=None, limit: int, seed: int, balance_gold: bool = False,
+                  default_limit: int | None = None, **custom):
     """``load_mcqa`` for a job whose config has the fields ``dataset``, ``subjects``, ``limit`` (and, in
     ``custom``, those of ``CUSTOM_DATA_FIELDS``: ``custom_data_options(config)``); its errors name those fields.
-    A ``limit`` above the questions there are is not an error: one ParameterWarning, then all."""
-    from hf_calibration.data import load_mcqa
+    A ``limit`` above the questions there are is not an error: one ParameterWarning, then all; none for your own
+    data at the job's ``default_limit`` (a --limit the user never gave)."""
+    from hf_calibration.data import MCQA_DATASETS, load_mcqa
 
     with renamed_parameters(name="dataset"):
         rows = load_mcqa(dataset, subjects=subjects, limit=limit, seed=seed, balance_gold=balance_gold, **custom)
-    if len(rows) < limit:
+    if len(rows) < limit and not (limit == default_limit and dataset not in MCQA_DATASETS):
         field_, value = ("subjects", subjects) if subjects else ("dataset", dataset)
         warnings.warn(ParameterWarning("limit", limit, f"{{limit}} {limit}: only {len(rows)} questions in {{{field_}}} "
                                                        f"{value}; using {len(rows)}", related=(field_,)), stacklevel=2)
@@ -348,6 +350,10 @@ class MCQAScoringConfig:
     norm: str = norm_field()
     overwrite: bool = overwrite_field()
 
+    def default_limit(self) -> int:
+        """The ``limit`` this job has when none is given."""
+        return type(self).__dataclass_fields__["limit"].default
+
     def check_scoring_fields(self) -> None:
         """ParameterError naming the first bad shared field (sizes, prompt format, seed, ECE options)."""
         from hf_calibration.modeling.prompts import PROMPT_FORMATS
@@ -356,6 +362,7 @@ class MCQAScoringConfig:
             check_int(getattr(self, name), name)
         check_choice(self.prompt_format, "prompt_format", PROMPT_FORMATS)
         check_choice(self.on_overflow, "on_overflow", OVERFLOW_POLICIES)
+        check_non_empty(self.subjects, "subjects")
         check_int(self.seed, "seed", minimum=0)
         check_ece_options(self)
 

@@ -103,6 +103,7 @@ def _followup_tokens(tokenizer, choices, fmt: str) -> int:
 
 def _diagnose_mcqa(config: DiagnoseConfig, model, tokenizer, out, run: dict, progress: bool):
     dataset = load_mcqa_for(config.dataset, subjects=config.subjects, limit=config.limit, seed=config.seed,
+                            default_limit=config.default_limit(),
                             balance_gold=config.balance_gold, **custom_data_options(config))
     if model is None:
         model, tokenizer = _load(config, run)

@@ -78,6 +78,7 @@ def run_evaluate(config: EvaluateConfig, *, progress: bool = True) -> EvaluateRe
     check_result_folder(out, "evaluate", reports.EVALUATION_FILES, overwrite=config.overwrite)
     calibrator = None if config.posthoc is None else _load_posthoc(config.posthoc)
     dataset = load_mcqa_for(config.dataset, subjects=config.subjects, limit=config.limit, seed=config.seed,
+                            default_limit=config.default_limit(),
                             **custom_data_options(config))
     if isinstance(calibrator, VectorScaler):  # one weight per option: the option count must match
         k = max(len(c) for c in dataset["choices"])
