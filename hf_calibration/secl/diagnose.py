@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from hf_calibration.secl.confidence import DEFAULT_TAU_N, SIGNAL_NAMES, SIGNALS, MCQASignals, mcqa_signals
-VERDICTS = ("helps", "ranking only", "level only", "does not help")
+VERDICTS = ("helps", "ranking only", "level only", "does not help", "undecided")
 
 
 def _interval(values: np.ndarray, estimate: float, confidence_level: float) -> dict:
@@ -55,7 +55,8 @@ def generation_discrimination_gap(
     interval lies above 0; "ranking only" (None) when only the AUROC interval lies above 0 (SECL has a
     ranking to transfer, but a lower ECE is not established at this n); "level only" (False) when only
     the ECE interval lies below 0 (SECL could lower ECE only by shifting the level, which the
-    constant-accuracy reference also does); otherwise "does not help" (False).
+    constant-accuracy reference also does); otherwise "does not help" (False). "undecided" (None) when every
+    answer is right or every one wrong: the differences are then undefined, not a verdict.
     """
     from hf_calibration.metrics import confidence_auroc, expected_calibration_error
 
@@ -90,7 +91,14 @@ def generation_discrimination_gap(
     auroc_gap = d_auroc["low"] is not None and d_auroc["low"] > 0
     pct = f"{confidence_level:.0%}"
     ci = f"{pct} interval"
-    if ece_gap and auroc_gap:
+    if y.min() == y.max():  # AUROC and the differences are undefined: no verdict to give
+        verdict, helps = "undecided", None
+        explanation = (
+            f"every one of the {len(y)} answers is {'right' if y[0] else 'wrong'}, so AUROC and the ECE "
+            "difference are undefined (they compare right with wrong answers): no verdict; score more or "
+            "other questions."
+        )
+    elif ece_gap and auroc_gap:
         verdict, helps = "helps", True
         explanation = (
             f"P(True)Norm is better calibrated (ECE {d_ece['value']:+.3f}) and ranks correct answers higher "
@@ -225,6 +233,8 @@ def format_diagnosis(result: dict, title: str = "") -> str:
     gap = result["gap"]
 
     def ci(d):
+        if d["value"] is None or not np.isfinite(d["value"]):
+            return "undefined"
         return f"{d['value']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]" if d["low"] is not None else f"{d['value']:+.3f}"
 
     lines.append(f"gap P(True)Norm − verbalized: ΔAUROC {ci(gap['delta_auroc'])}, ΔECE {ci(gap['delta_ece'])}")
