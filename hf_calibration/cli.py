@@ -34,7 +34,7 @@ DESCRIPTION = ("Calibrated confidence for Hugging Face language models: measure 
                "scaling and other post-hoc calibrators), train it in (CALM) or adapt it while serving (SECL).")
 EPILOG = f"""examples:
   {PROG} evaluate --output-dir outputs/quiz --limit 100
-  {PROG} fit-posthoc --method temperature --predictions outputs/quiz/predictions.jsonl --output outputs/ts.json
+  {PROG} fit-posthoc --method histogram --predictions outputs/quiz/predictions.jsonl --output outputs/hist.json
   {PROG} report outputs/quiz outputs/other
 
 {PROG} COMMAND --help lists a command's options."""
