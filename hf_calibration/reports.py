@@ -1,6 +1,7 @@
-"""Metrics tables and output files shared by the CLI jobs (SPEC §5 reporting protocol).
+"""Metrics tables and output files shared by the CLI jobs (docs/methods.md, "AUROC and AURC", says why the
+constant references).
 
-Every table carries the trivial references of SPEC §5 next to the model's numbers: a constant
+Every table carries two trivial references next to the model's numbers: a constant
 confidence equal to the measured accuracy and a constant 1/K. On a model near chance these constants
 are already well calibrated, so an ECE that does not beat them, or that comes with AUROC ≈ 0.5, shows a
 shift in confidence level rather than information about correctness.
@@ -35,7 +36,7 @@ TABLE_COLUMNS = (
 
 
 def references(correct: np.ndarray, n_options: int, *, accuracy: float | None = None, **kwargs) -> dict:
-    """Reports of the two constant confidences of SPEC §5: ``accuracy`` (default: measured on ``correct``;
+    """Reports of the two constant confidences (docs/methods.md, "AUROC and AURC"): ``accuracy`` (default: measured on ``correct``;
     pass the validation split's) and 1/K, as binary confidences against ``correct``. ``kwargs``: those of
     ``calibration_report`` (bootstrap and ECE options)."""
     acc = float(np.mean(correct)) if accuracy is None else accuracy

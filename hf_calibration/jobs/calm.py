@@ -1,4 +1,4 @@
-"""``run_calm``: fine-tune a causal LM with CALM on MCQA data (``hf-calibration calm``; SPEC §1).
+"""``run_calm``: fine-tune a causal LM with CALM on MCQA data (``hf-calibration calm``; docs/methods.md, "CALM").
 
 As a TRL script takes ``(ScriptArguments, SFTConfig)``, the job takes the data and model options
 (``CALMJobConfig``) and the trainer's (``hf_calibration.calm.CALMConfig``, an ``SFTConfig``).

@@ -1,5 +1,5 @@
 """``run_diagnose``: the generation–discrimination gap of a model, and whether SECL can help it
-(``hf-calibration diagnose``; SPEC §2, §5)."""
+(``hf-calibration diagnose``; docs/methods.md, "SECL: generation–discrimination gap")."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """``run_secl_stream``: a multi-domain question stream through SECL, with the baselines on the same answers
-(``hf-calibration secl``; SPEC §2)."""
+(``hf-calibration secl``; docs/methods.md, "SECL")."""
 
 from __future__ import annotations
 
