@@ -109,7 +109,8 @@ def plot_reliability_diagram(
         ax.vlines(conf[filled], np.minimum(acc, conf)[filled], np.maximum(acc, conf)[filled], color="C3",
                   alpha=0.7, label="gap to mean confidence")
         x = conf
-    ax.errorbar(x[filled], acc[filled], yerr=[acc[filled] - low[filled], high[filled] - acc[filled]], fmt="none",
+    below, above = np.clip(acc - low, 0, None)[filled], np.clip(high - acc, 0, None)[filled]  # rounding: -1e-17
+    ax.errorbar(x[filled], acc[filled], yerr=[below, above], fmt="none",
                 ecolor="0.2", elinewidth=0.8, capsize=2, label="95 % interval (Wilson)")
     if smooth:
         t, curve = smooth_reliability_curve(y_true, y_prob)

@@ -1,6 +1,7 @@
 """The reliability diagram shows where the data is: counts per bin, a 95 % Wilson interval per bin, sparse bins
 hatched and faded, the smoothed smECE curve on request, and titles in any script without a glyph warning."""
 
+import io
 import warnings
 
 import numpy as np
@@ -60,3 +61,10 @@ def test_title_in_another_script_draws_without_a_glyph_warning(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # matplotlib's "Glyph 25454 missing from font(s)" would fail here
         plot_reliability_diagram(correct, conf, title="数据 quiz").savefig(tmp_path / "d.png")
+
+
+def test_bins_all_right_or_all_wrong_draw():
+    """The Wilson bound of 0/n or n/n equals the accuracy up to rounding (-1e-17): still a valid error bar."""
+    conf = np.r_[np.full(7, 0.31), np.full(5, 0.71), np.full(3, 0.93)]
+    correct = np.r_[np.zeros(7, int), np.ones(5, int), np.ones(3, int)]
+    plot_reliability_diagram(correct, conf, n_bins=10).savefig(io.BytesIO())

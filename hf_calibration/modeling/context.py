@@ -125,4 +125,5 @@ def _warn(n_over: int, n: int, dropped: int, first: tuple, limit: int, on_overfl
     warnings.warn(ParameterWarning("on_overflow", on_overflow,
                                    f"{n_over} of {n} {what}s are longer than the model's context of {limit:,} tokens "
                                    f"and were {done}{extra}; the first: {what} {first[0]} ({first[1]:,} tokens); "
-                                   f"{{on_overflow}} skip or error to drop them or stop"), stacklevel=3)
+                                   + ("{on_overflow} skip drops them, error stops" if on_overflow == "truncate"
+                                      else "{on_overflow} truncate cuts them instead, error stops")), stacklevel=3)

@@ -95,7 +95,7 @@ def test_evaluate_cuts_with_one_warning(short_model_dir, tmp_path, capsys):
     assert err.count("are longer than the model's context") == 1 and "2 of 3 questions" in err
     [line] = [ln for ln in err.split("\n") if "context" in ln]
     assert line.startswith("hf-calibration: warning: --on-overflow") or line.startswith("hf-calibration: warning: 2")
-    assert "--on-overflow skip or error" in line
+    assert "--on-overflow skip drops them, error stops" in line
     assert len((out / "predictions.jsonl").read_text().splitlines()) == 3
 
 
