@@ -91,7 +91,7 @@ def _mean_passes(records):
 def main():
     from hf_calibration.modeling.backends import load_tokenizer
     from hf_calibration.secl import SECLConfig
-    from hf_calibration.secl.stream import build_stream
+    from hf_calibration.modeling.streams import build_stream
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base-url", required=True)

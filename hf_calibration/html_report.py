@@ -3,8 +3,9 @@
 Any folder our jobs write works (evaluate, diagnose, secl, calm, experiments): the page reads every
 ``*.json`` in it (recursively, at most ``max_files``) and renders each metric table it finds — a mapping of
 row names (signals, methods, references) to mappings of metric names to entries ``{"value", "low",
-"high"}`` or numbers — as an HTML table whose cells read "value [low, high]", with the constant references
-(rows named ``constant…``/``ref…``) marked; and embeds every PNG (the reliability diagrams) as base64.
+"high"}`` or numbers — as an HTML table, one column per row (so two folders fit side by side at 1,300 px) whose
+cells read "value" over "[low, high]", with the constant references (rows named ``constant…``/``ref…``) marked;
+and embeds every PNG (the reliability diagrams) as base64.
 Folders are shown side by side, so methods and domains can be compared on one screen. No network, no
 script, no external stylesheet: the file opens anywhere.
 
@@ -24,19 +25,25 @@ import json
 import math
 from pathlib import Path
 
-__all__ = ["find_metric_tables", "render_report", "rescored_table"]
+__all__ = ["GENERATOR", "find_metric_tables", "render_report", "rescored_table"]
+
+# in every page's head: `hf-calibration report` replaces an existing --output file only when it carries this
+GENERATOR = '<meta name="generator" content="hf-calibration report">'
 
 _STYLE = """
 body{font-family:system-ui,sans-serif;margin:1.5rem;color:#222}
-h1{font-size:1.4rem} h2{font-size:1.15rem;margin-top:0} h3{font-size:1rem;margin:1rem 0 .3rem}
-.folders{display:grid;grid-template-columns:repeat(auto-fit,minmax(36rem,1fr));gap:1.5rem}
-.folder{border:1px solid #ccc;border-radius:6px;padding:1rem;overflow-x:auto}
-table{border-collapse:collapse;font-size:.82rem;margin-bottom:.8rem}
-th,td{border:1px solid #ddd;padding:.2rem .45rem;text-align:right;white-space:nowrap}
+h1{font-size:1.4rem} h2{font-size:1.15rem;margin-top:0} h3{font-size:.9rem;margin:1rem 0 .3rem;overflow-wrap:anywhere}
+.folders{display:grid;grid-template-columns:repeat(auto-fit,minmax(min(100%,34rem),1fr));gap:1.2rem}
+.folder{border:1px solid #ccc;border-radius:6px;padding:.8rem;min-width:0}
+.scroll{overflow-x:auto}
+table{border-collapse:collapse;font-size:.78rem;margin-bottom:.8rem}
+th,td{border:1px solid #ddd;padding:.15rem .35rem;text-align:right;white-space:nowrap}
+th{white-space:normal;overflow-wrap:anywhere;max-width:9rem}
 th:first-child,td:first-child{text-align:left}
-tr.reference td{background:#f3f3f3;color:#555;font-style:italic}
+td .ci{display:block;font-size:.68rem;color:#666}
+.reference{background:#f3f3f3;color:#555;font-style:italic}
 img{max-width:100%;border:1px solid #eee;margin:.3rem 0}
-.run{font-size:.8rem;color:#555;white-space:pre-wrap}
+.run{font-size:.8rem;color:#555;white-space:pre-wrap;overflow-wrap:anywhere}
 """
 
 
@@ -70,8 +77,9 @@ def _cell(entry) -> str:
         value, low, high = entry, None, None
     if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
         return "—"
-    if isinstance(low, (int, float)) and isinstance(high, (int, float)):
-        return f"{value:.3f} [{low:.3f}, {high:.3f}]"
+    if isinstance(low, (int, float)) and isinstance(high, (int, float)):  # the interval on a line of its own
+        return f'{value:.3f}<span class="ci">[{low:.3f}, {high:.3f}]</span>'
+
     return str(value) if isinstance(value, int) or float(value).is_integer() and abs(value) >= 2 else f"{value:.3f}"
 
 
@@ -80,15 +88,20 @@ def _is_reference(row: str) -> bool:
 
 
 def _table_html(where: str, table: dict) -> str:
-    columns = list(dict.fromkeys(k for row in table.values() for k, v in row.items() if _is_entry(v)))
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
-    body = []
-    for name, row in table.items():
-        cls = ' class="reference"' if _is_reference(name) else ""
-        cells = "".join(f"<td>{_cell(row.get(c))}</td>" for c in columns)
-        body.append(f"<tr{cls}><td>{html.escape(name)}</td>{cells}</tr>")
-    return (f"<h3>{html.escape(where)}</h3><table><thead><tr><th>row</th>{head}</tr></thead>"
-            f"<tbody>{''.join(body)}</tbody></table>")
+    """One metric table: a column per row of ``table`` (model, signals, the references in grey) and a row per
+    metric, so that two folders' tables fit side by side; each cell "value" over "[low, high]"."""
+    metrics = list(dict.fromkeys(k for row in table.values() for k, v in row.items() if _is_entry(v)))
+    names = list(table)
+
+    def ref(name):
+        return ' class="reference"' if _is_reference(name) else ""
+
+    head = "".join(f"<th{ref(n)}>{html.escape(n)}</th>" for n in names)
+    body = "".join(f"<tr><td>{html.escape(m)}</td>"
+                   + "".join(f"<td{ref(n)}>{_cell(table[n].get(m))}</td>" for n in names) + "</tr>"
+                   for m in metrics)
+    return (f"<h3>{html.escape(where)}</h3><div class=\"scroll\"><table><thead><tr><th>metric</th>{head}</tr>"
+            f"</thead><tbody>{body}</tbody></table></div>")
 
 
 def rescored_table(path, ece: dict, *, n_resamples: int = 1000, seed: int = 0) -> dict:
@@ -174,10 +187,11 @@ def render_report(folders, *, title: str = "hf-calibration report", max_files: i
     for f in folders:
         if not f.is_dir():
             raise FileNotFoundError(f"folders: {str(f)!r} is not a folder")
-    note = ("Cells: value [95 % bootstrap interval]. Grey italic rows are the constant references "
+    note = ("Cells: value over its [95 % bootstrap interval]. Grey italic columns are the constant references "
             "(confidence = accuracy, 1/K): an ECE that does not beat them, or comes with AUROC ≈ 0.5, is a "
             "shift of level, not information.")
     body = "".join(_folder_html(f, max_files, ece, n_resamples) for f in folders)
-    return (f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>"
+    return (f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">{GENERATOR}"
+            f"<title>{html.escape(title)}</title>"
             f"<style>{_STYLE}</style></head><body><h1>{html.escape(title)}</h1><p>{note}</p>"
             f"<div class=\"folders\">{body}</div></body></html>\n")

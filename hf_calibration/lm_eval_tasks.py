@@ -34,7 +34,8 @@ _ACC_YAML = """metric_list:
 """
 
 
-def write_mcqa_task(rows, folder, name: str, *, choices: str = "letters", ece: bool = False) -> Path:
+def write_mcqa_task(rows, folder, name: str, *, choices: str = "letters", ece: bool = False, tokenizer=None,
+                    max_length: int | None = None, on_overflow: str = "truncate") -> Path:
     """Write an lm-eval ``multiple_choice`` task over MCQA ``rows`` (``question``, ``choices``, ``answer`` index,
     optional ``subject``) into ``folder``; returns the YAML's path.
 
@@ -44,6 +45,11 @@ def write_mcqa_task(rows, folder, name: str, *, choices: str = "letters", ece: b
     The task reports ``acc`` and ``acc_norm``; with ``ece``, ``acc`` and conf-ECE with its 95 % interval through
     ``hf_calibration.lm_eval_metrics`` instead (lm-eval then needs hf_calibration importable).
 
+    tokenizer, max_length, on_overflow : with a tokenizer and the model's context (tokens), every prompt plus its
+        longest choice is fitted to it before it is written (``modeling.context.fit_to_context``: the question's
+        middle cut, or the row skipped, or a ParameterError naming ``on_overflow``); lm-eval itself would cut the
+        prompt's start (its left truncation), the question with it.
+
     Raises ValueError for an unknown ``choices`` style, a ``name`` that is not a plain file name, or no rows.
     """
     check_choice(choices, "choices", CHOICE_STYLES)
@@ -52,13 +58,18 @@ def write_mcqa_task(rows, folder, name: str, *, choices: str = "letters", ece: b
     rows = [dict(r) for r in rows]
     if not rows:
         raise ValueError("rows: no questions")
+
+    def text(r, question):
+        return (format_mcqa(question, r["choices"]) if choices == "letters" else question.strip()) + "\nAnswer:"
+
+    if tokenizer is not None and max_length is not None:
+        rows = _fit_rows(rows, tokenizer, max_length, on_overflow, text, choices)
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     data = folder / f"{name}.jsonl"
     with open(data, "w", encoding="utf-8") as f:
         for r in rows:
-            prompt = (format_mcqa(r["question"], r["choices"]) if choices == "letters" else r["question"].strip())
-            f.write(json.dumps({**r, "prompt": prompt + "\nAnswer:", "letters": list(LETTERS[: len(r["choices"])])},
+            f.write(json.dumps({**r, "prompt": text(r, r["question"]), "letters": list(LETTERS[: len(r["choices"])])},
                                ensure_ascii=False) + "\n")
     yaml = "\n".join([
         f"task: {name}", "dataset_path: json", "dataset_kwargs:", "  data_files:",
@@ -68,3 +79,16 @@ def write_mcqa_task(rows, folder, name: str, *, choices: str = "letters", ece: b
     path = folder / f"{name}.yaml"
     path.write_text(yaml, encoding="utf-8")
     return path
+
+
+def _fit_rows(rows: list[dict], tokenizer, max_length: int, on_overflow: str, text, choices: str) -> list[dict]:
+    """``rows`` with each prompt (``text(row, question)``) plus its longest choice fitted to ``max_length``."""
+    from hf_calibration.modeling.context import fit_to_context
+
+    def longest(r):
+        options = list(LETTERS[: len(r["choices"])]) if choices == "letters" else r["choices"]
+        return max(len(tokenizer(" " + o, add_special_tokens=False)["input_ids"]) for o in options)
+
+    fit = fit_to_context(tokenizer, [r["question"] for r in rows], build=lambda i, q: text(rows[i], q),
+                         limit=max_length, reserve=[longest(r) for r in rows], on_overflow=on_overflow)
+    return [{**rows[i], "question": q} for i, q in zip(fit.kept, fit.texts)]

@@ -12,6 +12,7 @@ import numpy as np
 from hf_calibration.metrics import expected_calibration_error, reliability_diagram
 
 STYLES = ("bars", "points")
+SPARSE_BIN = 10  # a bin with fewer predictions is drawn hatched: its accuracy's 95 % interval spans ~0.4 or more
 
 
 def plot_reliability_diagram(
@@ -23,14 +24,18 @@ def plot_reliability_diagram(
     ax=None,
     title: str | None = None,
     style: str = "bars",
+    smooth: bool = False,
 ):
     """Reliability diagram of the top-label confidence, with the confidence histogram underneath.
 
     Upper panel: accuracy per bin against confidence, with the diagonal of perfect calibration;
     ``style="bars"`` draws accuracy bars over the bin width and the gap to each bin's mean confidence
     in red, ``style="points"`` draws (mean confidence, accuracy) points joined by a line, with the gap
-    as a vertical red segment. Lower panel: the share of predictions per bin. The title ends with the
-    ECE of the same bins.
+    as a vertical red segment. So that few-sample bins do not catch the eye first, each bin shows its 95 %
+    Wilson interval (``wilson_interval``), is shaded by the questions it holds, and is hatched below
+    ``SPARSE_BIN`` questions; ``smooth`` adds smECE's kernel-smoothed curve (``smooth_reliability_curve``).
+    Lower panel: the share of predictions per bin, each bar labelled with its count. The title ends with
+    the ECE of the same bins.
 
     Parameters
     ----------
@@ -44,6 +49,8 @@ def plot_reliability_diagram(
     title : str, optional
         Prefix of the title; " — ECE = 0.123 (15 bins)" is appended ("(15 quantile bins)" for equal mass).
     style : {"bars", "points"}, default "bars"
+    smooth : bool, default False
+        Also draw the smoothed reliability curve of smECE (relplot's curve, without its bootstrap band).
 
     Returns
     -------
@@ -81,33 +88,96 @@ def plot_reliability_diagram(
     left, width = edges[:-1], np.diff(edges)
     centers = left + width / 2
     filled = table.counts > 0
+    sparse = filled & (table.counts < SPARSE_BIN)
     acc, conf = table.accuracy, table.mean_confidence
+    # shade by how much data a bin holds (its count against the mean count of the filled bins)
+    weight = np.clip(table.counts / max(table.counts[filled].mean(), 1), 0, 1) if filled.any() else table.counts
+    alpha = 0.25 + 0.75 * weight
 
     ax.plot([0, 1], [0, 1], linestyle="--", color="0.5", linewidth=1, label="perfect calibration")
+    low, high = wilson_interval(np.nan_to_num(acc) * table.counts, table.counts)
     if style == "bars":
-        ax.bar(left[filled], acc[filled], width=width[filled], align="edge", color="C0", edgecolor="white",
-               label="accuracy")
-        gap_bottom = np.minimum(acc, conf)[filled]
-        ax.bar(centers[filled], np.abs(acc - conf)[filled], bottom=gap_bottom, width=width[filled] * 0.5,
-               color="C3", alpha=0.5, label="gap to mean confidence")
+        for i, k in enumerate(np.flatnonzero(filled)):
+            ax.bar(left[k], acc[k], width=width[k], align="edge", color="C0", alpha=alpha[k], edgecolor="white",
+                   hatch="//" if sparse[k] else None, label=None if i else "accuracy (shade: questions in the bin)")
+        gap_color = [(0.84, 0.15, 0.16, 0.5 * a) for a in alpha[filled]]  # C3, faded with the bin's shade
+        ax.bar(centers[filled], np.abs(acc - conf)[filled], bottom=np.minimum(acc, conf)[filled],
+               width=width[filled] * 0.5, color=gap_color, label="gap to mean confidence")
+        x = centers
     else:
         ax.plot(conf[filled], acc[filled], marker="o", color="C0", label="accuracy")
         ax.vlines(conf[filled], np.minimum(acc, conf)[filled], np.maximum(acc, conf)[filled], color="C3",
                   alpha=0.7, label="gap to mean confidence")
+        x = conf
+    below, above = np.clip(acc - low, 0, None)[filled], np.clip(high - acc, 0, None)[filled]  # rounding: -1e-17
+    ax.errorbar(x[filled], acc[filled], yerr=[below, above], fmt="none",
+                ecolor="0.2", elinewidth=0.8, capsize=2, label="95 % interval (Wilson)")
+    if smooth:
+        t, curve = smooth_reliability_curve(y_true, y_prob)
+        ax.plot(t, curve, color="C2", linewidth=1.5, label="smoothed (smECE kernel)")
     ax.set_xlim(0, 1)
     ax.set_ylim(0, 1)
     ax.set_ylabel("accuracy")
     ax.tick_params(labelbottom=False)
-    ax.legend(loc="upper left", fontsize="small")
+    ax.legend(loc="upper left", fontsize="x-small")
     suffix = f"ECE = {ece:.3f} ({n_bins}{' quantile' if binning == 'quantile' else ''} bins)"
-    ax.set_title(f"{title} — {suffix}" if title else suffix)
+    ax.set_title(_drawable(f"{title} — {suffix}" if title else suffix))
 
     share = table.counts / table.counts.sum()
     hist_ax.bar(left, share, width=width, align="edge", color="0.4", edgecolor="white")
+    for k in np.flatnonzero(filled):  # the count itself, so a tall bar of three questions reads as three
+        hist_ax.text(centers[k], share[k], str(table.counts[k]), ha="center", va="bottom", fontsize=6,
+                     color="C3" if sparse[k] else "0.2")
+    hist_ax.set_ylim(0, max(share.max(), 1e-9) * 1.3)
     hist_ax.set_xlim(0, 1)
-    hist_ax.set_xlabel("confidence")
+    hist_ax.set_xlabel("confidence" + (f"   (hatched: < {SPARSE_BIN} questions)" if sparse.any() else ""))
     hist_ax.set_ylabel("share")
     return fig
+
+
+def wilson_interval(successes, n, z: float = 1.959963984540054):
+    """Wilson score interval (Wilson, JASA 1927) of a proportion: ``(low, high)`` arrays for ``successes`` out of
+    ``n`` trials (elementwise; NaN where ``n`` is 0), at 95 % for the default ``z`` (the normal 0.975 quantile).
+
+    centre = (p + z²/2n) / (1 + z²/n), half-width = z / (1 + z²/n) · sqrt(p(1 - p)/n + z²/4n²), p = successes / n;
+    unlike p ± z·sqrt(p(1 - p)/n) it stays inside [0, 1] and is not empty at p = 0 or 1.
+    """
+    successes, n = np.asarray(successes, dtype=float), np.asarray(n, dtype=float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        p = successes / n
+        denom = 1 + z * z / n
+        centre = (p + z * z / (2 * n)) / denom
+        half = z / denom * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return centre - half, centre + half
+
+
+def smooth_reliability_curve(y_true, y_prob, *, grid: int = 201):
+    """The kernel-smoothed reliability curve of smECE (Błasiok & Nakkiran, ICLR 2024): at each confidence t on a
+    grid, the accuracy ``sum_i K(t, c_i) y_i / sum_i K(t, c_i)`` with the Gaussian kernel reflected at 0 and 1, at
+    the bandwidth sigma* = smECE (the fixed point ``metrics.smooth_ece`` finds). Returns ``(t, accuracy)``,
+    arrays of ``grid`` points (NaN where no prediction lies within about a bandwidth); top-label confidence for
+    (n, K) probabilities."""
+    from hf_calibration.metrics import smooth_ece
+    from hf_calibration.metrics.binning import top_label
+
+    conf, correct = top_label(y_true, y_prob)
+    sigma = max(smooth_ece(y_true, y_prob), 1e-3)
+    t = np.linspace(0.0, 1.0, grid)[:, None]
+    kernel = sum(np.exp(-((t - c) ** 2) / (2 * sigma * sigma)) for c in (conf, -conf, 2 - conf))
+    mass = kernel.sum(axis=1)
+    curve = kernel @ np.asarray(correct, dtype=float) / np.maximum(mass, 1e-300)
+    curve[mass < 0.5] = np.nan  # no data within about a bandwidth: not drawn rather than extrapolated
+    return t[:, 0], curve
+
+
+def _drawable(text: str) -> str:
+    """``text`` with the characters the figure's font cannot draw replaced by "?" (a Chinese question in a title
+    made matplotlib warn "Glyph … missing from font(s) DejaVu Sans" on every save)."""
+    from matplotlib import font_manager
+
+    font = font_manager.get_font(font_manager.findfont(font_manager.FontProperties()))
+    charmap = font.get_charmap()
+    return "".join(c if ord(c) in charmap or c in "\n\t" else "?" for c in text)
 
 
 def plot_reliability_diagrams(panels: dict, *, n_bins: int = 15, binning: str = "uniform", title: str | None = None,
@@ -130,6 +200,6 @@ def plot_reliability_diagrams(panels: dict, *, n_bins: int = 15, binning: str = 
     for ax, (name, (y_true, y_prob)) in zip(fig.subplots(1, len(panels), squeeze=False)[0], panels.items()):
         plot_reliability_diagram(y_true, y_prob, n_bins=n_bins, binning=binning, ax=ax, title=name)
     if title:
-        fig.suptitle(title)
+        fig.suptitle(_drawable(title))
     fig.tight_layout()
     return fig

@@ -1,6 +1,7 @@
-"""Metrics tables and output files shared by the CLI jobs (SPEC §5 reporting protocol).
+"""Metrics tables and output files shared by the CLI jobs (docs/methods.md, "AUROC and AURC", says why the
+constant references).
 
-Every table carries the trivial references of SPEC §5 next to the model's numbers: a constant
+Every table carries two trivial references next to the model's numbers: a constant
 confidence equal to the measured accuracy and a constant 1/K. On a model near chance these constants
 are already well calibrated, so an ECE that does not beat them, or that comes with AUROC ≈ 0.5, shows a
 shift in confidence level rather than information about correctness.
@@ -10,15 +11,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from hf_calibration.errors import MissingPathError, ParameterError
 from hf_calibration.metrics import calibration_report
+from hf_calibration.outputs import AtomicOutputDir  # noqa: F401  (the jobs' staging folder, here since it began here)
 
 # (key in calibration_report, column title) in table order.
 # Brier and NLL are of the top-label confidence (comparable across all rows, references included);
@@ -37,7 +36,7 @@ TABLE_COLUMNS = (
 
 
 def references(correct: np.ndarray, n_options: int, *, accuracy: float | None = None, **kwargs) -> dict:
-    """Reports of the two constant confidences of SPEC §5: ``accuracy`` (default: measured on ``correct``;
+    """Reports of the two constant confidences (docs/methods.md, "AUROC and AURC"): ``accuracy`` (default: measured on ``correct``;
     pass the validation split's) and 1/K, as binary confidences against ``correct``. ``kwargs``: those of
     ``calibration_report`` (bootstrap and ECE options)."""
     acc = float(np.mean(correct)) if accuracy is None else accuracy
@@ -272,36 +271,6 @@ def option_logits_of(records: list[dict]) -> np.ndarray:
     return np.array([r["option_logits"] for r in records], dtype=np.float64)
 
 
-class AtomicOutputDir:
-    """Stage files in a temporary folder and move them into ``path`` only when all were written.
-
-    An error while writing leaves ``path`` as it was: nothing half-written (CLI contract).
-    """
-
-    def __init__(self, path: Path):
-        self.path = Path(path)
-
-    def __enter__(self) -> Path:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._tmp = tempfile.TemporaryDirectory(dir=self.path.parent, prefix=f".{self.path.name}-")
-        return Path(self._tmp.name)
-
-    def __exit__(self, exc_type, exc, tb):
-        try:
-            if exc_type is None:
-                self.path.mkdir(parents=True, exist_ok=True)
-                for f in Path(self._tmp.name).iterdir():
-                    target = self.path / f.name
-                    if target.is_dir() and not target.is_symlink():
-                        shutil.rmtree(target)  # os.replace cannot replace a non-empty folder (a rerun's adapter)
-                    elif target.is_dir():
-                        target.unlink()
-                    os.replace(f, target)
-        finally:
-            self._tmp.cleanup()
-        return False
-
-
 def strict_json(obj):
     """``obj`` with NaN/inf floats replaced by None (strict JSON has no NaN; e.g. AUROC with one class)."""
     if isinstance(obj, dict):
@@ -324,13 +293,17 @@ def write_jsonl(path: Path, records) -> None:
             f.write(json.dumps(strict_json(r), default=_json_default, allow_nan=False) + "\n")
 
 
+EVALUATION_FILES = ("predictions.jsonl", "metrics.json", "reliability_diagram.png")
+
+
 def write_evaluation(out: Path, dataset, scores, metrics: dict, run: dict, *, n_bins: int = 15,
-                     binning: str = "uniform") -> None:
+                     binning: str = "uniform", job: str = "evaluate", overwrite: bool = False) -> None:
     """Write predictions.jsonl, metrics.json and reliability_diagram.png (``n_bins`` bins, ``binning``) into
-    ``out`` atomically."""
+    ``out`` atomically, as ``job`` (``outputs.AtomicOutputDir``: another job's folder is refused unless
+    ``overwrite``)."""
     from hf_calibration.plotting import plot_reliability_diagram
 
-    with AtomicOutputDir(out) as tmp:
+    with AtomicOutputDir(out, job, overwrite=overwrite) as tmp:
         write_jsonl(tmp / "predictions.jsonl", prediction_records(dataset, scores))
         write_json(tmp / "metrics.json", {"run": run, **metrics})
         fig = plot_reliability_diagram(

@@ -135,14 +135,15 @@ def test_fit_posthoc_on_all_right_predictions_names_the_file(tmp_path, capsys, m
     assert not (tmp_path / "t.json").exists()
 
 
-def test_our_warnings_print_one_line(tmp_path, capsys):
-    # right and wrong answers whose logits carry no information: temperature scaling runs to its bound and warns
+def test_temperature_at_its_bound_is_refused_in_one_line(tmp_path, capsys):
+    """Right and wrong answers whose logits carry no information: temperature scaling runs to its bound (T ≈ 2.2e4)
+    and would give every question 1/K; before, a raw RuntimeWarning and a calibrator that `evaluate --posthoc`
+    applied silently (its "calibrated" row equal to the 1/K reference)."""
     rows = [(0, True, 0.6, [1.0, 0.6]), (1, False, 0.6, [1.0, 0.6])] * 4
     path = _predictions(tmp_path / "p.jsonl", rows)
-    assert main(["fit-posthoc", "--method", "temperature", "--predictions", path, "--output",
-                 str(tmp_path / "t.json")]) == 0
-    err = capsys.readouterr().err
-    assert err.startswith("hf-calibration: warning: TemperatureScaler:") and err.count("\n") == 1, err
+    _bad(["fit-posthoc", "--method", "temperature", "--predictions", path, "--output", str(tmp_path / "t.json")],
+         capsys, "--predictions: temperature on")
+    assert not (tmp_path / "t.json").exists()
 
 
 def test_entry_point_prints_one_line_and_exits_2(tmp_path):
@@ -201,12 +202,15 @@ def test_fit_posthoc_rejects_malformed_records(tmp_path, capsys, line, fragment)
     assert not (tmp_path / "c.json").exists()
 
 
-def test_rerun_into_the_same_folder_replaces_outputs(tiny_model_dir, tmp_path):
+def test_rerun_into_the_same_folder_replaces_outputs(tiny_model_dir, tmp_path, capsys):
     out = tmp_path / "run"
-    (out / "reliability_diagram.png").mkdir(parents=True)  # a stale folder where a file goes
+    (out / "reliability_diagram.png").mkdir(parents=True)  # a folder no run of ours wrote, where a file goes
     (out / "reliability_diagram.png" / "junk").write_text("x")
-    assert _evaluate(tiny_model_dir, out) == 0
+    assert _evaluate(tiny_model_dir, out) == 2  # not replaced silently
+    assert "exists and was not written by evaluate" in capsys.readouterr().err
+    assert _evaluate(tiny_model_dir, out, "--overwrite") == 0
     assert (out / "reliability_diagram.png").is_file()
+    assert _evaluate(tiny_model_dir, out, "--seed", "1") == 0  # its own earlier run: replaced without asking
 
 
 # ---------------------------------------------------------------- issue 14: bad input found late or not at all

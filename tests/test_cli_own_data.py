@@ -90,3 +90,19 @@ def test_bad_datasets_name_the_option(tiny_model_dir, tmp_path, capsys, no_model
     (tmp_path / "quiz.txt").write_text(QUIZ, encoding="utf-8")
     argv = ["evaluate", "--model", str(tiny_model_dir), "--dataset", dataset, *MAPPING, "--output-dir", "out"]
     _fails_with_one_line(argv, capsys, *fragments)
+
+
+def test_own_data_below_the_default_limit_warns_about_no_limit(tiny_model_dir, tmp_path, quiz, capsys):
+    """Before: "--limit 500: only 10 questions" for a --limit the user never gave; a given one still warns."""
+    argv = ["evaluate", "--model", str(tiny_model_dir), "--dataset", quiz, *MAPPING, "--n-resamples", "10"]
+    assert main([*argv, "--output-dir", str(tmp_path / "a")]) == 0
+    assert "--limit" not in capsys.readouterr().err
+    assert main([*argv, "--output-dir", str(tmp_path / "b"), "--limit", "50"]) == 0
+    assert "--limit 50: only 10 questions" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("option", ["--subjects"])
+def test_empty_subjects_is_named_as_given(option, capsys):
+    """Before: "--subjects: [] names no subject"."""
+    assert main(["evaluate", "--output-dir", "o", option, ""]) == 2
+    assert capsys.readouterr().err == f"hf-calibration: error: {option}: must not be empty, got ''\n"

@@ -2,6 +2,7 @@
 ParameterError mapped to its option through the field, and no library module importing the CLI."""
 
 import ast
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -27,8 +28,7 @@ def test_parameter_error_names_the_option_of_its_field(monkeypatch, tmp_path, ca
     def job(config, secl):
         raise ParameterError("limit_per_domain", 1, reason)
 
-    types, _, help_, description = cli.COMMANDS["secl"]
-    monkeypatch.setitem(cli.COMMANDS, "secl", (types, job, help_, description))
+    monkeypatch.setitem(cli.COMMANDS, "secl", dataclasses.replace(cli.COMMANDS["secl"], job=job))
     assert main(["secl", "--output-dir", str(tmp_path / "o")]) == 2
     expected = reason.replace("{limit_per_domain}", "--limit-per-domain")
     assert capsys.readouterr().err == f"hf-calibration: error: --limit-per-domain: {expected}\n"
@@ -38,8 +38,7 @@ def test_parameter_of_no_field_keeps_its_name(monkeypatch, tmp_path, capsys):
     def job(config):
         raise ParameterError("records", None, "logit calibrators need the same number of options")
 
-    types, _, help_, description = cli.COMMANDS["fit-posthoc"]
-    monkeypatch.setitem(cli.COMMANDS, "fit-posthoc", (types, job, help_, description))
+    monkeypatch.setitem(cli.COMMANDS, "fit-posthoc", dataclasses.replace(cli.COMMANDS["fit-posthoc"], job=job))
     assert main(["fit-posthoc", "--method", "platt", "--predictions", "p", "--output", str(tmp_path / "c")]) == 2
     assert capsys.readouterr().err == "hf-calibration: error: records: logit calibrators need the same number of options\n"
 
@@ -49,7 +48,7 @@ def test_options_are_the_config_fields_with_dashes():
                                           "--ph_threshold", "5", "--target-modules", "q_proj", "k_proj"])
     assert command == "secl" and job.limit_per_domain == 3 and job.output_dir == "o"
     assert (secl.burst_size, secl.ph_threshold, secl.target_modules) == (7, 5.0, ["q_proj", "k_proj"])
-    help_text = cli.build_parser().commands["secl"].format_help()
+    help_text = cli.command_parser("secl").format_help()
     assert "--limit-per-domain LIMIT_PER_DOMAIN, --limit_per_domain" in help_text  # the dashed spelling first
 
 
@@ -65,9 +64,10 @@ def test_config_file(tmp_path, capsys):
     assert _exit_code(["evaluate", "--config", str(config), "--output-dir", "o"]) == 2
     err = capsys.readouterr().err
     assert err == "hf-calibration: error: --config: unknown fields limitt\n", err
-    config.write_text("limit: 0\n")
+    config.write_text("limit: 0\n")  # a value the config refuses, from the file: the file and the field named
     assert _exit_code(["evaluate", "--config", str(config), "--output-dir", "o"]) == 2
-    assert capsys.readouterr().err == "hf-calibration: error: --limit: must be a positive integer, got 0\n"
+    assert capsys.readouterr().err == (f"hf-calibration: error: --config: {str(config)!r}: limit: must be a positive "
+                                       "integer, got 0\n")
     assert _exit_code(["evaluate", "--config", str(tmp_path / "none.yaml")]) == 2
     assert "--config" in capsys.readouterr().err
 
@@ -146,7 +146,7 @@ def test_every_command_help_formats():
     command with a TypeError."""
     from hf_calibration import cli
 
-    commands = cli.build_parser().commands
-    assert {"secl", "evaluate"} <= set(commands)
-    for name, parser in commands.items():
-        assert parser.format_help(), name
+    assert {"secl", "secl-serve", "evaluate"} <= set(cli.COMMANDS)
+    for name in cli.COMMANDS:
+        assert cli.command_parser(name).format_help(), name
+    assert cli.build_parser().format_help()

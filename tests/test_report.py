@@ -55,10 +55,10 @@ def test_run_report_writes_one_self_contained_page(folders, tmp_path):
     assert result.paths["report"] == tmp_path / "r.html"
     assert page.count('<section class="folder">') == 2 and page.count("<img ") == 2
     assert "http://" not in page and "https://" not in page and "<script" not in page  # nothing to fetch
-    assert 'class="reference"' in page and "0.120 [0.070, 0.170]" in page  # an interval cell, by hand
+    assert 'class="reference"' in page and '0.120<span class="ci">[0.070, 0.170]</span>' in page  # an interval cell, by hand
     metrics = json.loads((folders[0] / "metrics.json").read_text())
     ece = metrics["signals"]["option_probability"]["conf_ece"]
-    assert f"{ece['value']:.3f} [{ece['low']:.3f}, {ece['high']:.3f}]" in page  # the evaluate run's own number
+    assert f"{ece['value']:.3f}<span class=\"ci\">[{ece['low']:.3f}, {ece['high']:.3f}]</span>" in page  # the evaluate run's own number
 
 
 def test_cli_report_takes_folders_as_positionals(folders, tmp_path, capsys):
@@ -148,7 +148,7 @@ def test_page_in_a_real_browser(folders, tmp_path):
             "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
             "--disable-component-update", "--disable-sync"])
         try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page = browser.new_page(viewport={"width": 1300, "height": 900})
             errors = []
             page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
             page.on("pageerror", lambda e: errors.append(str(e)))
@@ -157,7 +157,12 @@ def test_page_in_a_real_browser(folders, tmp_path):
             page.goto(out.as_uri(), wait_until="load")
             assert errors == [] and requests == []
             assert page.locator("table").count() >= 2
-            assert page.locator("tr.reference").count() >= 2
+            assert page.locator("td.reference").count() >= 2
+            # two folders side by side, and nothing wider than the window or its own folder at 1,300 px
+            boxes = page.eval_on_selector_all("section.folder", "s => s.map(e => e.getBoundingClientRect().toJSON())")
+            assert len(boxes) == 2 and boxes[0]["top"] == boxes[1]["top"] and boxes[0]["right"] <= boxes[1]["left"]
+            assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+            assert page.eval_on_selector_all(".scroll", "d => d.every(e => e.scrollWidth <= e.clientWidth)")
             widths = page.eval_on_selector_all("img", "imgs => imgs.map(i => i.complete ? i.naturalWidth : 0)")
             assert len(widths) == 2 and all(w > 0 for w in widths)  # both diagrams decoded
             page.screenshot(path=str(ARTIFACTS / "report.png"), full_page=True)

@@ -42,7 +42,7 @@ def make_tiny_model(tokenizer, seed: int = 0, **overrides) -> LlamaForCausalLM:
     torch.manual_seed(seed)
     config = LlamaConfig(
         vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, **overrides,
+        num_attention_heads=4, num_key_value_heads=2, pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id, **{"max_position_embeddings": 512, **overrides},
     )
     return LlamaForCausalLM(config).eval()

@@ -62,6 +62,9 @@ def check_columns(*, question_column=None, choices_column=None, answer_column=No
         raise ParameterError("choices_column", choices, "must name one list column or several option columns "
                              f"('A,B,C,D'), got {choices!r}")
     columns["choices_column"] = [c.strip() for c in names]
+    twice = next((c for i, c in enumerate(columns["choices_column"]) if c in columns["choices_column"][:i]), None)
+    if twice is not None:  # "A,A,B" would show the same option twice
+        raise ParameterError("choices_column", choices, f"names the column {twice!r} twice, got {choices!r}")
     for name in ("question_column", "answer_column", "subject_column"):
         value = columns[name]
         if value is not None and not (isinstance(value, str) and value.strip()):
@@ -191,24 +194,33 @@ def _first_line(err: BaseException) -> str:
 
 @contextmanager
 def _quiet_progress():
-    """No "Generating train split" bar while a local file is read (it takes a moment; an error then stays on
-    one line)."""
+    """No "Generating train split" bar and no log line of datasets' own ("Failed to load JSON from file …")
+    while a local file is read: an error then stays on one line, ours."""
     import datasets
+    from datasets.utils import logging as datasets_logging
 
-    shown = datasets.is_progress_bar_enabled()
+    shown, verbosity = datasets.is_progress_bar_enabled(), datasets_logging.get_verbosity()
     datasets.disable_progress_bars()
+    datasets_logging.set_verbosity(datasets_logging.CRITICAL)
     try:
         yield
     finally:
+        datasets_logging.set_verbosity(verbosity)
         if shown:
             datasets.enable_progress_bars()
 
 
 def _csv_columns(path: str) -> list[str]:
-    """The header of a CSV file; ParameterError naming ``name`` when it has none or cannot be read."""
+    """The header of a CSV file; ParameterError naming ``name`` when it has none, cannot be read, or a row has
+    more cells than the header (a comma inside an unquoted option: the cells would shift into other columns)."""
     try:
         with open(path, encoding="utf-8-sig", newline="") as f:
-            header = next((line for line in csv.reader(f) if line), None)
+            reader = csv.reader(f)
+            header = next((line for line in reader if line), None)
+            for row in reader:
+                if header is not None and len(row) > len(header):
+                    raise ParameterError("name", path, f"{path!r} line {reader.line_num}: {len(row)} cells but the "
+                                         f"header has {len(header)} (quote a cell that holds a comma)")
     except UnicodeDecodeError as err:
         raise ParameterError("name", path, f"{path!r} is not UTF-8 text ({err.reason} at byte {err.start})") from None
     except csv.Error as err:

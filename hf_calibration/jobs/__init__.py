@@ -15,38 +15,42 @@ before a model loads, raising ``hf_calibration.errors.ParameterError`` naming th
 - ``run_lm_eval_import(LMEvalImportConfig)``: calibration reports of lm-evaluation-harness ``--log_samples`` runs.
 """
 
-from hf_calibration.jobs.calm import CALMJobConfig, CALMJobResult, run_calm
-from hf_calibration.jobs.common import JobResult
-from hf_calibration.jobs.diagnose import DiagnoseConfig, DiagnoseResult, run_diagnose
-from hf_calibration.jobs.evaluate import EvaluateConfig, EvaluateResult, run_evaluate
-from hf_calibration.jobs.fit_posthoc import FitPosthocConfig, FitPosthocResult, run_fit_posthoc
-from hf_calibration.jobs.lm_eval import LMEvalImportConfig, run_lm_eval_import
-from hf_calibration.jobs.report import ReportConfig, run_report
-from hf_calibration.jobs.secl_service import SECLServiceConfig, SECLServiceResult, run_secl_service
-from hf_calibration.jobs.secl_stream import SECLStreamConfig, SECLStreamResult, run_secl_stream
+# Each job's module is imported on first use: reading one command's config (the command line's --help) must not
+# load every job's stack (torch, transformers, TRL, datasets).
+_LAZY = {
+    "CALMJobConfig": "hf_calibration.jobs.calm",
+    "CALMJobResult": "hf_calibration.jobs.calm",
+    "DiagnoseConfig": "hf_calibration.jobs.diagnose",
+    "DiagnoseResult": "hf_calibration.jobs.diagnose",
+    "EvaluateConfig": "hf_calibration.jobs.evaluate",
+    "EvaluateResult": "hf_calibration.jobs.evaluate",
+    "FitPosthocConfig": "hf_calibration.jobs.fit_posthoc",
+    "FitPosthocResult": "hf_calibration.jobs.fit_posthoc",
+    "JobResult": "hf_calibration.jobs.common",
+    "LMEvalImportConfig": "hf_calibration.jobs.lm_eval",
+    "ReportConfig": "hf_calibration.jobs.report",
+    "SECLServiceConfig": "hf_calibration.jobs.secl_service",
+    "SECLServiceResult": "hf_calibration.jobs.secl_service",
+    "SECLStreamConfig": "hf_calibration.jobs.secl_stream",
+    "SECLStreamResult": "hf_calibration.jobs.secl_stream",
+    "run_calm": "hf_calibration.jobs.calm",
+    "run_diagnose": "hf_calibration.jobs.diagnose",
+    "run_evaluate": "hf_calibration.jobs.evaluate",
+    "run_fit_posthoc": "hf_calibration.jobs.fit_posthoc",
+    "run_lm_eval_import": "hf_calibration.jobs.lm_eval",
+    "run_report": "hf_calibration.jobs.report",
+    "run_secl_service": "hf_calibration.jobs.secl_service",
+    "run_secl_stream": "hf_calibration.jobs.secl_stream",
+}
 
-__all__ = [
-    "CALMJobConfig",
-    "CALMJobResult",
-    "DiagnoseConfig",
-    "DiagnoseResult",
-    "EvaluateConfig",
-    "EvaluateResult",
-    "FitPosthocConfig",
-    "FitPosthocResult",
-    "JobResult",
-    "LMEvalImportConfig",
-    "ReportConfig",
-    "SECLServiceConfig",
-    "SECLServiceResult",
-    "SECLStreamConfig",
-    "SECLStreamResult",
-    "run_calm",
-    "run_diagnose",
-    "run_evaluate",
-    "run_fit_posthoc",
-    "run_lm_eval_import",
-    "run_report",
-    "run_secl_service",
-    "run_secl_stream",
-]
+
+def __getattr__(name):
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = globals()[name] = getattr(importlib.import_module(_LAZY[name]), name)
+    return value
+
+
+__all__ = sorted(_LAZY)

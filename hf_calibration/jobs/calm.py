@@ -1,4 +1,4 @@
-"""``run_calm``: fine-tune a causal LM with CALM on MCQA data (``hf-calibration calm``; SPEC §1).
+"""``run_calm``: fine-tune a causal LM with CALM on MCQA data (``hf-calibration calm``; docs/methods.md, "CALM").
 
 As a TRL script takes ``(ScriptArguments, SFTConfig)``, the job takes the data and model options
 (``CALMJobConfig``) and the trainer's (``hf_calibration.calm.CALMConfig``, an ``SFTConfig``).
@@ -13,8 +13,9 @@ from hf_calibration import modeling
 from hf_calibration.calm import CALMConfig, CALMTrainer, mcqa_to_prompt_completion
 from hf_calibration.data import MCQA_DATASETS, load_mcqa, resolve_subjects
 from hf_calibration.errors import ParameterError, renamed_parameters
-from hf_calibration.jobs.common import (JobResult, check_choice, check_int, check_output_dir, model_field,
-                                        prompt_format_field)
+from hf_calibration.jobs.common import (JobResult, check_choice, check_int, check_output_dir, fit_mcqa_to_context,
+                                        model_field, on_overflow_field, prompt_format_field)
+from hf_calibration.modeling.context import OVERFLOW_POLICIES
 from hf_calibration.modeling.prompts import PROMPT_FORMATS
 
 SPLITS = ("train", "calibration", "eval")
@@ -39,6 +40,7 @@ class CALMJobConfig:
     n_calibration: int = field(default=320, metadata={"help": "Questions in S_V."})
     n_eval: int = field(default=150, metadata={"help": "Questions in the labelled eval split (0: none)."})
     prompt_format: str = prompt_format_field()
+    on_overflow: str = on_overflow_field()
     lora_r: int = field(default=8, metadata={
         "help": "LoRA rank on the attention projections (0: full fine-tuning)."})
 
@@ -48,6 +50,7 @@ class CALMJobConfig:
         check_int(self.n_eval, "n_eval", minimum=0)
         check_int(self.lora_r, "lora_r", minimum=0)
         check_choice(self.prompt_format, "prompt_format", PROMPT_FORMATS)
+        check_choice(self.on_overflow, "on_overflow", OVERFLOW_POLICIES)
         check_choice(self.train_dataset, "train_dataset", sorted(MCQA_DATASETS))
         names = ("train_subjects", "calibration_subjects", "eval_subjects")
         if self.train_dataset != "mmlu":
@@ -73,9 +76,10 @@ class CALMJobResult(JobResult):
     trainer: object
 
 
-def _datasets(config: CALMJobConfig, seed: int, tokenizer) -> dict:
+def _datasets(config: CALMJobConfig, seed: int, tokenizer, model=None, max_length: int | None = None) -> dict:
     """S_T, S_V and the eval split as prompt/completion rows: one shuffled pool per subject set, cut into
-    disjoint slices."""
+    disjoint slices; each prompt and its completion (a letter and the end of turn: 2 tokens) fitted to the model's
+    context and ``max_length`` (``config.on_overflow``; TRL would cut the end, the completion with it)."""
     pools, offsets, out = {}, {}, {}
     for split in SPLITS:
         size = getattr(config, f"n_{split}")
@@ -90,8 +94,10 @@ def _datasets(config: CALMJobConfig, seed: int, tokenizer) -> dict:
         if stop > len(pools[key]):
             raise ParameterError(f"n_{split}", size, f"{size} questions asked but only {len(pools[key]) - start} "
                                  f"remain in {key!r} after the other splits")
-        out[split] = mcqa_to_prompt_completion(pools[key].select(range(start, stop)), tokenizer,
-                                               prompt_format=config.prompt_format)
+        rows = fit_mcqa_to_context(pools[key].select(range(start, stop)), model, tokenizer, reserve=2,
+                                   prompt_format=config.prompt_format, on_overflow=config.on_overflow,
+                                   limit=max_length)
+        out[split] = mcqa_to_prompt_completion(rows, tokenizer, prompt_format=config.prompt_format)
         offsets[key] = stop
     return out
 
@@ -113,7 +119,7 @@ def run_calm(config: CALMJobConfig, training: CALMConfig) -> CALMJobResult:
     modeling.resolve_model_path(config.model)
     model, tokenizer = modeling.load_model(config.model)
     tokenizer.padding_side = "right"
-    data = _datasets(config, training.seed, tokenizer)
+    data = _datasets(config, training.seed, tokenizer, model, training.max_length)
     peft = None
     if config.lora_r > 0:
         peft = default_lora_config(config.lora_r)

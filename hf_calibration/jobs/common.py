@@ -17,6 +17,7 @@ from pathlib import Path
 from hf_calibration.errors import MissingPathError, ParameterError, ParameterWarning, check_choice, renamed_parameters
 from hf_calibration.metrics.binning import BINNINGS
 from hf_calibration.metrics.ece import NORMS
+from hf_calibration.modeling.context import OVERFLOW_POLICIES
 from hf_calibration.modeling.prompts import PROMPT_FORMATS
 
 DEFAULT_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
@@ -75,6 +76,42 @@ def prompt_format_field():
     return field(default="auto", metadata={
         "help": "Chat template or plain prompt (auto: chat when the tokenizer has a template).",
         "choices": list(PROMPT_FORMATS)})
+
+
+def on_overflow_field():
+    return field(default="truncate", metadata={
+        "help": "A question longer than the model's context: truncate (cut its text in the middle; the options, "
+                "answer slot and chat markup are kept; one warning counts them), skip (drop it) or error (stop "
+                "before anything is scored or written, naming it).", "choices": list(OVERFLOW_POLICIES)})
+
+
+def fit_mcqa_to_context(dataset, model, tokenizer, *, prompt_format: str, on_overflow: str, reserve=0,
+                        limit: int | None = None):
+    """``dataset`` (MCQA rows) with every prompt fitted to the model's context (``modeling.context``): the
+    questions that do not fit cut in the middle, or dropped, or a ParameterError naming ``on_overflow``.
+
+    reserve : tokens the step adds after the MCQA prompt (an int, or a function of a row's choices giving one):
+        0 for the option-letter read of ``evaluate``, the follow-up turns of ``diagnose``.
+    limit : a context shorter than the model's to fit to (CALM's ``max_length``)."""
+    from hf_calibration.modeling.context import context_length, fit_to_context
+    from hf_calibration.modeling.prompts import build_mcqa_prompt, resolve_prompt_format
+
+    fmt = resolve_prompt_format(tokenizer, prompt_format)
+    choices = dataset["choices"]
+    context = context_length(model, tokenizer)
+    if limit is not None:
+        context = limit if context is None else min(limit, context)
+    fit = fit_to_context(tokenizer, dataset["question"], limit=context,
+                         build=lambda i, q: build_mcqa_prompt(tokenizer, q, choices[i], prompt_format=fmt),
+                         reserve=reserve if isinstance(reserve, int) else [reserve(c) for c in choices],
+                         on_overflow=on_overflow)
+    if not fit.overflowed:
+        return dataset
+    if not fit.kept:
+        raise ParameterError("on_overflow", on_overflow, f"none of the {len(dataset)} questions fits in the model's "
+                             f"context of {fit.limit:,} tokens")
+    texts = fit.texts
+    return dataset.select(fit.kept).map(lambda row, j: {"question": texts[j]}, with_indices=True)
 
 
 def n_resamples_field():
@@ -204,6 +241,24 @@ def _check_writable_location(path: Path, name: str, raw: str) -> None:
         raise ParameterError(name, raw, f"{raw!r} cannot be created: {str(parent)!r} is not a directory")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise ParameterError(name, raw, f"{raw!r} cannot be created: {str(parent)!r} is not writable")
+    _probe(parent, name, raw, "cannot be created")
+
+
+def _probe(folder: Path, name: str, raw: str, what: str) -> None:
+    """Create and remove a folder in ``folder``: permissions do not tell (root may write anywhere, yet not under
+    /proc or on a read-only mount), and the job must fail here, not after the model has run."""
+    import tempfile
+
+    try:
+        os.rmdir(tempfile.mkdtemp(dir=folder, prefix=".hfcal-probe-"))
+    except OSError as err:
+        raise ParameterError(name, raw, f"{raw!r} {what} ({err.strerror or err.__class__.__name__})") from None
+
+
+def overwrite_field():
+    return field(default=False, metadata={
+        "help": "Replace another job's results, or files no run of this package wrote, in the output folder "
+                "(otherwise refused; an earlier run of the same job is always replaced, its stale files removed)."})
 
 
 def check_output_dir(path, name: str = "output_dir") -> Path:
@@ -218,6 +273,7 @@ def check_output_dir(path, name: str = "output_dir") -> Path:
             raise ParameterError(name, raw, f"{raw!r} exists and is not a directory")
         if not os.access(out, os.W_OK | os.X_OK):
             raise ParameterError(name, raw, f"{raw!r} is not writable")
+        _probe(out, name, raw, "is not writable")
     else:
         _check_writable_location(out, name, raw)
     return out
@@ -249,15 +305,17 @@ def check_input_file(path, name: str) -> Path:
 # --------------------------------------------------------------------------------------------- data
 
 
-def load_mcqa_for(dataset: str, *, subjects=None, limit: int, seed: int, balance_gold: bool = False, **custom):
+def load_mcqa_for(dataset: str, *, subjects=None, limit: int, seed: int, balance_gold: bool = False,
+                  default_limit: int | None = None, **custom):
     """``load_mcqa`` for a job whose config has the fields ``dataset``, ``subjects``, ``limit`` (and, in
     ``custom``, those of ``CUSTOM_DATA_FIELDS``: ``custom_data_options(config)``); its errors name those fields.
-    A ``limit`` above the questions there are is not an error: one ParameterWarning, then all."""
-    from hf_calibration.data import load_mcqa
+    A ``limit`` above the questions there are is not an error: one ParameterWarning, then all; none for your own
+    data at the job's ``default_limit`` (a --limit the user never gave)."""
+    from hf_calibration.data import MCQA_DATASETS, load_mcqa
 
     with renamed_parameters(name="dataset"):
         rows = load_mcqa(dataset, subjects=subjects, limit=limit, seed=seed, balance_gold=balance_gold, **custom)
-    if len(rows) < limit:
+    if len(rows) < limit and not (limit == default_limit and dataset not in MCQA_DATASETS):
         field_, value = ("subjects", subjects) if subjects else ("dataset", dataset)
         warnings.warn(ParameterWarning("limit", limit, f"{{limit}} {limit}: only {len(rows)} questions in {{{field_}}} "
                                                        f"{value}; using {len(rows)}", related=(field_,)), stacklevel=2)
@@ -301,10 +359,16 @@ class MCQAScoringConfig:
     base_url: str | None = base_url_field()
     served_model: str | None = served_model_field()
     prompt_format: str = prompt_format_field()
+    on_overflow: str = on_overflow_field()
     n_resamples: int = n_resamples_field()
     n_bins: int = n_bins_field()
     binning: str = binning_field()
     norm: str = norm_field()
+    overwrite: bool = overwrite_field()
+
+    def default_limit(self) -> int:
+        """The ``limit`` this job has when none is given."""
+        return type(self).__dataclass_fields__["limit"].default
 
     def check_scoring_fields(self) -> None:
         """ParameterError naming the first bad shared field (sizes, prompt format, seed, ECE options)."""
@@ -313,6 +377,8 @@ class MCQAScoringConfig:
         for name in ("limit", "batch_size", "n_resamples"):
             check_int(getattr(self, name), name)
         check_choice(self.prompt_format, "prompt_format", PROMPT_FORMATS)
+        check_choice(self.on_overflow, "on_overflow", OVERFLOW_POLICIES)
+        check_non_empty(self.subjects, "subjects")
         check_int(self.seed, "seed", minimum=0)
         check_ece_options(self)
         from hf_calibration.modeling.backends import check_backend_options

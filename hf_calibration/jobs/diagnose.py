@@ -1,5 +1,5 @@
 """``run_diagnose``: the generation–discrimination gap of a model, and whether SECL can help it
-(``hf-calibration diagnose``; SPEC §2, §5)."""
+(``hf-calibration diagnose``; docs/methods.md, "SECL: generation–discrimination gap")."""
 
 from __future__ import annotations
 
@@ -13,17 +13,19 @@ from hf_calibration.data import MCQA_DATASETS, OPEN_QA_DATASETS, check_mcqa_argu
 from hf_calibration.errors import ParameterError, renamed_parameters
 from hf_calibration.jobs.common import (CUSTOM_DATA_FIELDS, JobResult, MCQAScoringConfig,
                                         batch_size_field, check_device, check_output_dir, check_positive_number,
-                                        custom_data_options, dataset_field, ece_options, load_mcqa_for)
+                                        custom_data_options, dataset_field, ece_options, fit_mcqa_to_context,
+                                        load_mcqa_for)
 from hf_calibration.modeling.streams import build_stream
 from hf_calibration.plotting import plot_reliability_diagrams
-from hf_calibration.reports import AtomicOutputDir, write_json, write_jsonl
+from hf_calibration.outputs import AtomicOutputDir, check_result_folder
+from hf_calibration.reports import write_json, write_jsonl
 from hf_calibration.secl.config import SECLConfig
 from hf_calibration.secl.confidence import DEFAULT_TAU_N, SIGNAL_NAMES
 from hf_calibration.secl.diagnose import diagnose, format_diagnosis, generation_discrimination_gap, plot_diagnosis
-from hf_calibration.secl.mixin import SECLGenerationMixin, apply_secl
 from hf_calibration.secl.stream import BASELINE_ROWS, run_stream, summarize_stream
 
 DATASETS = {**MCQA_DATASETS, **OPEN_QA_DATASETS}
+OPEN_MAX_NEW_TOKENS = 8  # answer length of the open-ended baseline pass (``secl.stream.run_stream``'s default)
 
 
 @dataclass(kw_only=True)
@@ -85,8 +87,27 @@ def _signal_records(dataset, signals) -> list[dict]:
     } for i, row in enumerate(dataset)]
 
 
+def _followup_tokens(tokenizer, choices, fmt: str) -> int:
+    """Tokens ``secl.confidence.mcqa_signals`` appends to a question's MCQA prompt at most: an option restated by
+    the assistant, then the longer of the P(True) and verbalized follow-up turns, then a second digit."""
+    from hf_calibration.secl.confidence import (CONFIDENCE_TEMPLATE, P_TRUE_TEMPLATE, PLAIN_CONFIDENCE_PREFIX,
+                                                PLAIN_P_TRUE_PREFIX, assistant_answer_ids, followup_ids,
+                                                mcqa_answer_text)
+
+    longest = 0
+    for j, choice in enumerate(choices):
+        letter = modeling.LETTERS[j]
+        answer = mcqa_answer_text(letter, choice)
+        for template, prefix in ((P_TRUE_TEMPLATE, PLAIN_P_TRUE_PREFIX), (CONFIDENCE_TEMPLATE, PLAIN_CONFIDENCE_PREFIX)):
+            ids = assistant_answer_ids(tokenizer, letter, fmt) + followup_ids(
+                tokenizer, template.replace("{answer}", answer), prompt_format=fmt, plain_prefix=prefix)
+            longest = max(longest, len(ids))
+    return longest + 1
+
+
 def _diagnose_mcqa(config: DiagnoseConfig, model, tokenizer, out, run: dict, progress: bool):
     dataset = load_mcqa_for(config.dataset, subjects=config.subjects, limit=config.limit, seed=config.seed,
+                            default_limit=config.default_limit(),
                             balance_gold=config.balance_gold, **custom_data_options(config))
     if config.backend == "openai":
         from hf_calibration.secl.served import diagnose_served
@@ -96,13 +117,16 @@ def _diagnose_mcqa(config: DiagnoseConfig, model, tokenizer, out, run: dict, pro
     else:
         if model is None:
             model, tokenizer = _load(config, run)
+        fmt = modeling.prompts.resolve_prompt_format(tokenizer, config.prompt_format)
+        dataset = fit_mcqa_to_context(dataset, model, tokenizer, prompt_format=fmt, on_overflow=config.on_overflow,
+                                      reserve=lambda choices: _followup_tokens(tokenizer, choices, fmt))
         start = time.perf_counter()
         result, signals = diagnose(model, tokenizer, dataset, tau_n=config.tau_n, prompt_format=config.prompt_format,
                                    batch_size=config.batch_size, **ece_options(config),
                                    n_resamples=config.n_resamples, seed=config.seed, progress=progress)
     run.update(n=len(dataset), prompt_format=signals.prompt_format, wall_seconds=round(time.perf_counter() - start, 1),
                length_only_accuracy=length_only_accuracy(dataset))
-    with AtomicOutputDir(out) as tmp:
+    with AtomicOutputDir(out, "diagnose", overwrite=config.overwrite) as tmp:
         write_json(tmp / "diagnosis.json", {"run": run, **result})
         write_jsonl(tmp / "signals.jsonl", _signal_records(dataset, signals))
         fig = plot_diagnosis(signals, title=f"{config.model.split('/')[-1]} · {config.dataset} (n={len(dataset)})",
@@ -114,14 +138,20 @@ def _diagnose_mcqa(config: DiagnoseConfig, model, tokenizer, out, run: dict, pro
 def _diagnose_open(config: DiagnoseConfig, model, tokenizer, out, run: dict, progress: bool):
     """Open-ended: the baseline pass of the SECL stream (greedy answer, verbalized, P(True), P(True)Norm over
     beam-search alternatives, DINCO-style) on one domain."""
+    from hf_calibration.secl.mixin import SECLGenerationMixin, apply_secl  # not imported to read the config
+
     if model is None:
         model, tokenizer = _load(config, run)
     if not isinstance(model, SECLGenerationMixin):
         model = apply_secl(model, tokenizer, SECLConfig(tau_n=config.tau_n, prompt_format=config.prompt_format))
+    from hf_calibration.jobs.secl_stream import stream_context
+
     items = build_stream(tokenizer, config.dataset, limit_per_domain=config.limit, seed=config.seed,
-                         prompt_format=config.prompt_format)
+                         prompt_format=config.prompt_format,
+                         **stream_context(model, tokenizer, model.secl_config, max_new_tokens=OPEN_MAX_NEW_TOKENS,
+                                          on_overflow=config.on_overflow))
     start = time.perf_counter()
-    records = run_stream(model, items, baseline_only=True, progress=progress)
+    records = run_stream(model, items, baseline_only=True, max_new_tokens=OPEN_MAX_NEW_TOKENS, progress=progress)
     run.update(n=len(items), prompt_format=model.secl_prompt_format, wall_seconds=round(time.perf_counter() - start, 1))
     rows = tuple(r for r in BASELINE_ROWS if r not in ("platt", "temperature"))  # the labelled rows are not signals
     ece = ece_options(config)
@@ -133,7 +163,7 @@ def _diagnose_open(config: DiagnoseConfig, model, tokenizer, out, run: dict, pro
         "gap": generation_discrimination_gap(y, [r["verbalized"] for r in records], [r["norm_p_true"] for r in records],
                                              **ece, n_resamples=config.n_resamples, seed=config.seed),
     }
-    with AtomicOutputDir(out) as tmp:
+    with AtomicOutputDir(out, "diagnose", overwrite=config.overwrite) as tmp:
         write_jsonl(tmp / "records.jsonl", records)
         write_json(tmp / "diagnosis.json", {"run": run, **result})
         fig = plot_reliability_diagrams({SIGNAL_NAMES[s]: (y, [r[s] for r in records]) for s in rows},
@@ -169,6 +199,8 @@ def run_diagnose(config: DiagnoseConfig, *, model=None, tokenizer=None, progress
     Raises ParameterError naming the config field before any model loads.
     """
     out = check_output_dir(config.output_dir)
+    check_result_folder(out, "diagnose", ("diagnosis.json", "signals.jsonl", "records.jsonl",
+                                          "reliability_diagrams.png"), overwrite=config.overwrite)
     if model is None:
         modeling.resolve_model_path(config.model)
     run = {"model": config.model, "dataset": config.dataset, "subjects": config.subjects,

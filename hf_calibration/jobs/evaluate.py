@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from hf_calibration import modeling, reports
 from hf_calibration.data import check_mcqa_arguments
 from hf_calibration.errors import ParameterError, renamed_parameters
+from hf_calibration.outputs import check_result_folder
 from hf_calibration.jobs.common import (JobResult, MCQAScoringConfig, batch_size_field, check_device, check_input_file,
                                         check_output_dir, custom_data_options, dataset_field, ece_options,
-                                        load_mcqa_for)
-from hf_calibration.modeling.scoring import MCQAScores
+                                        fit_mcqa_to_context, load_mcqa_for)
+
+if TYPE_CHECKING:  # scoring needs torch: not imported to read the config
+    from hf_calibration.modeling.scoring import MCQAScores
 
 
 @dataclass(kw_only=True)
@@ -71,8 +75,10 @@ def run_evaluate(config: EvaluateConfig, *, progress: bool = True) -> EvaluateRe
     from hf_calibration.posthoc import VectorScaler
 
     out = check_output_dir(config.output_dir)
+    check_result_folder(out, "evaluate", reports.EVALUATION_FILES, overwrite=config.overwrite)
     calibrator = None if config.posthoc is None else _load_posthoc(config.posthoc)
     dataset = load_mcqa_for(config.dataset, subjects=config.subjects, limit=config.limit, seed=config.seed,
+                            default_limit=config.default_limit(),
                             **custom_data_options(config))
     if isinstance(calibrator, VectorScaler):  # one weight per option: the option count must match
         k = max(len(c) for c in dataset["choices"])
@@ -92,13 +98,17 @@ def run_evaluate(config: EvaluateConfig, *, progress: bool = True) -> EvaluateRe
         backend.close()
     else:
         model, tokenizer = modeling.load_model(config.model, device=config.device)
-        load_s, start = time.perf_counter() - start, time.perf_counter()
+        load_s = time.perf_counter() - start
+        dataset = fit_mcqa_to_context(dataset, model, tokenizer, prompt_format=config.prompt_format,
+                                      on_overflow=config.on_overflow)
+        start = time.perf_counter()
         scores = modeling.score_mcqa(model, tokenizer, dataset, batch_size=config.batch_size,
                                      prompt_format=config.prompt_format, progress=progress)
     run = {
         "model": config.model, "dataset": config.dataset, "subjects": config.subjects,
         **{name: value for name, value in custom_data_options(config).items() if value is not None},
-        "n": len(dataset), "seed": config.seed, "prompt_format": scores.prompt_format, **ece_options(config),
+        "n": len(dataset), "seed": config.seed, "prompt_format": scores.prompt_format, "on_overflow": config.on_overflow,
+        **ece_options(config),
         "load_seconds": round(load_s, 2), "scoring_seconds": round(time.perf_counter() - start, 2),
     }
     metrics = reports.mcqa_metrics(scores, n_resamples=config.n_resamples, seed=config.seed, calibrator=calibrator,
@@ -107,7 +117,8 @@ def run_evaluate(config: EvaluateConfig, *, progress: bool = True) -> EvaluateRe
         run.update(backend="openai", base_url=config.base_url, served_model=config.served_model or config.model)
     if calibrator is not None:
         run["posthoc"] = str(config.posthoc)
-    reports.write_evaluation(out, dataset, scores, metrics, run, n_bins=config.n_bins, binning=config.binning)
-    paths = {name: out / name for name in ("predictions.jsonl", "metrics.json", "reliability_diagram.png")}
+    reports.write_evaluation(out, dataset, scores, metrics, run, n_bins=config.n_bins, binning=config.binning,
+                             overwrite=config.overwrite)
+    paths = {name: out / name for name in reports.EVALUATION_FILES}
     return EvaluateResult(metrics=metrics, run=run, paths=paths, output_dir=out,
                           table=reports.format_mcqa_table(metrics, run), scores=scores, calibrator=calibrator)

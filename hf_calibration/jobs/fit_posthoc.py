@@ -3,24 +3,33 @@
 
 from __future__ import annotations
 
+import json
+import os
+import warnings
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from hf_calibration import reports
-from hf_calibration.errors import ParameterError, renamed_parameters
+from hf_calibration.errors import ParameterError, ParameterWarning, renamed_parameters
 from hf_calibration.jobs.common import JobResult, check_choice, check_output_file
-from hf_calibration.posthoc import CALIBRATORS
+
+# posthoc.CALIBRATORS' names (posthoc needs torch and scikit-learn: not imported to read the config)
+METHODS = ("histogram", "isotonic", "platt", "temperature", "vector")
 
 
 @dataclass(kw_only=True)
 class FitPosthocConfig:
     """Options of ``run_fit_posthoc`` / ``hf-calibration fit-posthoc``."""
 
-    method: str = field(metadata={"help": "Calibrator to fit.", "choices": sorted(CALIBRATORS)})
+    method: str = field(metadata={"help": "Calibrator to fit.", "choices": list(METHODS)})
     predictions: str = field(metadata={"help": "predictions.jsonl written by evaluate."})
     output: str = field(metadata={"help": "JSON file to write the fitted calibrator to."})
+    overwrite: bool = field(default=False, metadata={
+        "help": "Replace an existing --output file that is not a calibrator saved by fit-posthoc (one that is, "
+                "is replaced without asking)."})
 
     def __post_init__(self):
-        check_choice(self.method, "method", sorted(CALIBRATORS))
+        check_choice(self.method, "method", METHODS)
 
 
 @dataclass(kw_only=True)
@@ -31,16 +40,65 @@ class FitPosthocResult(JobResult):
     calibrator: object
 
 
+def _check_replaceable(out: Path, config: FitPosthocConfig) -> None:
+    """An existing ``output`` is replaced only when it is a calibrator saved by fit-posthoc, or with ``overwrite``."""
+    if config.overwrite or not out.exists():
+        return
+    try:
+        saved = json.loads(out.read_text(encoding="utf-8"))
+        ours = isinstance(saved, dict) and {"format_version", "method", "state"} <= set(saved)
+    except (OSError, ValueError):
+        ours = False
+    if not ours:
+        raise ParameterError("output", config.output, f"{config.output!r} exists and is not a calibrator saved by "
+                             "fit-posthoc; choose another file, or pass {overwrite} to replace it",
+                             related=("overwrite",))
+
+
+def _fit(calibrator, records, config: FitPosthocConfig, correct: list[int]):
+    """Fit on the records; the fit's own warnings (a bound reached, no convergence) as one ParameterWarning each,
+    and a ParameterError naming ``predictions`` when the fitted calibrator answers ~1/K to every question."""
+    import numpy as np
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        if calibrator.input_kind == "logits":
+            logits = reports.option_logits_of(records)
+            calibrator.fit(logits, [r["answer"] for r in records])
+        else:
+            calibrator.fit([r["confidence"] for r in records], correct)
+    if calibrator.input_kind == "logits":
+        probs = np.asarray(calibrator.transform(logits), dtype=float)  # (n, K) calibrated probabilities
+        k = probs.shape[1]
+        if np.max(probs.max(axis=1)) - 1 / k < 1e-3:  # at T's upper bound: the logits carry no information
+            raise ParameterError("predictions", config.predictions, f"{config.method} on {config.predictions!r} "
+                                 f"gives every question the same confidence 1/K ({1 / k:.3g}): the option logits "
+                                 "rank the answers no better than chance on these predictions (fitted "
+                                 f"{_summary(calibrator)}); nothing to calibrate, so nothing written")
+    for text in dict.fromkeys(str(w.message).splitlines()[0] for w in caught):
+        warnings.warn(ParameterWarning("method", config.method, f"{{method}} {config.method}: {text}"), stacklevel=3)
+
+
+def _summary(calibrator) -> str:
+    fitted = {k: v for k, v in vars(calibrator).items() if k.endswith("_") and not k.startswith("_")}
+    return ", ".join(f"{k}={v:.4g}" for k, v in fitted.items() if isinstance(v, float))
+
+
 def run_fit_posthoc(config: FitPosthocConfig) -> FitPosthocResult:
     """Fit temperature/vector scaling on the option logits, or Platt/isotonic/histogram binning on the top-label
     confidence, of the records in ``config.predictions``, and save it to ``config.output`` (JSON, for
-    ``EvaluateConfig.posthoc``).
+    ``EvaluateConfig.posthoc``; written to a temporary file first and moved into place).
 
-    The output location and every record are checked before fitting; ParameterError naming ``output`` or
-    ``predictions`` (with the file and line), also when the predictions are all right or all wrong (every
-    calibrator's fit then runs to a bound).
+    The output location and every record are checked before fitting; ParameterError naming ``output`` (a file
+    there that is not a calibrator saved by fit-posthoc, unless ``overwrite``) or ``predictions`` (with the file
+    and line), also when the predictions are all right or all wrong (every calibrator's fit then runs to a bound)
+    and when the fitted logit calibrator gives every question the confidence 1/K. The fit's own warnings are
+    ParameterWarnings naming ``method``.
     """
+    from hf_calibration.posthoc import CALIBRATORS
+
     out = check_output_file(config.output)
+    _check_replaceable(out, config)
     with renamed_parameters(path="predictions", records="predictions"):
         records = reports.read_predictions(config.predictions)
         calibrator = CALIBRATORS[config.method]()
@@ -50,15 +108,17 @@ def run_fit_posthoc(config: FitPosthocConfig) -> FitPosthocResult:
                                  f"all {len(correct)} predictions in {config.predictions!r} are "
                                  f"{'right' if correct[0] else 'wrong'}; {config.method} needs right and wrong ones "
                                  f"to fit (on these the fit runs to a bound: no information about the labels)")
-        if calibrator.input_kind == "logits":
-            calibrator.fit(reports.option_logits_of(records), [r["answer"] for r in records])
-        else:
-            calibrator.fit([r["confidence"] for r in records], correct)
+        _fit(calibrator, records, config, correct)
     out.parent.mkdir(parents=True, exist_ok=True)
-    calibrator.save(out)
+    staged = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    try:
+        calibrator.save(staged)
+        os.replace(staged, out)
+    finally:
+        staged.unlink(missing_ok=True)
     fitted = {k: v for k, v in vars(calibrator).items() if k.endswith("_") and not k.startswith("_")}
     scalars = {k: v for k, v in fitted.items() if isinstance(v, float)}
-    summary = ", ".join(f"{k}={v:.4g}" for k, v in scalars.items())
+    summary = _summary(calibrator)
     return FitPosthocResult(
         metrics=scalars, run={"method": config.method, "predictions": str(config.predictions), "n": len(records)},
         paths={"calibrator": out}, output_dir=out.parent, calibrator=calibrator,

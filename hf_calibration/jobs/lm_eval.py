@@ -20,8 +20,9 @@ from hf_calibration import reports
 from hf_calibration.errors import ParameterError, ParameterWarning
 from hf_calibration.jobs.common import (JobResult, binning_field, check_ece_options, check_int, check_non_empty,
                                         check_output_dir, ece_options, n_bins_field, n_resamples_field, norm_field,
-                                        output_dir_field, seed_field)
+                                        output_dir_field, overwrite_field, seed_field)
 from hf_calibration.lm_eval_import import SCORINGS, LMEvalSamples, find_samples, read_samples, to_mcqa_scores
+from hf_calibration.outputs import check_result_folder
 from hf_calibration.modeling.prompts import LETTERS
 
 def _names(value: str | None) -> list[str]:
@@ -53,6 +54,7 @@ class LMEvalImportConfig:
     n_bins: int = n_bins_field()
     binning: str = binning_field()
     norm: str = norm_field()
+    overwrite: bool = overwrite_field()
 
     def __post_init__(self):
         for name in ("min_subject_questions", "n_resamples"):
@@ -135,8 +137,14 @@ def run_lm_eval_import(config: LMEvalImportConfig) -> JobResult:
                                                     f"(found {sorted(found)})", related=("samples",))
     tasks = {t: read_samples(found[t], task=t) for t in (wanted or sorted(found))}
     scorings = _names(config.scorings)
+    check_result_folder(out, "lm-eval-import", overwrite=config.overwrite)
+    for task in tasks:
+        for scoring in scorings:
+            check_result_folder(out / _folder(task) / scoring, "lm-eval-import", reports.EVALUATION_FILES,
+                                overwrite=config.overwrite)
     written, metrics_all, tables = {}, {}, []
-    with reports.AtomicOutputDir(out) as tmp:
+    # each <task>/<scoring>/ is a result folder of its own: another scoring's folder stays as it is
+    with reports.AtomicOutputDir(out, "lm-eval-import", depth=2, overwrite=config.overwrite) as tmp:
         for task, samples in tasks.items():
             dataset = [{"subject": s or task, "source": samples.path.name} for s in samples.subjects]
             for scoring in scorings:
@@ -154,7 +162,7 @@ def run_lm_eval_import(config: LMEvalImportConfig) -> JobResult:
                        "lm_eval_version": samples.results.get("lm_eval_version"), **ece_options(config)}
                 folder = f"{_folder(task)}/{scoring}"
                 reports.write_evaluation(tmp / folder, dataset, scores, metrics, run, n_bins=config.n_bins,
-                                         binning=config.binning)
+                                         binning=config.binning, job="lm-eval-import")
                 written[f"{task} {scoring}"] = out / folder
                 metrics_all.setdefault(task, {})[scoring] = metrics
                 tables.append(f"{Path(samples.model).name} · {task} · {scoring} (softmax of the "

@@ -45,7 +45,7 @@ class SECLServiceConfig:
 
     def __post_init__(self):
         from hf_calibration.modeling.backends import check_backend_options
-        from hf_calibration.secl.stream import parse_stream
+        from hf_calibration.modeling.streams import parse_stream
 
         check_backend_options("openai", self.base_url, self.served_model)
         parse_stream(self.stream)
@@ -96,7 +96,7 @@ def run_secl_service(config: SECLServiceConfig, secl_config: SECLConfig | None =
     from hf_calibration.modeling.backends import ServerError, open_server_backend
     from hf_calibration.secl.mixin import apply_secl
     from hf_calibration.secl.service import SECLService
-    from hf_calibration.secl.stream import build_stream
+    from hf_calibration.modeling.streams import build_stream
 
     secl_config = secl_config or SECLConfig()
     out = check_output_dir(config.output_dir)

@@ -1,5 +1,5 @@
 """``run_secl_stream``: a multi-domain question stream through SECL, with the baselines on the same answers
-(``hf-calibration secl``; SPEC §2)."""
+(``hf-calibration secl``; docs/methods.md, "SECL")."""
 
 from __future__ import annotations
 
@@ -16,14 +16,16 @@ import torch
 from hf_calibration import modeling
 from hf_calibration.data import domain_key
 from hf_calibration.errors import ParameterError, ParameterWarning
-from hf_calibration.jobs.common import (JobResult, check_device, check_int, check_output_dir, device_field, model_field,
-                                        n_resamples_field, output_dir_field, seed_field)
+from hf_calibration.jobs.common import (JobResult, check_choice, check_device, check_int, check_output_dir, device_field,
+                                        model_field, n_resamples_field, on_overflow_field, output_dir_field,
+                                        overwrite_field, seed_field)
+from hf_calibration.modeling.context import OVERFLOW_POLICIES
 from hf_calibration.modeling.streams import build_stream, parse_stream
 from hf_calibration.plotting import plot_reliability_diagrams
-from hf_calibration.reports import AtomicOutputDir, write_json, write_jsonl
+from hf_calibration.outputs import AtomicOutputDir, check_result_folder
+from hf_calibration.reports import write_json, write_jsonl
 from hf_calibration.secl.config import ADAPTER_SCOPES, SECLConfig
 from hf_calibration.secl.confidence import SIGNAL_NAMES
-from hf_calibration.secl.mixin import apply_secl
 from hf_calibration.secl.stream import (baseline_pass, format_stream_summary, secl_field, secl_key, secl_pass,
                                         signal_rows, summarize_stream)
 
@@ -60,10 +62,13 @@ class SECLStreamConfig:
                 "process per pass. The same records; CPU threads are shared out among the processes."})
     seed: int = seed_field()
     device: str = device_field()
+    on_overflow: str = on_overflow_field()
     n_resamples: int = n_resamples_field()
+    overwrite: bool = overwrite_field()
 
     def __post_init__(self):
         check_stream(self.stream, self.limit_per_domain)
+        check_choice(self.on_overflow, "on_overflow", OVERFLOW_POLICIES)
         for name in ("max_new_tokens", "n_resamples", "workers"):
             check_int(getattr(self, name), name)
         passes = 3 if self.compare_adapter_scopes else 2
@@ -74,6 +79,20 @@ class SECLStreamConfig:
                                  related=("compare_adapter_scopes",))
         check_int(self.seed, "seed", minimum=0)
         self.device = check_device(self.device)
+
+
+def stream_context(model, tokenizer, secl: SECLConfig, *, max_new_tokens: int, on_overflow: str) -> dict:
+    """``build_stream``'s keyword arguments fitting every prompt to the model's context (``modeling.context``):
+    the context, the tokens a SECL step adds after the prompt at most (the answer, the follow-up turn restating it
+    with the longer template, a second digit, the distractors' beam search) and the policy."""
+    from hf_calibration.modeling.context import context_length
+    from hf_calibration.secl.confidence import followup_ids
+
+    fmt = modeling.prompts.resolve_prompt_format(tokenizer, secl.prompt_format)
+    turn = max(len(followup_ids(tokenizer, t.replace("{answer}", ""), prompt_format=fmt))
+               for t in (secl.confidence_template, secl.p_true_template))
+    reserve = 2 * max_new_tokens + turn + secl.distractor_max_new_tokens + 2
+    return {"context": context_length(model, tokenizer), "reserve": reserve, "on_overflow": on_overflow}
 
 
 def check_stream(stream: str, limit_per_domain: int) -> list[tuple[str, str | None]]:
@@ -117,12 +136,18 @@ def _secl_pass_worker(job: dict) -> tuple[list, dict, dict | None]:
     parent, its identity adapter set to the parent's (the same LoRA A), the same stream. Returns the pass's record
     fields (one dict per question, with its ``passes`` entry), its counters and, when ``job["keep"]``, the state
     the pass left (adapter weights, gate, open burst, counters) for the parent to take over."""
+    from hf_calibration.secl.mixin import apply_secl
+
     torch.set_num_threads(job["threads"])
     model, tokenizer = modeling.load_model(job["model"], device=job["device"])
     model = apply_secl(model, tokenizer, SECLConfig(**job["secl"]))
     model._secl_initial = job["initial"]
-    items = build_stream(tokenizer, job["stream"], limit_per_domain=job["limit_per_domain"], seed=job["seed"],
-                         balance_gold=job["balance_gold"], prompt_format=model.secl_config.prompt_format)
+    with warnings.catch_warnings():  # the parent warned about the prompts cut to fit, if any
+        warnings.simplefilter("ignore", ParameterWarning)
+        items = build_stream(tokenizer, job["stream"], limit_per_domain=job["limit_per_domain"], seed=job["seed"],
+                             balance_gold=job["balance_gold"], prompt_format=model.secl_config.prompt_format,
+                             **stream_context(model, tokenizer, model.secl_config, on_overflow=job["on_overflow"],
+                                              max_new_tokens=job["options"]["max_new_tokens"]))
     fields = [{"passes": {}} for _ in items]
     counters = secl_pass(model, items, fields, scope=job["scope"], **job["options"])
     state = None
@@ -149,8 +174,8 @@ def _parallel_passes(model, items, config, secl, scopes, options) -> tuple[list,
     groups = [scopes] if config.workers == 2 else [[s] for s in scopes]
     jobs = [[{"model": config.model, "device": config.device, "secl": secl.to_dict(), "initial": initial,
               "stream": config.stream, "limit_per_domain": config.limit_per_domain, "seed": config.seed,
-              "balance_gold": config.balance_gold, "scope": s, "options": {**options, "progress": False},
-              "threads": threads, "keep": s == scopes[-1]} for s in group]
+              "balance_gold": config.balance_gold, "on_overflow": config.on_overflow, "scope": s,
+              "options": {**options, "progress": False}, "threads": threads, "keep": s == scopes[-1]} for s in group]
             for group in groups]
     own_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
@@ -197,14 +222,19 @@ def run_secl_stream(config: SECLStreamConfig, secl: SECLConfig | None = None, *,
     """
     secl = SECLConfig() if secl is None else secl
     out = check_output_dir(config.output_dir)
+    check_result_folder(out, "secl", ("records.jsonl", "metrics.json", "secl_adapter"), overwrite=config.overwrite)
     modeling.resolve_model_path(config.model)
     start = time.perf_counter()
     model, tokenizer = modeling.load_model(config.model, device=config.device)
     load_s = time.perf_counter() - start
+    from hf_calibration.secl.mixin import apply_secl  # transformers' generation stack: not to read the config
+
     torch.manual_seed(config.seed)  # PEFT draws the LoRA A of the identity adapter: the same one on every rerun
     model = apply_secl(model, tokenizer, secl)
     items = build_stream(tokenizer, config.stream, limit_per_domain=config.limit_per_domain, seed=config.seed,
-                         balance_gold=config.balance_gold, prompt_format=secl.prompt_format)
+                         balance_gold=config.balance_gold, prompt_format=secl.prompt_format,
+                         **stream_context(model, tokenizer, secl, max_new_tokens=config.max_new_tokens,
+                                          on_overflow=config.on_overflow))
     _warn_short_domains(items, config.limit_per_domain)
     scope = secl.adapter_scope
     other = next(s for s in ADAPTER_SCOPES if s != scope) if config.compare_adapter_scopes else None
@@ -237,7 +267,7 @@ def run_secl_stream(config: SECLStreamConfig, secl: SECLConfig | None = None, *,
     domains = list(dict.fromkeys(r["domain"] for r in records))
     pngs = {d: f"reliability_{domain_key(d)}.png" for d in domains}
     plotted = PLOTTED_SIGNALS + keys[1:]
-    with AtomicOutputDir(out) as tmp:
+    with AtomicOutputDir(out, "secl", overwrite=config.overwrite) as tmp:
         write_jsonl(tmp / "records.jsonl", records)
         write_json(tmp / "metrics.json", {"run": run, "summary": summary})
         model.save_pretrained(tmp / "secl_adapter")

@@ -22,3 +22,50 @@ def calibration_features(forms=("confidence", "probabilities")):
         raise ValueError(f"forms: must be a non-empty subset of {sorted(values)}, got {forms!r}")
     features = [datasets.Features({"predictions": values[f], "references": datasets.Value("int64")}) for f in forms]
     return features[0] if len(features) == 1 else features
+
+
+def module_inputs(predictions, references):
+    """``(y_true, y_prob)`` numpy arrays of what an evaluate module's ``_compute`` received, checked first.
+
+    predictions : n confidences, or n rows of K probabilities (every row the same K); references : n labels.
+    Raises ValueError naming ``predictions`` or ``references`` for no input, rows of different lengths (e.g.
+    ``add_batch`` calls with another option count) or n that differ; numpy's own messages ("inhomogeneous
+    shape", an IndexError) never reach the user.
+    """
+    import numpy as np
+
+    predictions, references = list(predictions), list(references)
+    if not predictions:
+        raise ValueError("predictions: empty; pass at least one prediction (add_batch or compute(predictions=…))")
+    if len(references) != len(predictions):
+        raise ValueError(f"references: {len(references)} labels for {len(predictions)} predictions")
+    def width(p):
+        return len(p) if isinstance(p, (list, tuple, np.ndarray)) else None
+
+    first = next((i for i, p in enumerate(predictions) if width(p) != width(predictions[0])), None)
+    if first is not None:
+        shown = [("a number" if width(p) is None else f"{width(p)} options") for p in (predictions[0], predictions[first])]
+        raise ValueError(f"predictions: rows of different lengths (row 0: {shown[0]}, row {first}: {shown[1]}); one "
+                         "option count per call, also across add_batch calls")
+    return np.asarray(references), np.asarray(predictions, dtype=np.float64)
+
+
+class CheckedInputs:
+    """Mixin before ``evaluate.Metric`` in the modules' classes: ``compute`` or ``add_batch`` given an empty
+    ``predictions`` raises a ValueError naming it (evaluate itself would fail with an IndexError while inferring
+    the features); ``_compute`` then checks the rest with ``module_inputs``."""
+
+    def compute(self, *, predictions=None, references=None, **kwargs):
+        """The metric of the predictions given here or added by ``add_batch`` (evaluate.Metric.compute)."""
+        _not_empty(predictions)
+        return super().compute(predictions=predictions, references=references, **kwargs)
+
+    def add_batch(self, *, predictions=None, references=None, **kwargs):
+        """Add a batch of predictions and references (evaluate.Metric.add_batch)."""
+        _not_empty(predictions)
+        return super().add_batch(predictions=predictions, references=references, **kwargs)
+
+
+def _not_empty(predictions) -> None:
+    if predictions is not None and len(predictions) == 0:
+        raise ValueError("predictions: empty; pass at least one prediction")

@@ -1,5 +1,4 @@
-"""Model loading (Hub, local, packaged offline GGUF), next-token / MCQA scoring, and the scoring backends (a model
-in process or behind an OpenAI-compatible server: ``modeling.backends``, docs/serving.md)."""
+"""Model loading (Hub, local, packaged offline GGUF) and next-token / MCQA scoring."""
 
 from hf_calibration.modeling.loading import (
     PACKAGED_MODELS,
@@ -19,13 +18,22 @@ from hf_calibration.modeling.prompts import (
     option_token_ids,
     single_token_ids,
 )
-from hf_calibration.modeling.scoring import MCQAScores, NextTokenScores, next_token_scores, score_mcqa
-from hf_calibration.modeling.backends import (  # noqa: E402  (after scoring: backends.mcqa reads MCQAScores)
-    OpenAICompatibleBackend,
-    ScoringBackend,
-    TransformersBackend,
-    score_mcqa_with,
-)
+
+# scoring needs torch: imported on first use, so that reading a config (the command line's --help) stays fast
+_LAZY = {name: "hf_calibration.modeling.scoring" for name in ("MCQAScores", "NextTokenScores", "next_token_scores",
+                                                              "score_mcqa")}
+_LAZY.update({name: "hf_calibration.modeling.backends" for name in ("OpenAICompatibleBackend", "ScoringBackend",
+                                                                    "TransformersBackend", "score_mcqa_with")})
+
+
+def __getattr__(name):
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = globals()[name] = getattr(importlib.import_module(_LAZY[name]), name)
+    return value
+
 
 __all__ = [
     "LETTERS",

@@ -1,4 +1,4 @@
-"""Prompt formats for MCQA scoring; the format is recorded with every number (SPEC §4)."""
+"""Prompt formats for MCQA scoring; the format is recorded with every number (``run["prompt_format"]`` of every job)."""
 
 from __future__ import annotations
 

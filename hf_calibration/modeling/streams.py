@@ -46,12 +46,17 @@ def parse_stream(stream: str) -> list[tuple[str, str | None]]:
 
 
 def build_stream(tokenizer, stream: str, *, limit_per_domain: int, seed: int = 0, prompt_format: str = "auto",
-                 balance_gold: bool = False) -> list:
+                 balance_gold: bool = False, context: int | None = None, reserve: int = 0,
+                 on_overflow: str = "truncate") -> list:
     """The stream's items, domain after domain, ``limit_per_domain`` each (seeded sample).
 
     balance_gold : passed to ``load_mcqa`` (every option letter gold equally often in each MCQA domain).
-    Raises ParameterError naming ``stream`` or ``limit_per_domain``.
+    context, reserve, on_overflow : each prompt plus ``reserve`` tokens (the answer and follow-up turns) fitted
+        to ``context`` tokens by ``modeling.context.fit_to_context`` (None: not checked).
+    Raises ParameterError naming ``stream``, ``limit_per_domain`` or (``on_overflow="error"``) ``on_overflow``.
     """
+    from hf_calibration.modeling.context import fit_to_context
+
     if isinstance(limit_per_domain, bool) or not isinstance(limit_per_domain, int) or limit_per_domain < 1:
         raise ParameterError("limit_per_domain", limit_per_domain,
                              f"must be a positive integer, got {limit_per_domain!r}")
@@ -59,15 +64,24 @@ def build_stream(tokenizer, stream: str, *, limit_per_domain: int, seed: int = 0
     for name, subjects in parse_stream(stream):
         label = name if subjects is None else f"{name}:{subjects.replace(',', '+')}"
         if name in MCQA_DATASETS:
-            for row in data.load_mcqa(name, subjects=subjects, limit=limit_per_domain, seed=seed, balance_gold=balance_gold):
-                text = build_prompt(tokenizer, format_mcqa(row["question"], row["choices"]), prompt_format=prompt_format)
-                items.append(StreamItem(label, tokenizer.encode(text, add_special_tokens=False), int(row["answer"]),
-                                        "mcqa", len(row["choices"]), list(row["choices"])))
+            rows = list(data.load_mcqa(name, subjects=subjects, limit=limit_per_domain, seed=seed,
+                                       balance_gold=balance_gold))
+            user = [lambda q, c=row["choices"]: format_mcqa(q, c) for row in rows]
         else:
-            for row in data.load_open_qa(name, limit=limit_per_domain, seed=seed):
-                text = build_prompt(tokenizer, f"{row['question'].strip()}\n{OPEN_QA_INSTRUCTION}", prompt_format=prompt_format)
-                items.append(StreamItem(label, tokenizer.encode(text, add_special_tokens=False),
-                                        str(row["final_answer"]), "open"))
+            rows = list(data.load_open_qa(name, limit=limit_per_domain, seed=seed))
+            user = [lambda q: f"{q.strip()}\n{OPEN_QA_INSTRUCTION}"] * len(rows)
+        fit = fit_to_context(tokenizer, [r["question"] for r in rows], limit=context, reserve=reserve,
+                             build=lambda i, q: build_prompt(tokenizer, user[i](q), prompt_format=prompt_format),
+                             on_overflow=on_overflow)
+        for i, question in zip(fit.kept, fit.texts):
+            row = rows[i]
+            ids = tokenizer.encode(build_prompt(tokenizer, user[i](question), prompt_format=prompt_format),
+                                   add_special_tokens=False)
+            if name in MCQA_DATASETS:
+                items.append(StreamItem(label, ids, int(row["answer"]), "mcqa", len(row["choices"]),
+                                        list(row["choices"])))
+            else:
+                items.append(StreamItem(label, ids, str(row["final_answer"]), "open"))
     return items
 
 

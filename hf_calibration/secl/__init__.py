@@ -23,7 +23,21 @@ from hf_calibration.secl.confidence import (
 )
 from hf_calibration.secl.diagnose import diagnose, generation_discrimination_gap
 from hf_calibration.secl.drift import EntropyShiftDetector, PageHinkley
-from hf_calibration.secl.mixin import SECLGenerateOutput, SECLGenerationMixin, SECLModel, apply_secl
+
+# the mixin needs transformers' generation stack: imported on first use, so that reading SECLConfig (the command
+# line's --help) stays fast
+_LAZY = {name: "hf_calibration.secl.mixin" for name in ("SECLGenerateOutput", "SECLGenerationMixin", "SECLModel",
+                                                        "apply_secl")}
+
+
+def __getattr__(name):
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = globals()[name] = getattr(importlib.import_module(_LAZY[name]), name)
+    return value
+
 
 __all__ = [
     "CONFIDENCE_TEMPLATE",

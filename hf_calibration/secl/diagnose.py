@@ -13,7 +13,7 @@ import numpy as np
 from hf_calibration.errors import ParameterError
 from hf_calibration.secl.confidence import DEFAULT_TAU_N, SIGNAL_NAMES, SIGNALS, MCQASignals, mcqa_signals
 
-VERDICTS = ("helps", "ranking only", "level only", "does not help")
+VERDICTS = ("helps", "ranking only", "level only", "does not help", "undecided")
 
 
 def _entry(result) -> dict:
@@ -95,7 +95,8 @@ def generation_discrimination_gap(
     interval lies above 0; "ranking only" (None) when only the AUROC interval lies above 0 (SECL has a
     ranking to transfer, but a lower ECE is not established at this n); "level only" (False) when only
     the ECE interval lies below 0 (SECL could lower ECE only by shifting the level, which the
-    constant-accuracy reference also does); otherwise "does not help" (False).
+    constant-accuracy reference also does); otherwise "does not help" (False). "undecided" (None) when every
+    answer is right or every one wrong: the differences are then undefined, not a verdict.
     """
     from hf_calibration.metrics import bootstrap, confidence_auroc, expected_calibration_error, paired_bootstrap
 
@@ -112,7 +113,15 @@ def generation_discrimination_gap(
     auroc_v = _entry(bootstrap(confidence_auroc, y, v, **options))
     d_auroc = _entry(paired_bootstrap(confidence_auroc, y, p, y, v, **options))
     d_ece = _entry(paired_bootstrap(expected_calibration_error, y, p, y, v, metric_kwargs=ece, **options))
-    verdict, helps, explanation = _verdict(d_auroc, d_ece, confidence_level)
+    if y.min() == y.max():  # AUROC and the differences are undefined: no verdict to give
+        verdict, helps = "undecided", None
+        explanation = (
+            f"every one of the {len(y)} answers is {'right' if y[0] else 'wrong'}, so AUROC and the ECE "
+            "difference are undefined (they compare right with wrong answers): no verdict; score more or "
+            "other questions."
+        )
+    else:
+        verdict, helps, explanation = _verdict(d_auroc, d_ece, confidence_level)
     return {
         "delta_auroc": d_auroc, "delta_ece": d_ece, "auroc_norm_p_true": auroc_p, "auroc_verbalized": auroc_v,
         "verdict": verdict, "secl_expected_to_help": helps, "explanation": explanation,
@@ -220,6 +229,8 @@ def format_diagnosis(result: dict, title: str = "") -> str:
     gap = result["gap"]
 
     def ci(d):
+        if d["value"] is None or not np.isfinite(d["value"]):
+            return "undefined"
         return f"{d['value']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]" if d["low"] is not None else f"{d['value']:+.3f}"
 
     lines.append(f"gap P(True)Norm − verbalized: ΔAUROC {ci(gap['delta_auroc'])}, ΔECE {ci(gap['delta_ece'])}")

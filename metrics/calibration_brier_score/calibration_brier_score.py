@@ -6,10 +6,9 @@ this module only adapts `evaluate`'s predictions/references columns to it.
 
 import datasets
 import evaluate
-import numpy as np
 
 from hf_calibration.metrics import brier_score
-from hf_calibration.metrics.evaluate_features import calibration_features
+from hf_calibration.metrics.evaluate_features import CheckedInputs, calibration_features, module_inputs
 
 _CITATION = """\
 @article{brier1950verification,
@@ -62,7 +61,7 @@ _FEATURES = calibration_features()
 
 
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
-class CalibrationBrierScore(evaluate.Metric):
+class CalibrationBrierScore(CheckedInputs, evaluate.Metric):
     def _info(self):
         return evaluate.MetricInfo(
             description=_DESCRIPTION,
@@ -73,6 +72,6 @@ class CalibrationBrierScore(evaluate.Metric):
         )
 
     def _compute(self, predictions, references):
-        y_true, y_prob = np.asarray(references), np.asarray(predictions, dtype=np.float64)
+        y_true, y_prob = module_inputs(predictions, references)
         value = brier_score(y_true, y_prob)
         return {"brier_score": value}

@@ -6,10 +6,9 @@ this module only adapts `evaluate`'s predictions/references columns to it.
 
 import datasets
 import evaluate
-import numpy as np
 
 from hf_calibration.metrics import classwise_ece
-from hf_calibration.metrics.evaluate_features import calibration_features
+from hf_calibration.metrics.evaluate_features import CheckedInputs, calibration_features, module_inputs
 
 _CITATION = """\
 @inproceedings{nixon2019measuring,
@@ -60,7 +59,7 @@ _FEATURES = calibration_features(("probabilities",))
 
 
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
-class ClasswiseECE(evaluate.Metric):
+class ClasswiseECE(CheckedInputs, evaluate.Metric):
     def _info(self):
         return evaluate.MetricInfo(
             description=_DESCRIPTION,
@@ -71,6 +70,6 @@ class ClasswiseECE(evaluate.Metric):
         )
 
     def _compute(self, predictions, references, n_bins=15):
-        y_true, y_prob = np.asarray(references), np.asarray(predictions, dtype=np.float64)
+        y_true, y_prob = module_inputs(predictions, references)
         value = classwise_ece(y_true, y_prob, n_bins=n_bins)
         return {"classwise_ece": value}

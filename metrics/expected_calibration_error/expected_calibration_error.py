@@ -6,10 +6,9 @@ this module only adapts `evaluate`'s predictions/references columns to it.
 
 import datasets
 import evaluate
-import numpy as np
 
 from hf_calibration.metrics import expected_calibration_error
-from hf_calibration.metrics.evaluate_features import calibration_features
+from hf_calibration.metrics.evaluate_features import CheckedInputs, calibration_features, module_inputs
 
 _CITATION = """\
 @inproceedings{guo2017calibration,
@@ -77,7 +76,7 @@ _FEATURES = calibration_features()
 
 
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
-class ExpectedCalibrationError(evaluate.Metric):
+class ExpectedCalibrationError(CheckedInputs, evaluate.Metric):
     def _info(self):
         return evaluate.MetricInfo(
             description=_DESCRIPTION,
@@ -88,7 +87,7 @@ class ExpectedCalibrationError(evaluate.Metric):
         )
 
     def _compute(self, predictions, references, n_bins=15, binning="uniform", norm="l1", debiased=False):
-        y_true, y_prob = np.asarray(references), np.asarray(predictions, dtype=np.float64)
+        y_true, y_prob = module_inputs(predictions, references)
         value = expected_calibration_error(
             y_true, y_prob, n_bins=n_bins, binning=binning, norm=norm, debiased=debiased
         )

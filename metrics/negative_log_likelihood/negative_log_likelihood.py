@@ -6,10 +6,9 @@ this module only adapts `evaluate`'s predictions/references columns to it.
 
 import datasets
 import evaluate
-import numpy as np
 
 from hf_calibration.metrics import negative_log_likelihood
-from hf_calibration.metrics.evaluate_features import calibration_features
+from hf_calibration.metrics.evaluate_features import CheckedInputs, calibration_features, module_inputs
 
 _CITATION = """\
 @inproceedings{guo2017calibration,
@@ -59,7 +58,7 @@ _FEATURES = calibration_features()
 
 
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
-class NegativeLogLikelihood(evaluate.Metric):
+class NegativeLogLikelihood(CheckedInputs, evaluate.Metric):
     def _info(self):
         return evaluate.MetricInfo(
             description=_DESCRIPTION,
@@ -70,6 +69,6 @@ class NegativeLogLikelihood(evaluate.Metric):
         )
 
     def _compute(self, predictions, references):
-        y_true, y_prob = np.asarray(references), np.asarray(predictions, dtype=np.float64)
+        y_true, y_prob = module_inputs(predictions, references)
         value = negative_log_likelihood(y_true, y_prob)
         return {"negative_log_likelihood": value}

@@ -6,10 +6,9 @@ this module only adapts `evaluate`'s predictions/references columns to it.
 
 import datasets
 import evaluate
-import numpy as np
 
 from hf_calibration.metrics import smooth_ece
-from hf_calibration.metrics.evaluate_features import calibration_features
+from hf_calibration.metrics.evaluate_features import CheckedInputs, calibration_features, module_inputs
 
 _CITATION = """\
 @inproceedings{blasiok2024smooth,
@@ -60,7 +59,7 @@ _FEATURES = calibration_features()
 
 
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
-class SmoothECE(evaluate.Metric):
+class SmoothECE(CheckedInputs, evaluate.Metric):
     def _info(self):
         return evaluate.MetricInfo(
             description=_DESCRIPTION,
@@ -71,6 +70,6 @@ class SmoothECE(evaluate.Metric):
         )
 
     def _compute(self, predictions, references, sigma=None):
-        y_true, y_prob = np.asarray(references), np.asarray(predictions, dtype=np.float64)
+        y_true, y_prob = module_inputs(predictions, references)
         value = smooth_ece(y_true, y_prob, sigma=sigma)
         return {"smooth_ece": value}

@@ -196,3 +196,26 @@ def test_docstring_examples_run():
 
     result = doctest.testmod(custom, optionflags=doctest.NORMALIZE_WHITESPACE)
     assert result.failed == 0 and result.attempted > 0
+
+
+def test_csv_row_with_more_cells_than_the_header_is_named(tmp_path):
+    """Before: blamed on --answer-column (the extra cell shifted into the answer)."""
+    path = _write(tmp_path, "more.csv", "question,A,B,C,answer\nq1,a,b,c,A,extra\nq2,a,b,c,B\n")
+    with pytest.raises(ParameterError, match=r"line 2: 6 cells but the header has 5") as err:
+        load_mcqa(str(path), choices_column="A,B,C", limit=2)
+    assert err.value.parameter == "name"
+
+
+def test_choices_column_naming_a_column_twice_is_refused(tmp_path):
+    path = _write(tmp_path, "ok.csv", "question,A,B,C,answer\nq1,a,b,c,A\nq2,a,b,c,B\n")
+    with pytest.raises(ParameterError, match="names the column 'A' twice") as err:
+        load_mcqa(str(path), choices_column="A,A,B", limit=2)
+    assert err.value.parameter == "choices_column"
+
+
+def test_malformed_jsonl_is_our_line_only(tmp_path, capfd):
+    """Before: datasets' "Failed to load JSON from file …" log line came first."""
+    path = _write(tmp_path, "bad.jsonl", '{"question":"q","choices":["a","b"],"answer":0}\n{bad json\n')
+    with pytest.raises(ParameterError, match="is not a readable jsonl file"):
+        load_mcqa(str(path), limit=2)
+    assert "Failed to load JSON" not in capfd.readouterr().err

@@ -85,20 +85,28 @@ def test_run_evaluate_warns_when_the_limit_exceeds_the_questions(tiny_model_dir,
 def test_run_fit_posthoc(evaluated, tmp_path):
     from scipy.special import log_softmax
 
-    out = tmp_path / "ts.json"
-    result = run_fit_posthoc(FitPosthocConfig(method="temperature", predictions=str(evaluated.paths["predictions.jsonl"]),
-                                              output=str(out)))
-    assert result.paths == {"calibrator": out} and json.loads(out.read_text())["method"] == "temperature"
-    t = result.metrics["temperature_"]
-    assert result.run["n"] == 12 and "temperature_=" in result.table
-    # the fitted T minimises the NLL of the option logits over the scaler's range [e^-10, e^10]: no T on a grid
-    # does better (on a random model the NLL can be monotone in T, and the minimum then sits at a bound)
     logits, labels = evaluated.scores.option_logits, evaluated.scores.labels
 
     def nll(temperature):
         return -log_softmax(logits / temperature, axis=1)[np.arange(len(labels)), labels].mean()
 
-    assert all(nll(t) <= nll(temperature) + 1e-9 for temperature in np.exp(np.linspace(-10, 10, 201)))
+    grid = np.exp(np.linspace(-10, 10, 201))
+    out = tmp_path / "ts.json"
+    config = FitPosthocConfig(method="temperature", predictions=str(evaluated.paths["predictions.jsonl"]),
+                              output=str(out))
+    if np.argmin([nll(t) for t in grid]) == len(grid) - 1:
+        # on a random model the NLL can fall all the way to T's upper bound: every answer then gets 1/K, refused
+        with pytest.raises(ParameterError, match="the same confidence 1/K") as err:
+            run_fit_posthoc(config)
+        assert err.value.parameter == "predictions" and not out.exists()
+        return
+    result = run_fit_posthoc(config)
+    assert result.paths == {"calibrator": out} and json.loads(out.read_text())["method"] == "temperature"
+    t = result.metrics["temperature_"]
+    assert result.run["n"] == 12 and "temperature_=" in result.table
+    # the fitted T minimises the NLL of the option logits over the scaler's range [e^-10, e^10]: no T on a grid
+    # does better
+    assert all(nll(t) <= nll(temperature) + 1e-9 for temperature in grid)
 
 
 def test_run_fit_posthoc_names_the_predictions(tmp_path):

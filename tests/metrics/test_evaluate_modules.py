@@ -83,3 +83,19 @@ def test_every_folder_is_complete():
         source = (folder / f"{name}.py").read_text()
         assert "import datasets\nimport evaluate\n" in source
         assert "**kwargs" not in source
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_empty_ragged_and_mixed_batches_name_the_argument(loaded, name):
+    """Before: IndexError (empty), numpy's "inhomogeneous shape" (ragged rows, or add_batch calls with another
+    option count)."""
+    module = loaded[name]
+    with pytest.raises(ValueError, match="^predictions: empty"):
+        module.compute(predictions=[], references=[])
+    ragged = [[0.2, 0.8], [0.1, 0.2, 0.7]]
+    with pytest.raises(ValueError, match=r"^predictions: rows of different lengths \(row 0: 2 options, row 1: 3"):
+        module.compute(predictions=ragged, references=[1, 2])
+    module.add_batch(predictions=[[0.2, 0.8], [0.6, 0.4]], references=[1, 0])
+    module.add_batch(predictions=[[0.1, 0.2, 0.7]], references=[2])
+    with pytest.raises(ValueError, match=r"row 0: 2 options, row 2: 3 options"):
+        module.compute()

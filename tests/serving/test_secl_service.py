@@ -49,7 +49,7 @@ def _secl_model():
 
 @pytest.fixture(scope="module")
 def items(smollm):
-    from hf_calibration.secl.stream import build_stream
+    from hf_calibration.modeling.streams import build_stream
 
     return build_stream(smollm[1], "mmlu", limit_per_domain=N_ITEMS)
 
