@@ -174,6 +174,55 @@ def _gold(target: str, choices: list[str]) -> int | None:
     return choices.index(target) if target in choices else None
 
 
+def _read_records(path: Path, raw: str, name: str) -> list[tuple[int, object]]:
+    """(line number, parsed JSON) of every non-blank line of a samples file; ParameterError naming ``name`` for a
+    file that is not UTF-8 JSON lines, holds no samples or logs several filters."""
+    records = []
+    try:
+        with open(path, encoding="utf-8") as f:
+            for lineno, line in enumerate(f, 1):
+                if line.strip():
+                    try:
+                        records.append((lineno, json.loads(line)))
+                    except json.JSONDecodeError as err:
+                        raise ParameterError(name, raw, f"{raw!r} line {lineno} is not JSON ({err.msg})") from None
+    except UnicodeDecodeError as err:
+        raise ParameterError(name, raw, f"{raw!r} is not UTF-8 text ({err.reason} at byte {err.start})") from None
+    if not records:
+        raise ParameterError(name, raw, f"{raw!r} holds no samples")
+    filters = {r.get("filter") for _, r in records if isinstance(r, dict)}
+    if len(filters) > 1:
+        raise ParameterError(name, raw, f"{raw!r} logs several filters {sorted(map(str, filters))}; multiple-choice "
+                                        "tasks have one")
+    return records
+
+
+def _parse_record(lineno: int, record, raw: str, name: str) -> tuple[str, dict, np.ndarray, list[str]]:
+    """(where, record, log-likelihoods, continuations) of one logged sample, the unconditional half of an
+    ``acc_mutual_info`` document left out; ParameterError naming ``name`` for a record that is no such sample."""
+    where = f"{raw!r} line {lineno}"
+
+    def bad(reason):
+        return ParameterError(name, raw, f"{where}: {reason}")
+
+    if not isinstance(record, dict) or not {"doc", "target", "arguments", "filtered_resps"} <= set(record):
+        raise bad("is not an lm-eval sample (needs doc, target, arguments, filtered_resps)")
+    try:
+        pairs = [(float(ll), str(greedy)) for ll, greedy in record["filtered_resps"]]
+        args = record["arguments"]
+        continuations = [args[f"gen_args_{i}"]["arg_1"] for i in range(len(args))]
+    except (TypeError, ValueError, KeyError):
+        raise bad("filtered_resps are not (log-likelihood, is_greedy) pairs: not a multiple_choice task") from None
+    lls = np.array([ll for ll, _ in pairs], dtype=np.float64)
+    if "acc_mutual_info" in (record.get("metrics") or []):  # then the unconditional lls follow
+        lls, continuations = lls[: len(lls) // 2], continuations[: len(lls) // 2]
+    if len(lls) < 2 or len(lls) != len(continuations):
+        raise bad(f"needs ≥ 2 choices with one log-likelihood each, got {len(lls)} for {len(continuations)}")
+    if not all(math.isfinite(v) for v in lls):
+        raise bad(f"log-likelihoods must be finite, got {lls.tolist()}")
+    return where, record, lls, continuations
+
+
 def read_samples(path, *, task: str | None = None, name: str = "samples") -> LMEvalSamples:
     """Read one lm-eval ``samples_<task>_<date>.jsonl`` of a multiple-choice task.
 
@@ -192,46 +241,7 @@ def read_samples(path, *, task: str | None = None, name: str = "samples") -> LME
     match = _SAMPLES_FILE.match(path.name)
     task = task or (match.group("task") if match else path.stem)
     results = _results_beside(path)
-    records = []
-    try:
-        with open(path, encoding="utf-8") as f:
-            for lineno, line in enumerate(f, 1):
-                if line.strip():
-                    try:
-                        records.append((lineno, json.loads(line)))
-                    except json.JSONDecodeError as err:
-                        raise ParameterError(name, raw, f"{raw!r} line {lineno} is not JSON ({err.msg})") from None
-    except UnicodeDecodeError as err:
-        raise ParameterError(name, raw, f"{raw!r} is not UTF-8 text ({err.reason} at byte {err.start})") from None
-    if not records:
-        raise ParameterError(name, raw, f"{raw!r} holds no samples")
-    filters = {r.get("filter") for _, r in records if isinstance(r, dict)}
-    if len(filters) > 1:
-        raise ParameterError(name, raw, f"{raw!r} logs several filters {sorted(map(str, filters))}; multiple-choice "
-                                        "tasks have one")
-    parsed = []
-    for lineno, record in records:
-        where = f"{raw!r} line {lineno}"
-
-        def bad(reason, where=where):
-            return ParameterError(name, raw, f"{where}: {reason}")
-
-        if not isinstance(record, dict) or not {"doc", "target", "arguments", "filtered_resps"} <= set(record):
-            raise bad("is not an lm-eval sample (needs doc, target, arguments, filtered_resps)")
-        try:
-            pairs = [(float(ll), str(greedy)) for ll, greedy in record["filtered_resps"]]
-            args = record["arguments"]
-            continuations = [args[f"gen_args_{i}"]["arg_1"] for i in range(len(args))]
-        except (TypeError, ValueError, KeyError):
-            raise bad("filtered_resps are not (log-likelihood, is_greedy) pairs: not a multiple_choice task") from None
-        lls = np.array([ll for ll, _ in pairs], dtype=np.float64)
-        if "acc_mutual_info" in (record.get("metrics") or []):  # then the unconditional lls follow
-            lls, continuations = lls[: len(lls) // 2], continuations[: len(lls) // 2]
-        if len(lls) < 2 or len(lls) != len(continuations):
-            raise bad(f"needs ≥ 2 choices with one log-likelihood each, got {len(lls)} for {len(continuations)}")
-        if not all(math.isfinite(v) for v in lls):
-            raise bad(f"log-likelihoods must be finite, got {lls.tolist()}")
-        parsed.append((where, record, lls, continuations))
+    parsed = [_parse_record(lineno, record, raw, name) for lineno, record in _read_records(path, raw, name)]
     delimiter = _delimiter(results, task, [c for _, _, _, cs in parsed for c in cs])
     lls_all, choices_all, labels, subjects, contexts = [], [], [], [], []
     logged = {m: [] for m in SCORINGS if all(m in r for _, r, _, _ in parsed)}

@@ -68,14 +68,34 @@ def plot_reliability_diagram(
     >>> fig.axes[0].get_title()
     'demo — ECE = 0.350 (5 bins)'
     """
-    from matplotlib.figure import Figure
-
     if style not in STYLES:
         raise ValueError(f"style must be one of {', '.join(map(repr, STYLES))}, got {style!r}")
     table = reliability_diagram(y_true, y_prob, n_bins=n_bins, binning=binning)
     ece = expected_calibration_error(y_true, y_prob, n_bins=n_bins, binning=binning)
+    fig, ax, hist_ax = _diagram_axes(ax)
 
+    ax.plot([0, 1], [0, 1], linestyle="--", color="0.5", linewidth=1, label="perfect calibration")
+    _draw_bins(ax, table, style)
+    if smooth:
+        t, curve = smooth_reliability_curve(y_true, y_prob)
+        ax.plot(t, curve, color="C2", linewidth=1.5, label="smoothed (smECE kernel)")
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1)
+    ax.set_ylabel("accuracy")
+    ax.tick_params(labelbottom=False)
+    ax.legend(loc="upper left", fontsize="x-small")
+    suffix = f"ECE = {ece:.3f} ({n_bins}{' quantile' if binning == 'quantile' else ''} bins)"
+    ax.set_title(_drawable(f"{title} — {suffix}" if title else suffix))
+    _draw_histogram(hist_ax, table)
+    return fig
+
+
+def _diagram_axes(ax):
+    """(figure, diagram axes, histogram axes): a new 5 x 5.5 inch figure with both panels when ``ax`` is None,
+    else ``ax.figure`` with the histogram appended below ``ax``."""
     if ax is None:
+        from matplotlib.figure import Figure
+
         fig = Figure(figsize=(5, 5.5), layout="constrained")
         ax, hist_ax = fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [3, 1]})
     else:
@@ -83,18 +103,26 @@ def plot_reliability_diagram(
 
         fig = ax.figure
         hist_ax = make_axes_locatable(ax).append_axes("bottom", size="30%", pad=0.15, sharex=ax)
+    return fig, ax, hist_ax
 
+
+def _bin_layout(table):
+    """(left edges, widths, centres, filled, sparse) of the bins of a ``reliability_diagram`` table; sparse bins
+    hold fewer than ``SPARSE_BIN`` predictions."""
     edges = table.bin_edges
     left, width = edges[:-1], np.diff(edges)
-    centers = left + width / 2
     filled = table.counts > 0
-    sparse = filled & (table.counts < SPARSE_BIN)
+    return left, width, left + width / 2, filled, filled & (table.counts < SPARSE_BIN)
+
+
+def _draw_bins(ax, table, style: str) -> None:
+    """The accuracy of each filled bin in ``style``, its gap to the bin's mean confidence and its 95 % Wilson
+    interval, shaded by the questions the bin holds and hatched when sparse (bars)."""
+    left, width, centers, filled, sparse = _bin_layout(table)
     acc, conf = table.accuracy, table.mean_confidence
     # shade by how much data a bin holds (its count against the mean count of the filled bins)
     weight = np.clip(table.counts / max(table.counts[filled].mean(), 1), 0, 1) if filled.any() else table.counts
     alpha = 0.25 + 0.75 * weight
-
-    ax.plot([0, 1], [0, 1], linestyle="--", color="0.5", linewidth=1, label="perfect calibration")
     low, high = wilson_interval(np.nan_to_num(acc) * table.counts, table.counts)
     if style == "bars":
         for i, k in enumerate(np.flatnonzero(filled)):
@@ -112,17 +140,11 @@ def plot_reliability_diagram(
     below, above = np.clip(acc - low, 0, None)[filled], np.clip(high - acc, 0, None)[filled]  # rounding: -1e-17
     ax.errorbar(x[filled], acc[filled], yerr=[below, above], fmt="none",
                 ecolor="0.2", elinewidth=0.8, capsize=2, label="95 % interval (Wilson)")
-    if smooth:
-        t, curve = smooth_reliability_curve(y_true, y_prob)
-        ax.plot(t, curve, color="C2", linewidth=1.5, label="smoothed (smECE kernel)")
-    ax.set_xlim(0, 1)
-    ax.set_ylim(0, 1)
-    ax.set_ylabel("accuracy")
-    ax.tick_params(labelbottom=False)
-    ax.legend(loc="upper left", fontsize="x-small")
-    suffix = f"ECE = {ece:.3f} ({n_bins}{' quantile' if binning == 'quantile' else ''} bins)"
-    ax.set_title(_drawable(f"{title} — {suffix}" if title else suffix))
 
+
+def _draw_histogram(hist_ax, table) -> None:
+    """The share of predictions per bin, each bar labelled with its count (red when sparse)."""
+    left, width, centers, filled, sparse = _bin_layout(table)
     share = table.counts / table.counts.sum()
     hist_ax.bar(left, share, width=width, align="edge", color="0.4", edgecolor="white")
     for k in np.flatnonzero(filled):  # the count itself, so a tall bar of three questions reads as three
@@ -132,7 +154,6 @@ def plot_reliability_diagram(
     hist_ax.set_xlim(0, 1)
     hist_ax.set_xlabel("confidence" + (f"   (hatched: < {SPARSE_BIN} questions)" if sparse.any() else ""))
     hist_ax.set_ylabel("share")
-    return fig
 
 
 def wilson_interval(successes, n, z: float = 1.959963984540054):

@@ -154,36 +154,44 @@ def to_mcqa(
     columns = check_columns(question_column=question_column, choices_column=choices_column,
                             answer_column=answer_column, subject_column=subject_column)
     name = f"{source!r}" if source else "the dataset"
+    _check_present(dataset, columns, choices_column, name)
+    if len(dataset) == 0:
+        raise ParameterError("dataset", source or None, f"{name} holds no questions")
+    question, options, answer, subject = (columns[k] for k in COLUMN_DEFAULTS)
+    read = [c for c in dict.fromkeys([question, *options, answer, subject]) if c is not None]
+    rows = [_mcqa_row(row, f"row {i} of {name}", columns, choices_column, default_subject, source)
+            for i, row in enumerate(dataset.select_columns(read))]
+    return Dataset.from_list(rows, features=MCQA_FEATURES)
+
+
+def _check_present(dataset: Dataset, columns: dict, choices_column, name: str) -> None:
+    """Raise a ParameterError for the first named column that ``dataset`` lacks (listing its columns)."""
     present = dataset.column_names
     for parameter, value in columns.items():
         missing = [c for c in (value if isinstance(value, list) else [value]) if c is not None and c not in present]
         if missing:
             raise ParameterError(parameter, choices_column if parameter == "choices_column" else value,
                                  f"no column {missing[0]!r} in {name}; its columns are {', '.join(present)}")
-    if len(dataset) == 0:
-        raise ParameterError("dataset", source or None, f"{name} holds no questions")
+
+
+def _mcqa_row(row: dict, where: str, columns: dict, choices_column, default_subject: str, source: str) -> dict:
+    """One input row (located by ``where`` in error messages) as an MCQA row."""
     question, options, answer, subject = (columns[k] for k in COLUMN_DEFAULTS)
-    rows = []
-    read = [c for c in dict.fromkeys([question, *options, answer, subject]) if c is not None]
-    for i, row in enumerate(dataset.select_columns(read)):
-        where = f"row {i} of {name}"
-        text = _text(row[question])
-        if text is None:
-            raise ParameterError("question_column", question, f"{where}: the question is missing")
-        cells = row[options[0]] if len(options) == 1 else [row[c] for c in options]
-        if not isinstance(cells, list) or (len(options) > 1 and any(isinstance(c, (list, dict)) for c in cells)):
-            raise ParameterError("choices_column", choices_column, f"{where}: {options} holds {cells!r}; name one "
-                                 "column holding a list of options, or one column per option ('A,B,C,D')")
-        texts = [_text(c) for c in cells]
-        while texts and texts[-1] is None:  # a row with fewer options than there are option columns
-            texts.pop()
-        if None in texts or not 2 <= len(texts) <= len(OPTION_LETTERS):
-            raise ParameterError("choices_column", choices_column, f"{where}: options {cells!r}; need 2 to "
-                                 f"{len(OPTION_LETTERS)} options, without empty ones before the last")
-        rows.append({"question": text, "choices": texts,
-                     "answer": _answer_index(row[answer], len(texts), where, answer),
-                     "subject": (_text(row[subject]) if subject else None) or default_subject, "source": source})
-    return Dataset.from_list(rows, features=MCQA_FEATURES)
+    text = _text(row[question])
+    if text is None:
+        raise ParameterError("question_column", question, f"{where}: the question is missing")
+    cells = row[options[0]] if len(options) == 1 else [row[c] for c in options]
+    if not isinstance(cells, list) or (len(options) > 1 and any(isinstance(c, (list, dict)) for c in cells)):
+        raise ParameterError("choices_column", choices_column, f"{where}: {options} holds {cells!r}; name one "
+                             "column holding a list of options, or one column per option ('A,B,C,D')")
+    texts = [_text(c) for c in cells]
+    while texts and texts[-1] is None:  # a row with fewer options than there are option columns
+        texts.pop()
+    if None in texts or not 2 <= len(texts) <= len(OPTION_LETTERS):
+        raise ParameterError("choices_column", choices_column, f"{where}: options {cells!r}; need 2 to "
+                             f"{len(OPTION_LETTERS)} options, without empty ones before the last")
+    return {"question": text, "choices": texts, "answer": _answer_index(row[answer], len(texts), where, answer),
+            "subject": (_text(row[subject]) if subject else None) or default_subject, "source": source}
 
 
 def _first_line(err: BaseException) -> str:
