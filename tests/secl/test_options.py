@@ -51,7 +51,8 @@ def test_every_option_has_help():
 def test_confidence_turn_restates_what_the_option_says(tiny_model, tiny_tokenizer, monkeypatch, restate, expected):
     texts = []
     real = mixin_module.followup_ids
-    monkeypatch.setattr(mixin_module, "followup_ids", lambda tok, text, **kw: texts.append(text) or real(tok, text, **kw))
+    monkeypatch.setattr(mixin_module, "followup_ids",
+                        lambda tok, text, **kw: texts.append(text) or real(tok, text, **kw))
     secl = apply_secl(tiny_model, tiny_tokenizer, SECLConfig(restate=restate))
     answer_a(secl, tiny_tokenizer, secl_choices=[CHOICES], secl_update=False)
     confidence_turns = [t for t in texts if t.startswith("Rate your confidence")]
