@@ -356,6 +356,9 @@ def parse_args(argv=None):
     ap.add_argument("--n-resamples", type=int, default=1000)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--no-probe", action="store_true")
+    ap.add_argument("--only", type=lambda s: [x for x in s.split(",") if x], default=None,
+                    help="train only these variants (names as in the report, e.g. n100_gold), so that two processes "
+                         "can share one output folder once every item is scored; the report lists all done")
     ap.add_argument("--output-dir", type=Path, required=True)
     args = ap.parse_args(argv)
     bad = [(k, v) for k, v in (("n_test", args.n_test), ("epochs", args.epochs), ("batch_size", args.batch_size))
@@ -399,27 +402,34 @@ def main(argv=None) -> dict:
     probe = {} if args.no_probe else linear_probe(rows, pool, test_idx, layers, n_resamples=args.n_resamples,
                                                   seed=args.seed)
     (args.output_dir / "probe.json").write_text(json.dumps(probe, indent=1) + "\n", encoding="utf-8")
-    results_path = args.output_dir / "results.jsonl"
-    results = [json.loads(x) for x in results_path.read_text().splitlines() if x.strip()] if results_path.exists() \
-        else []
-    done, contexts = {r["variant"] for r in results}, {}
+    results_path, contexts = args.output_dir / "results.jsonl", {}
     meta = {"model": args.model, "dataset": args.dataset, "n_items": len(items), "n_test": len(test_idx),
             "n_pool": len(pool), "seed": args.seed, "epochs": args.epochs, "batch_size": args.batch_size,
             "lr": args.lr, "scoring_seconds_this_run": scoring_seconds}
     for variant in variants_for(args, len(pool)):
-        if variant.name in done:
+        results = _read_results(results_path)  # read again: another process may share the folder
+        if variant.name in {r["variant"] for r in results} or (args.only and variant.name not in args.only):
             continue
         if variant.lora != "default" or variant.scope != "confidence":
             secl = _fresh_secl(args, variant, num_layers)
         elif secl.secl_config != secl_config_for(variant, num_layers):
             secl.secl_config = secl_config_for(variant, num_layers)
         result = run_variant(secl, variant, items, rows, pool, test_idx, contexts, args)
-        results.append(result)
         with results_path.open("a", encoding="utf-8") as f:
             f.write(json.dumps(result) + "\n")
-        (args.output_dir / "report.md").write_text(format_report(refs, results, probe, meta), encoding="utf-8")
+        (args.output_dir / "report.md").write_text(format_report(refs, results + [result], probe, meta),
+                                                   encoding="utf-8")
+    names = [v.name for v in variants_for(args, len(pool))]
+    results = sorted(_read_results(results_path), key=lambda r: names.index(r["variant"]) if r["variant"] in names
+                     else len(names))
     (args.output_dir / "report.md").write_text(format_report(refs, results, probe, meta), encoding="utf-8")
     return {"references": refs, "results": results, "probe": probe, "meta": meta}
+
+
+def _read_results(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    return [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
 
 
 def _fresh_secl(args, variant: Variant, num_layers: int):

@@ -77,6 +77,11 @@ def test_a_restart_resumes(run, tiny_model_dir, monkeypatch):
         np.testing.assert_allclose(a["test_confidences"], b["test_confidences"], atol=1e-5)
 
 
+def test_only_trains_the_variants_named(tiny_model_dir, tmp_path):
+    result = study.main(args(tiny_model_dir, tmp_path, "--variants", "", "--only", "n3_gold,n8_teacher"))
+    assert [r["variant"] for r in result["results"]] == ["n8_teacher", "n3_gold"]
+
+
 def test_linear_probe_finds_a_separating_direction_and_not_noise():
     rng = np.random.default_rng(0)
     n, layers = 80, [1, 2]
