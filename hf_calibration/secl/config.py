@@ -17,6 +17,7 @@ from hf_calibration.secl.confidence import CONFIDENCE_TEMPLATE, DEFAULT_TAU_N, P
 
 CONFIG_NAME = "secl_config.json"
 ADAPTER_SCOPES = ("confidence", "all")
+RESTATEMENTS = ("answer", "option_text")
 
 
 @dataclass
@@ -63,7 +64,24 @@ class SECLConfig:
                 "answers and the teacher.",
         "choices": list(ADAPTER_SCOPES)})
     learning_rate: float = field(default=1e-3, metadata={"help": "AdamW learning rate of the adapters (reconstruction)."})
-    steps_per_update: int = field(default=1, metadata={"help": "Gradient steps per accepted question (reconstruction)."})
+    steps_per_update: int = field(default=1, metadata={
+        "help": "AdamW steps per accepted question (reconstruction: the paper takes one gradient step). With a "
+                "replay buffer each step is on a minibatch: the question and up to replay_batch_size earlier ones."})
+    replay_size: int = field(default=0, metadata={
+        "help": "Replay buffer: how many earlier burst questions (their answer's cache and pseudo-label c*) are "
+                "kept for the update steps; the buffer is emptied when a burst opens. 0 (the default, the paper's "
+                "one step on the current question) turns replay off; a replayed question's target is recomputed "
+                "from its current confidence, ĉ = c + α_step·clip(c* − c, −δ, δ)."})
+    replay_batch_size: int = field(default=4, metadata={
+        "help": "Earlier burst questions drawn (uniformly, without replacement, seeded) from the replay buffer "
+                "for each update step, beside the current question (reconstruction; used only when replay_size "
+                "> 0). Each costs one forward pass with its backward per step."})
+    restate: str = field(default="answer", metadata={
+        "help": "What the confidence turn's '{answer}' restates: 'answer' (default, as measured in every SECL "
+                "run so far) the decoded answer, e.g. the bare letter 'A'; 'option_text' for multiple choice the "
+                "chosen option as 'A. <option text>' (as diagnose and the P(True) teacher restate it; answers "
+                "naming no option keep their decoded text).",
+        "choices": list(RESTATEMENTS)})
     confidence_template: str = field(default=CONFIDENCE_TEMPLATE, metadata={
         "help": "Follow-up turn asking for the 0-10 confidence; must contain '{answer}' (measured wording)."})
     p_true_template: str = field(default=P_TRUE_TEMPLATE, metadata={
@@ -140,6 +158,11 @@ def _adapter_scope(v, label):
         raise ParameterError(label, v, f"must be 'confidence' or 'all', got {v!r}")
 
 
+def _restate(v, label):
+    if v not in RESTATEMENTS:
+        raise ParameterError(label, v, f"must be 'answer' or 'option_text', got {v!r}")
+
+
 def _prompt_format(v, label):
     if v not in PROMPT_FORMATS:
         raise ParameterError(label, v, f"must be 'auto', 'chat' or 'plain', got {v!r}")
@@ -163,7 +186,9 @@ _CHECKS = {
     **dict.fromkeys(("burst_size", "num_distractors", "n_bins", "ph_min_instances", "lora_r", "lora_alpha",
                      "steps_per_update", "answer_max_chars", "distractor_max_new_tokens"), _integer(1)),
     "warmup": _integer(2),
-    "bin_gate_width": _integer(0),
+    **dict.fromkeys(("bin_gate_width", "replay_size"), _integer(0)),
+    "replay_batch_size": _integer(1),
+    "restate": _restate,
     **dict.fromkeys(("tau_n", "alpha_step", "delta", "learning_rate"), _number()),
     "ph_threshold": _number(),
     "ema_rate": _number(upper=1.0),

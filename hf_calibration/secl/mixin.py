@@ -9,13 +9,15 @@ other call and attribute goes to the adapted transformers model, so the SECL mod
 original. Each prompt of a (batched) ``generate`` call is one item of the stream:
 
 1. the answer is generated as usual; its mean token entropy updates the entropy gate (``drift.py``);
-   its verbalized confidence c is read in a follow-up turn (``confidence.py``);
+   its verbalized confidence c is read in a follow-up turn (``confidence.py``) that restates the decoded
+   answer, or with ``restate="option_text"`` the chosen option as "A. <option text>";
 2. an alarm opens a burst of ``burst_size`` questions; outside bursts nothing else happens;
 3. inside a burst: P(True) of the answer and of K distractors (``secl_choices=`` per prompt: the MCQA
    options, each shown as "B. <option text>"; ``secl_distractors=``: alternative answers as text; otherwise
    K deduplicated beam-search alternatives) gives the pseudo-label c* = P(True)Norm; when bin(c) and
    bin(c*) differ by more than ``bin_gate_width`` the adapters take ``steps_per_update`` AdamW steps on
-   MSE(c, ĉ), ĉ = c + α_step·clip(c* − c, −δ, δ) (detached).
+   MSE(c, ĉ), ĉ = c + α_step·clip(c* − c, −δ, δ) (detached); with ``replay_size`` > 0 each step is on a
+   minibatch with earlier questions of the burst (``replay.py``).
 
 Where the adapter acts (``SECLConfig.adapter_scope``). "confidence" (the default; SPEC §2, product default):
 the answer, its beam-search alternatives and the teacher's P(True) reads run with the adapter off (PEFT's
@@ -46,6 +48,7 @@ cache of the prompt (no prompt pass), and the update steps run the follow-up tur
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
 from dataclasses import dataclass
@@ -57,6 +60,7 @@ from transformers.generation.utils import GenerateDecoderOnlyOutput
 
 from hf_calibration.metrics.binning import uniform_bin_index
 from hf_calibration.modeling.prompts import LETTERS, first_option_letter, resolve_prompt_format
+from hf_calibration.secl.adapted import AdaptedModel
 from hf_calibration.secl.config import SECLConfig
 from hf_calibration.secl.confidence import (
     PLAIN_CONFIDENCE_PREFIX,
@@ -75,6 +79,13 @@ from hf_calibration.secl.confidence import (
     verbalized_from_logprobs,
 )
 from hf_calibration.secl.drift import EntropyShiftDetector
+from hf_calibration.secl.replay import (  # noqa: F401  (directional_target: re-exported)
+    ReplayBuffer,
+    ReplayItem,
+    directional_target,
+    item_confidence,
+    update_steps,
+)
 
 # PEFT's default name: PeftModel.save_pretrained writes any other adapter into a subfolder named after it,
 # which PeftModel.from_pretrained(base, folder) would not find.
@@ -98,11 +109,6 @@ def confidence_bin(c: float, n_bins: int) -> int:
     in ECE and the reliability diagram; 1.0 belongs to the last bin). Raises ValueError for NaN."""
     # the verbalized confidence is a float32 weighted sum, which can overshoot 1 by a rounding error
     return int(uniform_bin_index(min(max(c, 0.0), 1.0), n_bins))
-
-
-def directional_target(c: float, c_star: float, *, alpha_step: float, delta: float) -> float:
-    """ĉ = c + α_step·clip(c* − c, −δ, δ) (SPEC §2 step 6)."""
-    return c + alpha_step * max(-delta, min(delta, c_star - c))
 
 
 def same_option(answer: str, distractor: str) -> bool:
@@ -168,6 +174,7 @@ class SECLGenerationMixin:
         self._secl_initial = {k: torch.zeros_like(v) if "lora_B" in k else v.detach().clone()
                               for k, v in self._secl_adapter_state().items()}
         self._secl_optimizer = None
+        self.secl_replay = ReplayBuffer(config.replay_size, config.replay_batch_size)
 
     def _secl_adapter_params(self):
         # by name, not requires_grad: PEFT's disable_adapter() switches requires_grad off while it is active
@@ -205,6 +212,7 @@ class SECLGenerationMixin:
         self._secl_optimizer = None
         self.secl_gate.reset()
         self.secl_burst_left = 0
+        self.secl_replay.clear()
         if counters:
             self.secl_counters = dict.fromkeys(COUNTERS, 0)
 
@@ -212,6 +220,7 @@ class SECLGenerationMixin:
         """Open a calibration burst now, as an alarm would (e.g. at a known domain boundary)."""
         if self.secl_burst_left == 0:
             self.secl_counters["bursts"] += 1
+            self.secl_replay.clear()  # replay stays within one burst
         self.secl_burst_left = self.secl_config.burst_size
 
     # -- saving ---------------------------------------------------------------------------------
@@ -374,6 +383,19 @@ class SECLGenerationMixin:
         limit = self.secl_config.answer_max_chars
         return text if len(text) <= limit else "…" + text[-limit:]
 
+    def _secl_option(self, own: str, choices) -> tuple[int | None, str]:
+        """(index of the option ``own`` names or None, its text as "<letter>. <option text>" or ``own``)."""
+        letter = first_option_letter(own)
+        if choices is None or letter is None or LETTERS.index(letter) >= len(choices):
+            return None, own
+        j = LETTERS.index(letter)
+        return j, mcqa_answer_text(letter, choices[j], self.secl_config.answer_max_chars)
+
+    def _secl_restated(self, answer_ids, choices) -> str:
+        """What the confidence turn restates (``SECLConfig.restate``): the decoded answer, or its option's text."""
+        own = self._secl_text(answer_ids)
+        return self._secl_option(own, choices)[1] if self.secl_config.restate == "option_text" else own
+
     def _secl_answer_ids(self, answer_ids) -> list[int]:
         # an empty answer is stated as a space, so the follow-up turn still follows an assistant turn
         return list(answer_ids) or self.secl_tokenizer.encode(" ", add_special_tokens=False)
@@ -412,7 +434,7 @@ class SECLGenerationMixin:
                                  start_position=len(prompt) + cached)
         return cache, torch.cat([mask, torch.ones(len(answer) - cached, dtype=torch.long)]), len(answer)
 
-    def _secl_verbalized(self, prompt, answer_ids, *, requires_grad=False, context=None):
+    def _secl_verbalized(self, prompt, answer_ids, *, requires_grad=False, context=None, restated=None):
         """(confidence tensor (1,), greedy, forward passes) of the answer; with gradients when asked.
 
         context : (cache, prefix_mask, n_cached_answer_tokens), e.g. from ``generate``, whose cache already
@@ -420,11 +442,12 @@ class SECLGenerationMixin:
         In the "confidence" scope the prompt and the whole answer always come from a cache computed with the
         adapter off (``_secl_answer_context``) and only the follow-up turn runs, with the adapter on (and the
         gradients, when asked). In the "all" scope without a context, everything runs with the adapter on and
-        gradients flow through the whole conversation.
+        gradients flow through the whole conversation. restated : the text the turn restates (``_secl_restated``;
+        default the decoded answer).
         """
         tokens = self.secl_tokens
-        cont = self._secl_cont(answer_ids, self._secl_text(answer_ids), self.secl_config.confidence_template,
-                               PLAIN_CONFIDENCE_PREFIX)
+        text = self._secl_text(answer_ids) if restated is None else restated
+        cont = self._secl_cont(answer_ids, text, self.secl_config.confidence_template, PLAIN_CONFIDENCE_PREFIX)
         if self.secl_config.adapter_scope == "confidence":
             context = self._secl_answer_context(prompt, answer_ids, context)
         if context is None:
@@ -469,12 +492,13 @@ class SECLGenerationMixin:
         if base_answer:  # one cache of prompt and answer (adapter off) for every read and update step of this answer
             context = self._secl_answer_context(prompt, answer_ids, context)
         with torch.no_grad():
-            conf, greedy, passes = self._secl_verbalized(prompt, answer_ids, context=context)
+            conf, greedy, passes = self._secl_verbalized(prompt, answer_ids, context=context,
+                                                         restated=self._secl_restated(answer_ids, choices))
         c = float(conf[0])
         passes += 1  # the generation
         record = {"confidence": c, "verbalized_greedy": greedy, "entropy": entropy, "alarm": False, "in_burst": False,
                   "p_true": None, "norm_p_true": None, "skipped_by_bin_gate": False, "updated": False,
-                  "target": None, "confidence_after": c, "n_distractors": 0}
+                  "target": None, "confidence_after": c, "n_distractors": 0, "replayed": []}
         if update_enabled:
             counters["questions"] += 1
             alarm = self.secl_gate.update(entropy)
@@ -556,10 +580,7 @@ class SECLGenerationMixin:
         k, own = cfg.num_distractors, self._secl_text(answer_ids)
         if choices is not None:
             # as diagnose asks (confidence.mcqa_signals): the letter is the turn, "<letter>. <text>" is asked about
-            letter = first_option_letter(own)
-            chosen = LETTERS.index(letter) if letter is not None and LETTERS.index(letter) < len(choices) else None
-            if chosen is not None:
-                own = mcqa_answer_text(letter, choices[chosen], cfg.answer_max_chars)
+            chosen, own = self._secl_option(own, choices)
             others = [j for j in range(len(choices)) if j != chosen][:k]
             return [(answer_ids, own)] + [(assistant_answer_ids(tok, LETTERS[j], fmt),
                                            mcqa_answer_text(LETTERS[j], choices[j], cfg.answer_max_chars))
@@ -578,31 +599,30 @@ class SECLGenerationMixin:
         passes, c_star = label["forward_passes"], label["norm_p_true"]
         record["p_true"], record["norm_p_true"] = float(label["p_true"][0]), c_star
         record["n_distractors"] = label["n_distractors"]
+        # every burst question with its pseudo-label is replayed later, whether or not it passes the gate
+        item = ReplayItem(list(prompt), list(answer_ids), self._secl_restated(answer_ids, choices), c_star, context,
+                          self.secl_counters["questions"] - 1)
         if not bin_gate_passes(c, c_star, n_bins=cfg.n_bins, width=cfg.bin_gate_width):
             record["skipped_by_bin_gate"] = True
             self.secl_counters["skipped_by_bin_gate"] += 1
+            self.secl_replay.add(item)
             return passes
-        target = directional_target(c, c_star, alpha_step=cfg.alpha_step, delta=cfg.delta)
-        record["target"] = target
+        item.target = record["target"] = directional_target(c, c_star, alpha_step=cfg.alpha_step, delta=cfg.delta)
         opt = self._secl_opt()
         self.train()
         try:
-            for _ in range(cfg.steps_per_update):
-                conf, _, _ = self._secl_verbalized(prompt, answer_ids, requires_grad=True, context=context)
-                loss = (conf[0] - target) ** 2
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                opt.step()
-                passes += 1
+            steps, record["replayed"] = update_steps(self, item, self.secl_replay, opt, steps=cfg.steps_per_update,
+                                                     alpha_step=cfg.alpha_step, delta=cfg.delta)
         finally:
             opt.zero_grad(set_to_none=True)
             self.eval()
+        self.secl_replay.add(dataclasses.replace(item, target=None))
         self.secl_counters["updates"] += 1
         record["updated"] = True
         with torch.no_grad():  # for the record only: not part of SECL's cost
-            after, _, _ = self._secl_verbalized(prompt, answer_ids, context=context)
+            after, _ = item_confidence(self, item)
         record["confidence_after"] = float(after[0])
-        return passes
+        return passes + steps
 
 
 class GenerationMixinCall:
@@ -630,47 +650,6 @@ def read_secl_state(folder) -> dict:
     ph["min_up"] = math.inf if ph["min_up"] is None else ph["min_up"]
     ph["max_down"] = -math.inf if ph["max_down"] is None else ph["max_down"]
     return state
-
-
-class AdaptedModel:
-    """A ``peft.PeftModel`` used like the model it adapts.
-
-    ``generate`` is the PeftModel's (plain generation with the adapter on). Calling the object runs the adapted
-    transformers model (``peft_model.get_base_model()``, into which PEFT injected the LoRA layers in place: for
-    LoRA the PeftModel's forward is that call), and every attribute this class does not define (``config``,
-    ``generation_config``, ``named_parameters``, ``training``, hooks, …) is looked up on it. ``eval``, ``train`` and
-    ``to`` act on the whole PeftModel and return this object, so chained calls keep it.
-    """
-
-    def __init__(self, peft_model):
-        from peft import PeftModel
-
-        if not isinstance(peft_model, PeftModel):
-            raise TypeError(f"peft_model: must be a peft.PeftModel, got {type(peft_model).__name__}")
-        self.peft_model = peft_model
-
-    def __getattr__(self, name):
-        if name == "peft_model":  # not set yet: no recursion while the object is being built
-            raise AttributeError(name)
-        return getattr(self.peft_model.get_base_model(), name)
-
-    def __call__(self, *args, **kwargs):
-        return self.peft_model.get_base_model()(*args, **kwargs)
-
-    def generate(self, *args, **kwargs):
-        return self.peft_model.generate(*args, **kwargs)
-
-    def eval(self):
-        self.peft_model.eval()
-        return self
-
-    def train(self, mode: bool = True):
-        self.peft_model.train(mode)
-        return self
-
-    def to(self, *args, **kwargs):
-        self.peft_model.to(*args, **kwargs)
-        return self
 
 
 def _check_plain(model) -> None:

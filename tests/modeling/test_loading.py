@@ -55,7 +55,8 @@ def test_unknown_hub_id_offline_fails_fast(monkeypatch):
 
 
 def test_packaged_models_are_declared():
-    assert set(PACKAGED_MODELS) == {"HuggingFaceTB/SmolLM2-135M-Instruct", "Qwen/Qwen2.5-Coder-0.5B-Instruct"}
+    assert set(PACKAGED_MODELS) == {"HuggingFaceTB/SmolLM2-135M-Instruct", "Qwen/Qwen2.5-Coder-0.5B-Instruct",
+                                    "Qwen/Qwen2.5-Coder-1.5B-Instruct"}
     assert not packaged_model_available("some-org/unknown-model")
 
 

@@ -1,0 +1,113 @@
+"""SECL's update steps: minibatches of the current burst question and earlier ones replayed from a buffer.
+
+The paper takes one gradient step on the current question's MSE(c, ĉ) (Hedna et al. 2026, step 6). With
+``SECLConfig.replay_size`` > 0 the burst's earlier questions are kept (the token ids, the restated answer,
+the pseudo-label c* and, in the "confidence" scope, the cache of prompt and answer computed with the adapter
+off) and every update step is on a minibatch: the current question and ``replay_batch_size`` earlier ones
+drawn without replacement. A replayed question's target is recomputed from its confidence under the current
+adapter, ĉ = c + α_step·clip(c* − c, −δ, δ) (``directional_target``), since the c its first target was
+built from is stale; the current question keeps the target read before the update, as without replay.
+The minibatch loss is the mean of the squared errors; each item is run and backpropagated on its own (no
+padding of caches of different lengths), which gives the gradient of the mean.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class ReplayItem:
+    """One question for an update step.
+
+    prompt, answer_ids : token ids; restated : the answer as the confidence turn restates it; c_star : the
+    pseudo-label in [0, 1]; context : the (cache, prefix mask, cached answer tokens) of prompt and answer with
+    the adapter off ("confidence" scope; read, never modified) or None (run everything); index : the question's
+    position in the stream (records); target : a fixed target, or None to recompute it from c* at each step.
+    """
+
+    prompt: list
+    answer_ids: list
+    restated: str
+    c_star: float
+    context: tuple | None = None
+    index: int = -1
+    target: float | None = None
+
+
+class ReplayBuffer:
+    """The last ``capacity`` burst questions (oldest dropped first); ``sample`` draws ``batch_size`` of them
+    uniformly without replacement (all of them when fewer are kept) from a generator seeded with ``seed``, which
+    ``clear`` restarts, so a stream replays the same questions every time it is run. ``capacity`` 0 keeps none."""
+
+    def __init__(self, capacity: int, batch_size: int, seed: int = 0):
+        self.capacity, self.batch_size, self.seed = capacity, batch_size, seed
+        self.clear()
+
+    def clear(self) -> None:
+        self.items: list[ReplayItem] = []
+        self._rng = np.random.default_rng(self.seed)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def add(self, item: ReplayItem) -> None:
+        if self.capacity == 0:
+            return
+        self.items.append(item)
+        del self.items[: max(0, len(self.items) - self.capacity)]
+
+    def sample(self) -> list[ReplayItem]:
+        if len(self.items) <= self.batch_size:
+            return list(self.items)
+        picks = self._rng.choice(len(self.items), size=self.batch_size, replace=False)
+        return [self.items[i] for i in sorted(picks)]
+
+
+def directional_target(c: float, c_star: float, *, alpha_step: float, delta: float) -> float:
+    """ĉ = c + α_step·clip(c* − c, −δ, δ) (Hedna et al. 2026, step 6)."""
+    return c + alpha_step * max(-delta, min(delta, c_star - c))
+
+
+def item_confidence(model, item: ReplayItem, *, requires_grad: bool = False):
+    """The verbalized confidence (tensor (1,)) of ``item`` under ``model``'s current adapter, and the forward
+    passes of the read (1, or 2 when "10" is two tokens: counted as the stream counts them)."""
+    conf, _, passes = model._secl_verbalized(item.prompt, item.answer_ids, requires_grad=requires_grad,
+                                             context=item.context, restated=item.restated)
+    return conf, passes
+
+
+def minibatch_step(model, items: list, optimizer, *, alpha_step: float, delta: float) -> tuple[float, int]:
+    """One optimizer step on the mean squared error over ``items`` (``ReplayItem``); returns (loss, forward
+    passes: one per item, the read with its backward, as ``mixin`` counts an update step).
+
+    An item's target is its ``target`` when set, else ĉ = c + α_step·clip(c* − c, −δ, δ) from its confidence c
+    in this very pass (detached). ``alpha_step=1, delta=1`` with ``target=None`` is plain MSE to c*."""
+    optimizer.zero_grad(set_to_none=True)
+    total = 0.0
+    for item in items:
+        conf, _ = item_confidence(model, item, requires_grad=True)
+        target = item.target if item.target is not None else directional_target(
+            float(conf.detach()[0]), item.c_star, alpha_step=alpha_step, delta=delta)
+        loss = (conf[0] - target) ** 2 / len(items)
+        loss.backward()
+        total += float(loss.detach())
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return total, len(items)
+
+
+def update_steps(model, current: ReplayItem, buffer: ReplayBuffer, optimizer, *, steps: int, alpha_step: float,
+                 delta: float) -> tuple[int, list]:
+    """``steps`` minibatch steps on ``current`` (its ``target`` set) and, each step, a fresh draw from ``buffer``
+    (earlier questions only: add ``current`` afterwards). Returns (forward passes, the stream indices replayed
+    at each step: a list of ``steps`` lists)."""
+    passes, replayed = 0, []
+    for _ in range(steps):
+        earlier = buffer.sample()
+        _, n = minibatch_step(model, [current] + earlier, optimizer, alpha_step=alpha_step, delta=delta)
+        passes += n
+        replayed.append([item.index for item in earlier])
+    return passes, replayed

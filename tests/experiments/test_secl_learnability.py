@@ -1,0 +1,104 @@
+"""experiments/secl_learnability.py at smoke size on the tiny model: items scored once and resumed, the nested
+training sets, the derived number of optimizer steps, the constant-accuracy reference by hand, and the linear probe
+on synthetic hidden states."""
+
+import json
+
+import numpy as np
+import pytest
+
+from experiments import secl_learnability as study
+from hf_calibration.modeling.prompts import first_option_letter
+
+
+def args(model_dir, out, *extra):
+    return ["--model", str(model_dir), "--limit", "12", "--n-test", "4", "--sizes", "3,8", "--epochs", "2",
+            "--batch-size", "3", "--n-resamples", "20", "--no-probe", "--output-dir", str(out), *extra]
+
+
+@pytest.fixture(scope="module")
+def run(tiny_model_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("learnability")
+    return out, study.main(args(tiny_model_dir, out, "--variants", "all_linear"))
+
+
+def test_items_are_scored_once_per_item(run):
+    out, _ = run
+    rows = [json.loads(x) for x in (out / "items.jsonl").read_text().splitlines()]
+    assert [r["index"] for r in rows] == list(range(12))
+    for r in rows:
+        # HaluEval QA has two options: the answer and the other one, or both when the answer names neither
+        named = first_option_letter(r["text"]) in ("A", "B")
+        assert 0 <= r["norm_p_true"] <= 1 and len(r["p_true_options"]) == (2 if named else 3)
+        assert set(r["hidden"]) == set(study.CONFIDENCE_POSITIONS)
+        assert all(len(h) == 32 for h in r["hidden"]["verbalized_answer"])  # hidden size of the tiny model
+        assert len(r["hidden"]["verbalized_answer"]) == len(study.probe_layers(2)) == 2
+
+
+def test_variants_steps_and_the_constant_reference(run):
+    out, result = run
+    names = [r["variant"] for r in result["results"]]
+    assert names == ["n8_teacher", "n8_gold", "n8_teacher_option_text", "n3_teacher", "n3_gold",
+                     "n8_teacher_all_linear"]
+    # steps = epochs × ceil(N / batch size)
+    assert [r["steps"] for r in result["results"]] == [2 * 3, 2 * 3, 2 * 3, 2 * 1, 2 * 1, 2 * 3]
+    rows = [json.loads(x) for x in (out / "items.jsonl").read_text().splitlines()]
+    order = np.random.default_rng(0).permutation(12)
+    test, pool = order[:4], order[4:]
+    y_test = np.array([rows[i]["correct"] for i in test], dtype=float)
+    for r in result["results"]:
+        acc = np.mean([rows[i]["correct"] for i in pool[: r["n"]]])
+        # one bin holds every item: ECE = |constant − held-out accuracy|; Brier by its definition
+        assert r["constant_test"]["conf_ece"]["value"] == pytest.approx(abs(acc - y_test.mean()))
+        assert r["constant_test"]["brier"]["value"] == pytest.approx(np.mean((acc - y_test) ** 2))
+        assert r["train"]["n"] == r["n"] and r["test"]["n"] == 4
+    base = np.array([rows[i]["verbalized"] for i in test])
+    trained = np.array(result["results"][0]["test_confidences"])
+    assert not np.allclose(trained, base, atol=1e-6)  # the adapter was trained
+    assert "| n8_teacher | 8 | teacher |" in (out / "report.md").read_text()
+
+
+def test_a_restart_resumes(run, tiny_model_dir, monkeypatch):
+    out, first = run
+    lines = (out / "results.jsonl").read_text().splitlines()
+    (out / "results.jsonl").write_text("\n".join(lines[:-2]) + "\n")  # as if stopped before the last two
+    with (out / "items.jsonl").open("a") as f:
+        f.write('{"index": 12, "cut')  # a line cut by the stop
+
+    def no_rescoring(*a, **k):
+        raise AssertionError("an item was scored again")
+
+    items = (out / "items.jsonl").read_text()
+    monkeypatch.setattr(study, "score_item", no_rescoring)
+    second = study.main(args(tiny_model_dir, out, "--variants", "all_linear", "--limit", "12"))
+    assert (out / "items.jsonl").read_text() == items[: items.rindex("\n") + 1]
+    assert [r["variant"] for r in second["results"]] == [r["variant"] for r in first["results"]]
+    for a, b in zip(first["results"][-2:], second["results"][-2:]):  # recomputed from the same seed: the same
+        np.testing.assert_allclose(a["test_confidences"], b["test_confidences"], atol=1e-5)
+
+
+def test_only_trains_the_variants_named(tiny_model_dir, tmp_path):
+    result = study.main(args(tiny_model_dir, tmp_path, "--variants", "", "--only", "n3_gold,n8_teacher"))
+    assert [r["variant"] for r in result["results"]] == ["n8_teacher", "n3_gold"]
+
+
+def test_linear_probe_finds_a_separating_direction_and_not_noise():
+    rng = np.random.default_rng(0)
+    n, layers = 80, [1, 2]
+    correct = rng.integers(0, 2, size=n).astype(bool)
+    rows = []
+    for c in correct:
+        signal = rng.normal(size=6) + (3.0 if c else -3.0) * np.eye(6)[0]  # separable along one axis
+        noise = rng.normal(size=6)
+        hidden = {p: [list(signal), list(noise)] for p in study.CONFIDENCE_POSITIONS}
+        rows.append({"correct": bool(c), "hidden": hidden})
+    probe = study.linear_probe(rows, list(range(40)), list(range(40, 80)), layers, n_resamples=50, seed=0)
+    for p in study.CONFIDENCE_POSITIONS:
+        assert probe[f"{p}@1"]["auroc"]["value"] > 0.97
+        assert abs(probe[f"{p}@2"]["auroc"]["value"] - 0.5) < 0.25
+
+
+def test_bad_arguments_exit_2(tmp_path):
+    with pytest.raises(SystemExit) as err:
+        study.parse_args(["--output-dir", str(tmp_path), "--variants", "bigger"])
+    assert err.value.code == 2

@@ -1,0 +1,175 @@
+"""SECLConfig's update options on the tiny model: what the confidence turn restates, the replay buffer over a
+burst, and the steps per update. Each test fails when its option is ignored."""
+
+import pytest
+import torch
+
+import hf_calibration.secl.mixin as mixin_module
+import hf_calibration.secl.replay as replay_module
+from hf_calibration.errors import ParameterError
+from hf_calibration.secl.config import SECLConfig
+from hf_calibration.secl.mixin import apply_secl
+from hf_calibration.secl.replay import ReplayBuffer, ReplayItem
+
+PROMPT = "which option is correct ? A. the first city B. a hotel"
+CHOICES = ["the first city", "a hotel"]
+
+
+def encode(tokenizer, text=PROMPT):
+    chat = tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
+                                         add_generation_prompt=True)
+    return tokenizer([chat], return_tensors="pt", add_special_tokens=False)
+
+
+def answer_a(model, tokenizer, **kwargs):
+    """One question whose answer is forced to the single token "A" (the tiny model's own answer is random)."""
+    a = tokenizer.convert_tokens_to_ids("A")
+    return model.generate(**encode(tokenizer), max_new_tokens=1, do_sample=False, return_dict_in_generate=True,
+                          prefix_allowed_tokens_fn=lambda batch, ids: [a], **kwargs)
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    (dict(restate="letter"), "restate"), (dict(replay_size=-1), "replay_size"),
+    (dict(replay_batch_size=0), "replay_batch_size"), (dict(steps_per_update=0), "steps_per_update"),
+    (dict(learning_rate=0), "learning_rate"), (dict(delta=0), "delta"), (dict(replay_size=True), "replay_size"),
+])
+def test_bad_values_name_the_field(kwargs, name):
+    with pytest.raises(ParameterError, match=name):
+        SECLConfig(**kwargs)
+
+
+def test_every_option_has_help():
+    import dataclasses
+
+    for f in dataclasses.fields(SECLConfig):
+        if f.name in ("restate", "replay_size", "replay_batch_size", "steps_per_update", "learning_rate", "delta"):
+            assert len(f.metadata["help"]) > 40, f.name
+
+
+@pytest.mark.parametrize("restate, expected", [("answer", '"A" is correct'),
+                                               ("option_text", '"A. the first city" is correct')])
+def test_confidence_turn_restates_what_the_option_says(tiny_model, tiny_tokenizer, monkeypatch, restate, expected):
+    texts = []
+    real = mixin_module.followup_ids
+    monkeypatch.setattr(mixin_module, "followup_ids",
+                        lambda tok, text, **kw: texts.append(text) or real(tok, text, **kw))
+    secl = apply_secl(tiny_model, tiny_tokenizer, SECLConfig(restate=restate))
+    answer_a(secl, tiny_tokenizer, secl_choices=[CHOICES], secl_update=False)
+    confidence_turns = [t for t in texts if t.startswith("Rate your confidence")]
+    assert len(confidence_turns) == 1 and expected in confidence_turns[0]
+
+
+def test_option_text_changes_the_confidence_and_falls_back_without_choices(tiny_tokenizer):
+    from tests.tiny import make_tiny_model
+
+    conf = {}
+    for restate in ("answer", "option_text"):
+        secl = apply_secl(make_tiny_model(tiny_tokenizer), tiny_tokenizer, SECLConfig(restate=restate))
+        conf[restate, "mcqa"] = float(answer_a(secl, tiny_tokenizer, secl_choices=[CHOICES],
+                                               secl_update=False).confidences[0])
+        conf[restate, "open"] = float(answer_a(secl, tiny_tokenizer, secl_update=False).confidences[0])
+    assert conf["answer", "mcqa"] != conf["option_text", "mcqa"]  # another follow-up text is read
+    assert conf["answer", "open"] == conf["option_text", "open"] == conf["answer", "mcqa"]  # no options: the answer
+
+
+def _spy_steps(monkeypatch):
+    calls = []
+    real = replay_module.minibatch_step
+
+    def spy(model, items, optimizer, **kw):
+        calls.append([item.index for item in items])
+        return real(model, items, optimizer, **kw)
+
+    monkeypatch.setattr(replay_module, "minibatch_step", spy)
+    monkeypatch.setattr(mixin_module, "bin_gate_passes", lambda *a, **k: True)
+    return calls
+
+
+def _burst(tiny_model, tiny_tokenizer, questions, **config):
+    secl = apply_secl(tiny_model, tiny_tokenizer, SECLConfig(burst_size=questions, learning_rate=1e-2, **config))
+    secl.start_burst()
+    records = []
+    for _ in range(questions):
+        answer_a(secl, tiny_tokenizer, secl_choices=[CHOICES])
+        records.append(secl.secl_records[0])
+    return secl, records
+
+
+def test_replay_steps_on_the_current_and_every_earlier_burst_question(tiny_model, tiny_tokenizer, monkeypatch):
+    calls = _spy_steps(monkeypatch)
+    secl, records = _burst(tiny_model, tiny_tokenizer, 4, replay_size=10, replay_batch_size=10, steps_per_update=2)
+    # question k: 2 steps, each on k itself and the k earlier ones (all fit in the buffer and the batch)
+    assert calls == [[0], [0], [1, 0], [1, 0], [2, 0, 1], [2, 0, 1], [3, 0, 1, 2], [3, 0, 1, 2]]
+    assert [r["replayed"] for r in records] == [[[], []], [[0], [0]], [[0, 1], [0, 1]], [[0, 1, 2], [0, 1, 2]]]
+    assert secl.secl_counters["updates"] == 4
+    # passes: generation + verbalized read ("10" is one token here) + 2 P(True) reads + one per item per step
+    assert [r["forward_passes"] for r in records] == [1 + 1 + 2 + 2 * (k + 1) for k in range(4)]
+
+
+def test_replay_buffer_capacity_batch_and_new_burst(tiny_model, tiny_tokenizer, monkeypatch):
+    calls = _spy_steps(monkeypatch)
+    secl, records = _burst(tiny_model, tiny_tokenizer, 4, replay_size=2, replay_batch_size=1)
+    assert [len(c) for c in calls] == [1, 2, 2, 2]
+    assert calls[1][1] == 0 and calls[2][1] in (0, 1) and calls[3][1] in (1, 2)  # only the last 2 are kept
+    secl.start_burst()  # a new burst starts with an empty buffer
+    answer_a(secl, tiny_tokenizer, secl_choices=[CHOICES])
+    assert calls[-1] == [4] and secl.secl_records[0]["replayed"] == [[]]
+
+
+def test_gated_out_questions_are_replayed(tiny_model, tiny_tokenizer, monkeypatch):
+    calls = _spy_steps(monkeypatch)
+    gate = iter([False, True])
+    monkeypatch.setattr(mixin_module, "bin_gate_passes", lambda *a, **k: next(gate))
+    _, records = _burst(tiny_model, tiny_tokenizer, 2, replay_size=5)
+    assert records[0]["skipped_by_bin_gate"] and calls == [[1, 0]]
+
+
+@pytest.mark.parametrize("steps", [1, 3])
+def test_steps_per_update_counts(tiny_model, tiny_tokenizer, monkeypatch, steps):
+    calls = _spy_steps(monkeypatch)
+    secl, records = _burst(tiny_model, tiny_tokenizer, 1, steps_per_update=steps)
+    assert calls == [[0]] * steps and records[0]["forward_passes"] == 1 + 1 + 2 + steps
+    assert secl.secl_counters["forward_passes"] == 1 + 1 + 2 + steps
+
+
+def test_replay_off_is_one_step_on_the_current_question(tiny_model, tiny_tokenizer, monkeypatch):
+    calls = _spy_steps(monkeypatch)
+    _, records = _burst(tiny_model, tiny_tokenizer, 3)
+    assert calls == [[0], [1], [2]] and all(r["replayed"] == [[]] for r in records)
+
+
+def test_buffer_samples_without_replacement_and_restarts_its_draws():
+    buffer = ReplayBuffer(capacity=5, batch_size=3, seed=0)
+    for i in range(7):
+        buffer.add(ReplayItem([], [], "", 0.5, index=i))
+    assert [x.index for x in buffer.items] == [2, 3, 4, 5, 6]
+    first = [x.index for x in buffer.sample()]
+    assert len(set(first)) == 3 and set(first) <= {2, 3, 4, 5, 6}
+    buffer.clear()
+    assert len(buffer) == 0
+    for i in range(2, 7):
+        buffer.add(ReplayItem([], [], "", 0.5, index=i))
+    assert [x.index for x in buffer.sample()] == first  # the same seeded draw after a restart
+    assert ReplayBuffer(capacity=0, batch_size=3).sample() == []
+
+
+def test_minibatch_step_is_the_gradient_of_the_mean(tiny_model, tiny_tokenizer):
+    """One SGD step (lr 1) on two items moves the adapter by minus the mean of the two items' own gradients."""
+    secl = apply_secl(tiny_model, tiny_tokenizer, SECLConfig())
+    with torch.no_grad():  # a non-identity adapter, so the gradient of A is not 0
+        for p in secl._secl_adapter_params():
+            p.normal_(0, 0.1)
+    ids = encode(tiny_tokenizer).input_ids[0].tolist()
+    a = [tiny_tokenizer.convert_tokens_to_ids("A")]
+    items = [ReplayItem(ids, a, "A", 0.9, target=0.9), ReplayItem(ids, a, "A. the first city", 0.1, target=0.1)]
+    params = secl._secl_adapter_params()
+    grads = []
+    for item in items:
+        secl.zero_grad()
+        conf, _ = replay_module.item_confidence(secl, item, requires_grad=True)
+        ((conf[0] - item.target) ** 2).backward()
+        grads.append([p.grad.clone() for p in params])
+    before = [p.detach().clone() for p in params]
+    replay_module.minibatch_step(secl, items, torch.optim.SGD(params, lr=1.0), alpha_step=1.0, delta=1.0)
+    for p, b, g0, g1 in zip(params, before, *grads):
+        torch.testing.assert_close(p.detach(), b - (g0 + g1) / 2, rtol=1e-5, atol=1e-6)
