@@ -46,7 +46,7 @@ CONFIDENCE_POSITIONS = ("verbalized_answer", "verbalized_option_text", "p_true_o
 # -- scoring every item once -----------------------------------------------------------------------
 def _hidden_at_end(secl, context, cont, layers):
     """Hidden states (one list per layer in ``layers``) at the last token of ``cont`` run on ``context``."""
-    from hf_calibration.secl.confidence import _repeat_cache
+    from hf_calibration.modeling.cache import repeat_cache
 
     cache, mask, cached = context
     tokens = cont[cached:]
@@ -54,7 +54,7 @@ def _hidden_at_end(secl, context, cont, layers):
     full = torch.cat([mask, torch.ones(len(tokens), dtype=torch.long)])[None]
     positions = (int(mask.sum()) + torch.arange(len(tokens)))[None]
     with torch.no_grad():
-        out = secl(input_ids=ids, attention_mask=full, position_ids=positions, cache=_repeat_cache(cache, 1),
+        out = secl(input_ids=ids, attention_mask=full, position_ids=positions, cache=repeat_cache(cache, 1),
                    use_cache=True, logits_to_keep=1, output_hidden_states=True)
     return [[round(float(v), 5) for v in out.hidden_states[layer][0, -1]] for layer in layers]
 
@@ -68,7 +68,7 @@ def score_item(secl, item, *, max_new_tokens: int, layers) -> dict:
     """One item with the identity adapter: answer, correctness, verbalized confidence restating the decoded answer
     and the option text, P(True) of every option and c*, and the probe's hidden states."""
     from hf_calibration.secl.confidence import PLAIN_CONFIDENCE_PREFIX, PLAIN_P_TRUE_PREFIX, cache_row
-    from hf_calibration.secl.stream import judge
+    from hf_calibration.modeling.streams import judge
 
     start = time.perf_counter()
     ids = torch.tensor([item.prompt_ids])
@@ -80,19 +80,19 @@ def score_item(secl, item, *, max_new_tokens: int, layers) -> dict:
     answer = answer[: next((j for j, t in enumerate(answer) if t in stop), len(answer))]
     text = secl.secl_tokenizer.decode(answer, skip_special_tokens=True)
     label = secl.secl_pseudo_label(item.prompt_ids, answer, choices=item.choices, prompt_cache=out.cache)
-    own = secl._secl_text(answer)
+    own = secl.secl_answer_text(answer)
     option_text = secl._secl_option(own, item.choices)[1]
     # generate's cache holds the prompt and every answer token but the last: extended, not run again
     keep = min(out.cache.get_seq_length(), len(item.prompt_ids) + len(answer))
     context = secl._secl_answer_context(item.prompt_ids, answer, (
         cache_row(out.cache, 0, keep), torch.ones(keep, dtype=torch.long), keep - len(item.prompt_ids)))
     with torch.no_grad():
-        verbal_text = float(secl._secl_verbalized(item.prompt_ids, answer, context=context, restated=option_text)[0])
+        verbal_text = float(secl.secl_verbalized(item.prompt_ids, answer, context=context, restated=option_text)[0])
     cfg = secl.secl_config
-    conts = {"verbalized_answer": secl._secl_cont(answer, own, cfg.confidence_template, PLAIN_CONFIDENCE_PREFIX),
-             "verbalized_option_text": secl._secl_cont(answer, option_text, cfg.confidence_template,
+    conts = {"verbalized_answer": secl.secl_followup(answer, own, cfg.confidence_template, PLAIN_CONFIDENCE_PREFIX),
+             "verbalized_option_text": secl.secl_followup(answer, option_text, cfg.confidence_template,
                                                        PLAIN_CONFIDENCE_PREFIX),
-             "p_true_option_text": secl._secl_cont(answer, option_text, cfg.p_true_template, PLAIN_P_TRUE_PREFIX)}
+             "p_true_option_text": secl.secl_followup(answer, option_text, cfg.p_true_template, PLAIN_P_TRUE_PREFIX)}
     hidden = {k: _hidden_at_end(secl, context, c, layers) for k, c in conts.items()}
     return {"answer_ids": answer, "text": text, "option_text": option_text, "correct": bool(judge(item, text)[1]),
             "verbalized": float(secl.secl_records[0]["confidence"]), "verbalized_option_text": verbal_text,
@@ -172,7 +172,7 @@ def replay_items(secl, items, rows, indices, *, target: str, contexts: dict) -> 
             if i not in contexts:
                 contexts[i] = secl._secl_answer_context(items[i].prompt_ids, row["answer_ids"])
             context = contexts[i]
-        restated = row["option_text"] if secl.secl_config.restate == "option_text" else secl._secl_text(
+        restated = row["option_text"] if secl.secl_config.restate == "option_text" else secl.secl_answer_text(
             row["answer_ids"])
         goal = row["norm_p_true"] if target == "teacher" else float(row["correct"])
         out.append(ReplayItem(items[i].prompt_ids, row["answer_ids"], restated, row["norm_p_true"], context, i, goal))
@@ -371,7 +371,7 @@ def parse_args(argv=None):
 
 def _load(args):
     from hf_calibration.modeling import load_model
-    from hf_calibration.secl.stream import build_stream
+    from hf_calibration.modeling.streams import build_stream
 
     model, tokenizer = load_model(MODEL_ALIASES.get(args.model, args.model))
     items = build_stream(tokenizer, args.dataset, limit_per_domain=args.limit or 10**6, seed=args.seed,

@@ -141,7 +141,7 @@ def _secl_pass_worker(job: dict) -> tuple[list, dict, dict | None]:
     torch.set_num_threads(job["threads"])
     model, tokenizer = modeling.load_model(job["model"], device=job["device"])
     model = apply_secl(model, tokenizer, SECLConfig(**job["secl"]))
-    model._secl_initial = job["initial"]
+    model.secl_initial_adapter = job["initial"]
     with warnings.catch_warnings():  # the parent warned about the prompts cut to fit, if any
         warnings.simplefilter("ignore", ParameterWarning)
         items = build_stream(tokenizer, job["stream"], limit_per_domain=job["limit_per_domain"], seed=job["seed"],
@@ -152,7 +152,7 @@ def _secl_pass_worker(job: dict) -> tuple[list, dict, dict | None]:
     counters = secl_pass(model, items, fields, scope=job["scope"], **job["options"])
     state = None
     if job["keep"]:
-        state = {"adapter": {k: v.detach().cpu().clone() for k, v in model._secl_adapter_state().items()},
+        state = {"adapter": {k: v.detach().cpu().clone() for k, v in model.secl_adapter_state().items()},
                  "gate": model.secl_gate.state_dict(), "burst_left": model.secl_burst_left, "counters": counters}
     return fields, counters, state
 
@@ -170,7 +170,7 @@ def _parallel_passes(model, items, config, secl, scopes, options) -> tuple[list,
     from hf_calibration.secl.mixin import ADAPTER_NAME
 
     threads = max(1, torch.get_num_threads() // config.workers)
-    initial = {k: v.detach().cpu().clone() for k, v in model._secl_initial.items()}
+    initial = {k: v.detach().cpu().clone() for k, v in model.secl_initial_adapter.items()}
     groups = [scopes] if config.workers == 2 else [[s] for s in scopes]
     jobs = [[{"model": config.model, "device": config.device, "secl": secl.to_dict(), "initial": initial,
               "stream": config.stream, "limit_per_domain": config.limit_per_domain, "seed": config.seed,

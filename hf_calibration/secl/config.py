@@ -1,4 +1,4 @@
-"""``SECLConfig``: every knob of SECL with its default and where the default comes from (SPEC §2).
+"""``SECLConfig``: every knob of SECL with its default and where the default comes from (docs/methods.md, "SECL").
 
 "paper" = stated in Hedna et al. 2026; "reconstruction" = the paper does not give it, we chose it;
 "measured" = chosen from a measurement in this repository; "library" = the default of a peer library.
@@ -57,7 +57,7 @@ class SECLConfig:
         "help": "Layer indices with adapters; None = the upper half, 'intermediate-to-late' (paper; exact layers "
                 "reconstruction)."})
     adapter_scope: str = field(default="confidence", metadata={
-        "help": "Where the LoRA adapter acts. 'confidence' (product default, SPEC §2): only on the follow-up turn "
+        "help": "Where the LoRA adapter acts. 'confidence' (product default, docs/methods.md): only on the follow-up turn "
                 "that reads the verbalized confidence; answers, their beam-search alternatives and the P(True)Norm "
                 "teacher are computed with it off, so accuracy is the base model's by construction and the teacher "
                 "does not drift with the student. 'all' (the paper, Hedna et al. 2026): the adapter also shapes the "

@@ -1,4 +1,4 @@
-"""``SECLGenerationMixin``: label-free test-time calibration of the verbalized confidence (SPEC §2).
+"""``SECLGenerationMixin``: label-free test-time calibration of the verbalized confidence (docs/methods.md, "SECL"; Hedna et al. 2026).
 
 ``apply_secl(model, tokenizer, config)`` (or ``SECLModel.wrap``) puts a LoRA adapter on the query and
 value projections of the upper layers with ``peft.get_peft_model`` and returns a ``SECLModel``: the
@@ -19,7 +19,7 @@ original. Each prompt of a (batched) ``generate`` call is one item of the stream
    MSE(c, ĉ), ĉ = c + α_step·clip(c* − c, −δ, δ) (detached); with ``replay_size`` > 0 each step is on a
    minibatch with earlier questions of the burst (``replay.py``).
 
-Where the adapter acts (``SECLConfig.adapter_scope``). "confidence" (the default; SPEC §2, product default):
+Where the adapter acts (``SECLConfig.adapter_scope``). "confidence" (the default; docs/methods.md, "SECL: product defaults"):
 the answer, its beam-search alternatives and the teacher's P(True) reads run with the adapter off (PEFT's
 ``disable_adapter()``); only the follow-up turn that reads c runs with it on, over the key/value cache of
 the prompt and the answer computed with it off, and the update steps train exactly that read. So the
@@ -54,38 +54,32 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
-from hf_calibration.metrics.binning import uniform_bin_index
 from hf_calibration.modeling.prompts import LETTERS, first_option_letter, resolve_prompt_format
 from hf_calibration.secl.adapted import AdaptedModel
+from hf_calibration.secl.burst import (  # noqa: F401  (confidence_bin, same_option, bin_gate_passes: re-exported)
+    SECLBurstMixin,
+    bin_gate_passes,
+    confidence_bin,
+    same_option,
+)
 from hf_calibration.secl.config import SECLConfig
 from hf_calibration.secl.confidence import (
     PLAIN_CONFIDENCE_PREFIX,
-    PLAIN_P_TRUE_PREFIX,
     ConfidenceTokens,
-    assistant_answer_ids,
     cache_row,
-    continuation_logprobs,
     continuation_then_token,
     extend_cache,
     followup_ids,
     mcqa_answer_text,
     norm_p_true,
-    p_true_from_logprobs,
     prefix_pass,
     verbalized_from_logprobs,
 )
 from hf_calibration.secl.drift import EntropyShiftDetector
-from hf_calibration.secl.replay import (  # noqa: F401  (directional_target: re-exported)
-    ReplayBuffer,
-    ReplayItem,
-    directional_target,
-    item_confidence,
-    update_steps,
-)
+from hf_calibration.secl.replay import ReplayBuffer, directional_target  # noqa: F401  (directional_target: re-exported)
 
 # PEFT's default name: PeftModel.save_pretrained writes any other adapter into a subfolder named after it,
 # which PeftModel.from_pretrained(base, folder) would not find.
@@ -102,31 +96,6 @@ class SECLGenerateOutput(GenerateDecoderOnlyOutput):
     answer, read before any update that answer triggered."""
 
     confidences: torch.FloatTensor | None = None
-
-
-def confidence_bin(c: float, n_bins: int) -> int:
-    """Equal-width bin of c in [0, 1], by :func:`hf_calibration.metrics.uniform_bin_index` (edges k/B as
-    in ECE and the reliability diagram; 1.0 belongs to the last bin). Raises ValueError for NaN."""
-    # the verbalized confidence is a float32 weighted sum, which can overshoot 1 by a rounding error
-    return int(uniform_bin_index(min(max(c, 0.0), 1.0), n_bins))
-
-
-def same_option(answer: str, distractor: str) -> bool:
-    """Whether ``distractor`` names the option ``answer`` already chose, so it is not its own alternative.
-
-    Equal texts (case and surrounding space ignored), or a one-letter distractor ("A") equal to the first
-    standalone option letter A–J in the answer's first 40 characters ("A", "A. Paris", "The answer is A"),
-    the rule ``modeling.streams.judge`` grades answers by.
-    """
-    a, d = answer.strip(), distractor.strip()
-    if a.lower() == d.lower():
-        return True
-    return len(d) == 1 and d.upper() in LETTERS and first_option_letter(a) == d.upper()
-
-
-def bin_gate_passes(c: float, c_star: float, *, n_bins: int, width: int) -> bool:
-    """True when the update should run: |bin(c) − bin(c*)| > width (SPEC §2 step 5)."""
-    return abs(confidence_bin(c, n_bins) - confidence_bin(c_star, n_bins)) > width
 
 
 def _decoder_layers(model) -> int:
@@ -150,7 +119,7 @@ def _check_targets(model, config: SECLConfig, layers: list[int]) -> None:
         )
 
 
-class SECLGenerationMixin:
+class SECLGenerationMixin(SECLBurstMixin):
     """Overrides ``generate`` with SECL (module docstring). Build instances with ``apply_secl``.
 
     Placed before a class whose ``generate`` is plain generation and which holds the adapter in
@@ -171,9 +140,9 @@ class SECLGenerationMixin:
         self.secl_burst_left = 0
         self.secl_records: list[dict] = []
         # the identity adapter: LoRA's ΔW = B·A is 0 with B = 0 (a new adapter is initialised so; a loaded one keeps A)
-        self._secl_initial = {k: torch.zeros_like(v) if "lora_B" in k else v.detach().clone()
-                              for k, v in self._secl_adapter_state().items()}
-        self._secl_optimizer = None
+        self.secl_initial_adapter = {k: torch.zeros_like(v) if "lora_B" in k else v.detach().clone()
+                              for k, v in self.secl_adapter_state().items()}
+        self.secl_adamw = None
         self.secl_replay = ReplayBuffer(config.replay_size, config.replay_batch_size)
 
     def _secl_adapter_params(self):
@@ -187,7 +156,7 @@ class SECLGenerationMixin:
             return self.peft_model.disable_adapter()
         return contextlib.nullcontext()
 
-    def _secl_adapter_state(self) -> dict:
+    def secl_adapter_state(self) -> dict:
         """The adapter's weights, keyed as PEFT saves them (name → tensor, live, not copied)."""
         from peft import get_peft_model_state_dict
 
@@ -195,11 +164,13 @@ class SECLGenerationMixin:
         # (offline: a warning the user cannot act on) to find out.
         return get_peft_model_state_dict(self.peft_model, adapter_name=ADAPTER_NAME, save_embedding_layers=False)
 
-    def _secl_opt(self):
-        if self._secl_optimizer is None:
-            self._secl_optimizer = torch.optim.AdamW(self._secl_adapter_params(), lr=self.secl_config.learning_rate,
+    def secl_optimizer(self):
+        """The AdamW over the adapter's LoRA weights (``secl_adamw``; made on first use, dropped by
+        ``reset_calibration``). A service that trains several streams in one model swaps ``secl_adamw``."""
+        if self.secl_adamw is None:
+            self.secl_adamw = torch.optim.AdamW(self._secl_adapter_params(), lr=self.secl_config.learning_rate,
                                                      weight_decay=0.0)
-        return self._secl_optimizer
+        return self.secl_adamw
 
     def reset_calibration(self, *, counters: bool = False) -> None:
         """Restore the identity adapter exactly (B = 0, A as when the SECL model was built: PEFT's initial A
@@ -207,9 +178,9 @@ class SECLGenerationMixin:
         and the open burst. counters : also zero ``secl_counters`` (a new stream)."""
         from peft import set_peft_model_state_dict
 
-        set_peft_model_state_dict(self.peft_model, {k: v.clone() for k, v in self._secl_initial.items()},
+        set_peft_model_state_dict(self.peft_model, {k: v.clone() for k, v in self.secl_initial_adapter.items()},
                                   adapter_name=ADAPTER_NAME)
-        self._secl_optimizer = None
+        self.secl_adamw = None
         self.secl_gate.reset()
         self.secl_burst_left = 0
         self.secl_replay.clear()
@@ -260,7 +231,7 @@ class SECLGenerationMixin:
         self.secl_gate.load_state_dict(state["gate"])
         self.secl_burst_left = state["burst_left"]
         self.secl_counters = state["counters"]
-        self._secl_optimizer = None
+        self.secl_adamw = None
 
     def push_to_hub(self, repo_id: str, *, metrics: dict | None = None, token: str | None = None,
                     private: bool = False, base_model: str | None = None) -> str:
@@ -378,7 +349,8 @@ class SECLGenerationMixin:
         ent = -(torch.exp(logp) * torch.where(torch.isfinite(logp), logp, torch.zeros_like(logp))).sum(-1)
         return ent.cpu()
 
-    def _secl_text(self, answer_ids) -> str:
+    def secl_answer_text(self, answer_ids) -> str:
+        """The decoded answer as the follow-up turns restate it (its last ``answer_max_chars`` characters)."""
         text = self.secl_tokenizer.decode(answer_ids, skip_special_tokens=True).strip()
         limit = self.secl_config.answer_max_chars
         return text if len(text) <= limit else "…" + text[-limit:]
@@ -393,14 +365,16 @@ class SECLGenerationMixin:
 
     def _secl_restated(self, answer_ids, choices) -> str:
         """What the confidence turn restates (``SECLConfig.restate``): the decoded answer, or its option's text."""
-        own = self._secl_text(answer_ids)
+        own = self.secl_answer_text(answer_ids)
         return self._secl_option(own, choices)[1] if self.secl_config.restate == "option_text" else own
 
     def _secl_answer_ids(self, answer_ids) -> list[int]:
         # an empty answer is stated as a space, so the follow-up turn still follows an assistant turn
         return list(answer_ids) or self.secl_tokenizer.encode(" ", add_special_tokens=False)
 
-    def _secl_cont(self, answer_ids, answer_text, template, plain_prefix) -> list[int]:
+    def secl_followup(self, answer_ids, answer_text, template, plain_prefix) -> list[int]:
+        """Token ids after the prompt: the assistant turn ``answer_ids`` then the user turn ``template`` with
+        ``{answer}`` = ``answer_text`` (the confidence or P(True) question; ``plain_prefix`` in the plain format)."""
         return self._secl_answer_ids(answer_ids) + followup_ids(
             self.secl_tokenizer, template.replace("{answer}", answer_text), prompt_format=self.secl_prompt_format,
             plain_prefix=plain_prefix)
@@ -434,7 +408,7 @@ class SECLGenerationMixin:
                                  start_position=len(prompt) + cached)
         return cache, torch.cat([mask, torch.ones(len(answer) - cached, dtype=torch.long)]), len(answer)
 
-    def _secl_verbalized(self, prompt, answer_ids, *, requires_grad=False, context=None, restated=None):
+    def secl_verbalized(self, prompt, answer_ids, *, requires_grad=False, context=None, restated=None):
         """(confidence tensor (1,), greedy, forward passes) of the answer; with gradients when asked.
 
         context : (cache, prefix_mask, n_cached_answer_tokens), e.g. from ``generate``, whose cache already
@@ -446,8 +420,8 @@ class SECLGenerationMixin:
         default the decoded answer).
         """
         tokens = self.secl_tokens
-        text = self._secl_text(answer_ids) if restated is None else restated
-        cont = self._secl_cont(answer_ids, text, self.secl_config.confidence_template, PLAIN_CONFIDENCE_PREFIX)
+        text = self.secl_answer_text(answer_ids) if restated is None else restated
+        cont = self.secl_followup(answer_ids, text, self.secl_config.confidence_template, PLAIN_CONFIDENCE_PREFIX)
         if self.secl_config.adapter_scope == "confidence":
             context = self._secl_answer_context(prompt, answer_ids, context)
         if context is None:
@@ -471,12 +445,12 @@ class SECLGenerationMixin:
             do_sample=False, max_new_tokens=self.secl_config.distractor_max_new_tokens,
             pad_token_id=self.secl_tokenizer.pad_token_id,
         )
-        own = self._secl_text(answer_ids)
+        own = self.secl_answer_text(answer_ids)
         seen, alts = {own.strip().lower()}, []
         eos = self.secl_stop_ids()
         for row in beams[:, len(prompt):].tolist():
             row = row[: next((j for j, t in enumerate(row) if t in eos), len(row))]
-            key = self._secl_text(row).strip().lower()
+            key = self.secl_answer_text(row).strip().lower()
             if key and key not in seen:
                 seen.add(key)
                 alts.append(row)
@@ -492,7 +466,7 @@ class SECLGenerationMixin:
         if base_answer:  # one cache of prompt and answer (adapter off) for every read and update step of this answer
             context = self._secl_answer_context(prompt, answer_ids, context)
         with torch.no_grad():
-            conf, greedy, passes = self._secl_verbalized(prompt, answer_ids, context=context,
+            conf, greedy, passes = self.secl_verbalized(prompt, answer_ids, context=context,
                                                          restated=self._secl_restated(answer_ids, choices))
         c = float(conf[0])
         passes += 1  # the generation
@@ -519,111 +493,6 @@ class SECLGenerationMixin:
             self.train()
         record["forward_passes"] = passes
         return record
-
-    def secl_pseudo_label(self, prompt, answer_ids, distractors=None, *, choices=None, prompt_cache=None) -> dict:
-        """SECL's pseudo-label for one answer, without touching the adapter or the gate. In the "confidence"
-        scope it is read with the adapter off: the base model's P(True)Norm, however the adapter has moved.
-
-        prompt, answer_ids : token ids (the answer without its end-of-turn token). distractors : list of
-        alternative answers (str), shown as they are. choices : the MCQA option texts in letter order: the
-        answer's option (the first option letter it names) and up to K others, each shown as "<letter>. <text>"
-        as ``diagnose`` shows them (``confidence.mcqa_answer_text``). Neither → K deduplicated beam-search
-        alternatives.
-        Returns {"p_true": (1 + k,) P(True) of the answer then the k distractors, "norm_p_true": c*,
-        "n_distractors": k, "forward_passes": reads (+ beams)}. ValueError for both distractors and choices,
-        or a number of choices outside 2..10.
-
-        prompt_cache : optional cache (batch 1) whose first ``len(prompt)`` positions hold ``prompt`` run as the
-            teacher reads it (adapter off; e.g. ``generate``'s returned ``cache`` for a batch of one unpadded
-            prompt, while the adapter is the identity or in the "confidence" scope); the prompt is then not run
-            again (the P(True) reads continue it). Not modified. ValueError if it holds fewer positions.
-        """
-        context = None
-        if prompt_cache is not None:
-            if prompt_cache.get_seq_length() < len(prompt):
-                raise ValueError(f"prompt_cache: holds {prompt_cache.get_seq_length()} positions, the prompt has "
-                                 f"{len(prompt)}")
-            context = (cache_row(prompt_cache, 0, len(prompt)), torch.ones(len(prompt), dtype=torch.long))
-        return self._secl_label(prompt, answer_ids, distractors, choices, context)
-
-    def _secl_label(self, prompt, answer_ids, distractors, choices, prompt_context=None) -> dict:
-        """``secl_pseudo_label``; prompt_context : (cache, mask) of the prompt computed as the teacher reads it
-        (``generate``'s in the "confidence" scope), so the prompt is not run again."""
-        if choices is not None and distractors is not None:
-            raise ValueError("choices: the options are the distractors; pass choices or distractors, not both")
-        if choices is not None and not 2 <= len(choices) <= len(LETTERS):
-            raise ValueError(f"choices: need 2 to {len(LETTERS)} options, got {len(choices)}")
-        cfg = self.secl_config
-        was_training = self.training
-        self.eval()
-        with torch.no_grad(), self._secl_base():
-            candidates, passes = self._secl_candidates(list(prompt), list(answer_ids), distractors, choices)
-            conts = [self._secl_cont(ids, text, cfg.p_true_template, PLAIN_P_TRUE_PREFIX) for ids, text in candidates]
-            if prompt_context is None:
-                _, cache, n = prefix_pass(self, list(prompt))
-                mask = None
-            else:
-                (cache, mask), n = prompt_context, len(prompt_context[1])
-            lp = continuation_logprobs(self, cache, n, conts, batch_size=len(conts),  # all candidates in one call
-                                       pad_id=self.secl_tokenizer.pad_token_id or 0, prefix_mask=mask)
-            pt, _ = p_true_from_logprobs(lp, self.secl_tokens)
-        if was_training:
-            self.train()
-        pt = pt.cpu().numpy().astype(np.float64)
-        return {"p_true": pt, "norm_p_true": float(norm_p_true(pt[None], tau=cfg.tau_n)[0, 0]),
-                "n_distractors": len(candidates) - 1, "forward_passes": passes + len(conts)}
-
-    def _secl_candidates(self, prompt, answer_ids, distractors, choices) -> tuple[list, int]:
-        """The answer then its distractors as (assistant turn ids, text restated in the P(True) turn), and the
-        forward passes spent finding them (the beam search)."""
-        cfg, tok, fmt = self.secl_config, self.secl_tokenizer, self.secl_prompt_format
-        k, own = cfg.num_distractors, self._secl_text(answer_ids)
-        if choices is not None:
-            # as diagnose asks (confidence.mcqa_signals): the letter is the turn, "<letter>. <text>" is asked about
-            chosen, own = self._secl_option(own, choices)
-            others = [j for j in range(len(choices)) if j != chosen][:k]
-            return [(answer_ids, own)] + [(assistant_answer_ids(tok, LETTERS[j], fmt),
-                                           mcqa_answer_text(LETTERS[j], choices[j], cfg.answer_max_chars))
-                                          for j in others], 0
-        if distractors is None:
-            alt_ids, passes = self._secl_alternatives(prompt, answer_ids)
-            return [(answer_ids, own)] + [(a, self._secl_text(a)) for a in alt_ids], passes
-        alts = [d for d in dict.fromkeys(distractors) if not same_option(own, d)][:k]
-        return [(answer_ids, own)] + [(assistant_answer_ids(tok, d, fmt), d) for d in alts], 0
-
-    def _secl_burst_item(self, prompt, answer_ids, c, distractors, choices, record, context, prompt_context) -> int:
-        """The pseudo-label and, past the bin gate, the update steps. context : the answer's cache (adapter off)
-        in the "confidence" scope, reused by every step; None in the "all" scope."""
-        cfg = self.secl_config
-        label = self._secl_label(prompt, answer_ids, distractors, choices, prompt_context)
-        passes, c_star = label["forward_passes"], label["norm_p_true"]
-        record["p_true"], record["norm_p_true"] = float(label["p_true"][0]), c_star
-        record["n_distractors"] = label["n_distractors"]
-        # every burst question with its pseudo-label is replayed later, whether or not it passes the gate
-        item = ReplayItem(list(prompt), list(answer_ids), self._secl_restated(answer_ids, choices), c_star, context,
-                          self.secl_counters["questions"] - 1)
-        if not bin_gate_passes(c, c_star, n_bins=cfg.n_bins, width=cfg.bin_gate_width):
-            record["skipped_by_bin_gate"] = True
-            self.secl_counters["skipped_by_bin_gate"] += 1
-            self.secl_replay.add(item)
-            return passes
-        item.target = record["target"] = directional_target(c, c_star, alpha_step=cfg.alpha_step, delta=cfg.delta)
-        opt = self._secl_opt()
-        self.train()
-        try:
-            steps, record["replayed"] = update_steps(self, item, self.secl_replay, opt, steps=cfg.steps_per_update,
-                                                     alpha_step=cfg.alpha_step, delta=cfg.delta)
-        finally:
-            opt.zero_grad(set_to_none=True)
-            self.eval()
-        self.secl_replay.add(dataclasses.replace(item, target=None))
-        self.secl_counters["updates"] += 1
-        record["updated"] = True
-        with torch.no_grad():  # for the record only: not part of SECL's cost
-            after, _ = item_confidence(self, item)
-        record["confidence_after"] = float(after[0])
-        return passes + steps
-
 
 class GenerationMixinCall:
     """The model class's own ``generate`` (bypassing SECL), for internal beam searches."""

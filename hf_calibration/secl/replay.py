@@ -74,7 +74,7 @@ def directional_target(c: float, c_star: float, *, alpha_step: float, delta: flo
 def item_confidence(model, item: ReplayItem, *, requires_grad: bool = False):
     """The verbalized confidence (tensor (1,)) of ``item`` under ``model``'s current adapter, and the forward
     passes of the read (1, or 2 when "10" is two tokens: counted as the stream counts them)."""
-    conf, _, passes = model._secl_verbalized(item.prompt, item.answer_ids, requires_grad=requires_grad,
+    conf, _, passes = model.secl_verbalized(item.prompt, item.answer_ids, requires_grad=requires_grad,
                                              context=item.context, restated=item.restated)
     return conf, passes
 

@@ -9,7 +9,7 @@ streams against one OpenAI-compatible server (vLLM started with ``--enable-lora 
   identity); in a burst, the P(True) teacher reads (with the adapter off in the "confidence" scope, with it in
   the "all" scope, as ``SECLConfig.adapter_scope`` says);
 - local (the "trainer": a ``SECLModel``, a transformers + PEFT copy of the base model): the update steps of
-  an accepted burst question, the mixin's own ``_secl_verbalized`` under MSE(c, ĉ) with AdamW.
+  an accepted burst question, the mixin's own ``secl_verbalized`` under MSE(c, ĉ) with AdamW.
 
 The server applies a request's LoRA to every token of it, so the served verbalized read is the adapter over
 the whole conversation: the mixin's "all"-scope read. The trainer therefore computes that read (its config is
@@ -160,7 +160,7 @@ class SECLService:
         self.state_dir = Path(state_dir)
         self.lora = LoRAAdmin(backend)
         self.streams: dict[str, StreamState] = {}
-        self._identity = {k: v.detach().clone() for k, v in trainer._secl_initial.items()}
+        self._identity = {k: v.detach().clone() for k, v in trainer.secl_initial_adapter.items()}
         self._active: StreamState | None = None
         self._lock = threading.Lock()  # the trainer holds one stream's adapter at a time
         tok = trainer.secl_tokens
@@ -203,8 +203,8 @@ class SECLService:
             self._activate(stream)
             load_artifact_weights(self.trainer.peft_model, folder)
             if (folder / OPTIMIZER_FILE).is_file():
-                self.trainer._secl_optimizer = None
-                self.trainer._secl_opt().load_state_dict(torch.load(folder / OPTIMIZER_FILE, weights_only=True))
+                self.trainer.secl_adamw = None
+                self.trainer.secl_optimizer().load_state_dict(torch.load(folder / OPTIMIZER_FILE, weights_only=True))
         served = f"{stream.name}-v{stream.version}"
         if served not in self.lora.served():  # a server restarted since; else the killed service's load stands
             self.lora.load(served, folder, rank=self.config.lora_r)
@@ -218,11 +218,11 @@ class SECLService:
         if self._active is stream:
             return
         if self._active is not None:
-            self._active.adapter = {k: v.detach().clone() for k, v in tr._secl_adapter_state().items()}
-            self._active.optimizer = tr._secl_optimizer
+            self._active.adapter = {k: v.detach().clone() for k, v in tr.secl_adapter_state().items()}
+            self._active.optimizer = tr.secl_adamw
         weights = stream.adapter if stream.adapter is not None else self._identity
         set_peft_model_state_dict(tr.peft_model, {k: v.clone() for k, v in weights.items()}, adapter_name="default")
-        tr._secl_optimizer = stream.optimizer
+        tr.secl_adamw = stream.optimizer
         tr.secl_gate, tr.secl_counters, tr.secl_burst_left = stream.gate, stream.counters, stream.burst_left
         self._active = stream
 
@@ -284,9 +284,9 @@ class SECLService:
 
     def _verbalized(self, reader, prompt, answer) -> tuple[float, float, int]:
         """(c, greedy, reads): the verbalized confidence of ``answer`` read through ``reader``, over the ids the
-        trainer's ``_secl_verbalized`` reads (the second read of a two-token "10" after its "1")."""
+        trainer's ``secl_verbalized`` reads (the second read of a two-token "10" after its "1")."""
         tr, tokens = self.trainer, self.trainer.secl_tokens
-        cont = tr._secl_cont(answer, tr._secl_text(answer), self.config.confidence_template, PLAIN_CONFIDENCE_PREFIX)
+        cont = tr.secl_followup(answer, tr.secl_answer_text(answer), self.config.confidence_template, PLAIN_CONFIDENCE_PREFIX)
         rows = [prompt + cont] + ([prompt + cont + [tokens.digits[1][0]]] if tokens.two_step else [])
         lp = reader.next_token_logprobs(rows, self._verbal_ids).dense(self._verbal_ids, reader.vocab_size)
         conf, greedy, _ = verbalized_from_logprobs(lp[:1], tokens, lp[1:] if tokens.two_step else None)
@@ -298,8 +298,8 @@ class SECLService:
         if choices is None and distractors is None:
             raise ParameterError("choices", None, "a served SECL burst needs the MCQA options (choices) or "
                                  "alternative answers (distractors) for P(True)Norm")
-        candidates, passes = tr._secl_candidates(prompt, answer, distractors, choices)
-        conts = [tr._secl_cont(ids, text, cfg.p_true_template, PLAIN_P_TRUE_PREFIX) for ids, text in candidates]
+        candidates, passes = tr.secl_candidates(prompt, answer, distractors, choices)
+        conts = [tr.secl_followup(ids, text, cfg.p_true_template, PLAIN_P_TRUE_PREFIX) for ids, text in candidates]
         teacher = self.backend if self.adapter_scope == "confidence" else reader
         lp = teacher.next_token_logprobs([prompt + x for x in conts], self._yes_no).dense(self._yes_no,
                                                                                          teacher.vocab_size)
@@ -318,7 +318,7 @@ class SECLService:
             stream.pending = True
             if self.swap == "burst":  # read locally: the server keeps the old version until the burst ends
                 with torch.no_grad():
-                    record["confidence_after"] = float(tr._secl_verbalized(prompt, answer)[0][0])
+                    record["confidence_after"] = float(tr.secl_verbalized(prompt, answer)[0][0])
         stream.counters["updates"] += 1
         record["updated"] = True
         if self.swap == "update":
@@ -329,11 +329,11 @@ class SECLService:
     def _train(self, prompt, answer, target: float) -> int:
         """``steps_per_update`` AdamW steps of the trainer's adapter on (c − ĉ)², c read as the server reads it."""
         tr = self.trainer
-        opt = tr._secl_opt()
+        opt = tr.secl_optimizer()
         tr.train()
         try:
             for _ in range(self.config.steps_per_update):
-                conf, _, _ = tr._secl_verbalized(prompt, answer, requires_grad=True)
+                conf, _, _ = tr.secl_verbalized(prompt, answer, requires_grad=True)
                 loss = (conf[0] - target) ** 2
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
@@ -365,8 +365,8 @@ class SECLService:
                 self.trainer.save_pretrained(tmp)
             finally:
                 self.trainer.secl_config = read_config
-            if self.trainer._secl_optimizer is not None:
-                torch.save(self.trainer._secl_optimizer.state_dict(), tmp / OPTIMIZER_FILE)
+            if self.trainer.secl_adamw is not None:
+                torch.save(self.trainer.secl_adamw.state_dict(), tmp / OPTIMIZER_FILE)
         os.replace(tmp, final)
         served = f"{stream.name}-v{version}"
         self.lora.load(served, final, rank=self.config.lora_r)

@@ -24,7 +24,7 @@ def encode(tokenizer, texts):
 
 
 def adapter(model):
-    return {k: v.detach().clone() for k, v in model._secl_adapter_state().items()}
+    return {k: v.detach().clone() for k, v in model.secl_adapter_state().items()}
 
 
 def same(a, b):
@@ -212,7 +212,7 @@ def test_confidence_from_generate_cache_equals_fresh_pass(tiny_tokenizer, secl, 
         prompt = enc["input_ids"][i][enc["attention_mask"][i].bool()].tolist()
         answer = out.sequences[i, enc["input_ids"].shape[1]:].tolist()
         answer = answer[: next((j for j, t in enumerate(answer) if t in secl.secl_stop_ids({"eos_token_id": int(first[0])})), len(answer))]
-        fresh = float(secl._secl_verbalized(prompt, answer)[0][0])
+        fresh = float(secl.secl_verbalized(prompt, answer)[0][0])
         assert float(out.confidences[i]) == pytest.approx(fresh, abs=1e-5)
 
 

@@ -4,6 +4,7 @@ burst, and the steps per update. Each test fails when its option is ignored."""
 import pytest
 import torch
 
+import hf_calibration.secl.burst as burst_module
 import hf_calibration.secl.mixin as mixin_module
 import hf_calibration.secl.replay as replay_module
 from hf_calibration.errors import ParameterError
@@ -81,7 +82,7 @@ def _spy_steps(monkeypatch):
         return real(model, items, optimizer, **kw)
 
     monkeypatch.setattr(replay_module, "minibatch_step", spy)
-    monkeypatch.setattr(mixin_module, "bin_gate_passes", lambda *a, **k: True)
+    monkeypatch.setattr(burst_module, "bin_gate_passes", lambda *a, **k: True)
     return calls
 
 
@@ -119,7 +120,7 @@ def test_replay_buffer_capacity_batch_and_new_burst(tiny_model, tiny_tokenizer, 
 def test_gated_out_questions_are_replayed(tiny_model, tiny_tokenizer, monkeypatch):
     calls = _spy_steps(monkeypatch)
     gate = iter([False, True])
-    monkeypatch.setattr(mixin_module, "bin_gate_passes", lambda *a, **k: next(gate))
+    monkeypatch.setattr(burst_module, "bin_gate_passes", lambda *a, **k: next(gate))
     _, records = _burst(tiny_model, tiny_tokenizer, 2, replay_size=5)
     assert records[0]["skipped_by_bin_gate"] and calls == [[1, 0]]
 

@@ -36,7 +36,7 @@ def generate(model, tokenizer, texts, **kwargs):
 
 
 def adapter(model):
-    return {k: v.detach().clone() for k, v in model._secl_adapter_state().items()}
+    return {k: v.detach().clone() for k, v in model.secl_adapter_state().items()}
 
 
 def trace(model):
@@ -58,9 +58,9 @@ def trace(model):
 @pytest.fixture()
 def always_update(monkeypatch):
     """Every burst question passes the bin gate, so each takes exactly steps_per_update steps."""
-    import hf_calibration.secl.mixin
+    import hf_calibration.secl.burst
 
-    monkeypatch.setattr(hf_calibration.secl.mixin, "bin_gate_passes", lambda *args, **kwargs: True)
+    monkeypatch.setattr(hf_calibration.secl.burst, "bin_gate_passes", lambda *args, **kwargs: True)
 
 
 def trained(tiny_tokenizer, **config):
@@ -171,12 +171,12 @@ def test_adapter_scope_is_checked():
 # -- item 2: P(True) about the content -------------------------------------------------------------------------
 def test_p_true_prompt_shows_the_option_text(tiny_tokenizer, tiny_model, monkeypatch):
     """MCQA candidates are shown to P(True) as "<letter>. <option text>", for the answer and each distractor."""
-    import hf_calibration.secl.mixin
+    import hf_calibration.secl.burst
 
     model = apply_secl(tiny_model, tiny_tokenizer, SECLConfig())
     scored = []
-    real = hf_calibration.secl.mixin.continuation_logprobs
-    monkeypatch.setattr(hf_calibration.secl.mixin, "continuation_logprobs",
+    real = hf_calibration.secl.burst.continuation_logprobs
+    monkeypatch.setattr(hf_calibration.secl.burst, "continuation_logprobs",
                         lambda m, c, n, conts, **kw: scored.extend(conts) or real(m, c, n, conts, **kw))
     prompt = tiny_tokenizer.encode(
         tiny_tokenizer.apply_chat_template([{"role": "user", "content": QUESTION}], tokenize=False,
