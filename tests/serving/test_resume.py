@@ -104,3 +104,34 @@ def test_server_dying_mid_run_keeps_scores_and_the_same_command_resumes(proxy, t
     # reads the prompt's keys and values instead of recomputing them), so within PROB_ATOL (tests/serving/conftest)
     for g, r in zip(got, ref):
         assert abs(g["confidence"] - r["confidence"]) <= PROB_ATOL
+
+
+def test_diagnose_resumes_inside_a_later_pass_through_the_server(proxy, tmp_path, capsys):
+    def diagnose(out):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            rc = main(["diagnose", "--output-dir", str(out), "--limit", "2", "--n-resamples", "20", "--batch-size", "1",
+                       "--backend", "openai", "--base-url", proxy.url, "--served-model", MODEL])
+        return rc, capsys.readouterr().err
+
+    rc, err = diagnose(tmp_path / "whole")
+    assert rc == 0, err
+    whole, proxy.completions = proxy.completions, 0
+    proxy.budget = 1 + 2 + 3  # the check, both option reads, three of the eight P(True) reads
+    rc, err = diagnose(tmp_path / "run")
+    assert rc == 2 and len(err.strip().splitlines()) == 1, err
+    assert "the 3 of 8 P(True) reads (after all option reads) scored so far are kept" in err
+    proxy.budget, proxy.completions = None, 0
+    rc, err = diagnose(tmp_path / "run")
+    assert rc == 0, err
+    assert proxy.completions == whole - 5  # neither the option reads nor the three P(True) reads again
+    assert not partial_path(tmp_path / "run", "diagnose").exists()
+    got, ref = (_read_jsonl(tmp_path / d / "signals.jsonl") for d in ("run", "whole"))
+    assert [r["prediction"] for r in got] == [r["prediction"] for r in ref]
+    for g, r in zip(got, ref):  # as test_jobs_served's diagnose: P(True)Norm's 1/τ_n = 5 inside a softmax
+        for name in ("option_probability", "p_true", "norm_p_true", "dinco"):
+            assert abs(g[name] - r[name]) <= 10 * PROB_ATOL, name
+
+
+def _read_jsonl(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]

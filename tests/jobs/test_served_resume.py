@@ -1,6 +1,6 @@
-"""A served ``evaluate`` whose server dies mid-run keeps every scored question and resumes, without a server: a
-``ScoringBackend`` of our own (the in-process backend on the tiny model) that stops answering after k prompts, as
-a dead server does after the retries. (Against a real vLLM server: tests/serving/test_jobs_served.py.)"""
+"""A served ``evaluate`` or ``diagnose`` whose server dies mid-run keeps every scored read and resumes, without a
+server: a ``ScoringBackend`` of our own (the in-process backend on the tiny model) that stops answering after k
+prompts, as a dead server does after the retries. (Against a real vLLM server: tests/serving/test_resume.py.)"""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import threading
 import numpy as np
 import pytest
 
-from hf_calibration.jobs import EvaluateConfig, run_evaluate
+from hf_calibration.jobs import DiagnoseConfig, EvaluateConfig, run_diagnose, run_evaluate
 from hf_calibration.modeling.backends import ServerError, TransformersBackend
 from hf_calibration.outputs import partial_path
 
@@ -104,3 +104,24 @@ def test_another_runs_checkpoint_is_never_mixed_in(serve, tiny_model_dir, tmp_pa
     again = serve()
     run_evaluate(_config(tiny_model_dir, out, limit=LIMIT - 1, prompt_format="plain"), progress=False)
     assert again.sent == LIMIT - 1  # same questions, another prompt: the other run's scores are discarded
+
+
+def test_diagnose_resumes_inside_a_later_pass(serve, tiny_model_dir, tmp_path):
+    def diagnose(out):
+        return run_diagnose(DiagnoseConfig(model=str(tiny_model_dir), output_dir=str(out), limit=3, n_resamples=20,
+                                           backend="openai", base_url=URL), progress=False)
+
+    whole = serve()
+    diagnose(tmp_path / "whole")
+    out = tmp_path / "run"
+    serve(alive=3 + 5)  # the three option reads, then five of the twelve P(True) reads
+    with pytest.raises(ServerError) as err:
+        diagnose(out)
+    assert "the 5 of 12 P(True) reads (after all option reads) scored so far are kept" in str(err.value)
+    assert not out.exists()
+    resumed = serve()
+    diagnose(out)
+    assert resumed.sent == whole.sent - 8  # neither the option reads nor the five P(True) reads again
+    assert not partial_path(out, "diagnose").exists()
+    # the same kernel on the same one-prompt passes, the kept floats read back bit-for-bit: exact
+    assert (out / "signals.jsonl").read_text() == (tmp_path / "whole" / "signals.jsonl").read_text()
