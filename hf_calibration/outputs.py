@@ -12,6 +12,10 @@ manifest (``MANIFEST``), so that a later run can tell its own earlier files from
 - everything else in the folder (other scorings' subfolders, the user's own files) stays untouched.
 
 ``check_result_folder`` makes the same refusal up front, before a model loads, so no work is lost to it.
+
+``partial_path`` names where a job keeps what it has scored while it runs (a hidden file beside the result
+folder, like the staging folder, so a run that stops leaves the result folder as it was); the job removes it
+once its results are in place.
 """
 
 from __future__ import annotations
@@ -62,6 +66,12 @@ def check_result_folder(path, job: str, names=(), *, overwrite: bool = False, pa
     """Before any work: the refusal ``AtomicOutputDir`` would make when moving ``names`` into ``path`` (module
     docstring). ParameterError naming ``parameter``."""
     _conflict(Path(path), job, names, overwrite, parameter, str(path))
+
+
+def partial_path(path, job: str) -> Path:
+    """``<parent>/.<name>.<job>.partial.jsonl``: the scores a ``job`` writing into ``path`` keeps while it runs."""
+    path = Path(path)
+    return path.parent / f".{path.name}.{job}.partial.jsonl"
 
 
 def _files(root: Path) -> list[str]:

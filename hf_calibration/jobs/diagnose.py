@@ -17,7 +17,7 @@ from hf_calibration.jobs.common import (CUSTOM_DATA_FIELDS, JobResult, MCQAScori
                                         load_mcqa_for)
 from hf_calibration.modeling.streams import build_stream
 from hf_calibration.plotting import plot_reliability_diagrams
-from hf_calibration.outputs import AtomicOutputDir, check_result_folder
+from hf_calibration.outputs import AtomicOutputDir, check_result_folder, partial_path
 from hf_calibration.reports import write_json, write_jsonl
 from hf_calibration.secl.config import SECLConfig
 from hf_calibration.secl.confidence import DEFAULT_TAU_N, SIGNAL_NAMES
@@ -105,15 +105,27 @@ def _followup_tokens(tokenizer, choices, fmt: str) -> int:
     return longest + 1
 
 
+def _served_checkpoint(config: DiagnoseConfig, out):
+    """Where a served run keeps each read (``outputs.partial_path``), keyed by the run's identity."""
+    from hf_calibration.modeling.backends.checkpoint import ScoreCheckpoint
+
+    run = {"job": "diagnose", "model": config.model, "served_model": config.served_model or config.model,
+           "dataset": config.dataset, "subjects": config.subjects, "limit": config.limit, "seed": config.seed,
+           "balance_gold": config.balance_gold, "prompt_format": config.prompt_format, **custom_data_options(config)}
+    return ScoreCheckpoint(partial_path(out, "diagnose"), run)
+
+
 def _diagnose_mcqa(config: DiagnoseConfig, model, tokenizer, out, run: dict, progress: bool):
     dataset = load_mcqa_for(config.dataset, subjects=config.subjects, limit=config.limit, seed=config.seed,
                             default_limit=config.default_limit(),
                             balance_gold=config.balance_gold, **custom_data_options(config))
-    if config.backend == "openai":
+    checkpoint = _served_checkpoint(config, out) if config.backend == "openai" else None
+    if checkpoint is not None:
         from hf_calibration.secl.served import diagnose_served
 
         start = time.perf_counter()
-        result, signals = diagnose_served(config, dataset, run, progress=progress, **ece_options(config))
+        result, signals = diagnose_served(config, dataset, run, progress=progress, checkpoint=checkpoint,
+                                          **ece_options(config))
     else:
         if model is None:
             model, tokenizer = _load(config, run)
@@ -132,6 +144,8 @@ def _diagnose_mcqa(config: DiagnoseConfig, model, tokenizer, out, run: dict, pro
         fig = plot_diagnosis(signals, title=f"{config.model.split('/')[-1]} · {config.dataset} (n={len(dataset)})",
                              n_bins=config.n_bins, binning=config.binning)
         fig.savefig(tmp / "reliability_diagrams.png", dpi=110, bbox_inches="tight")
+    if checkpoint is not None:  # the results are in place: what was kept is no longer needed
+        checkpoint.remove()
     return result, signals, ("diagnosis.json", "signals.jsonl", "reliability_diagrams.png")
 
 

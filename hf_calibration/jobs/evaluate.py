@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from hf_calibration import modeling, reports
 from hf_calibration.data import check_mcqa_arguments
 from hf_calibration.errors import ParameterError, renamed_parameters
-from hf_calibration.outputs import check_result_folder
+from hf_calibration.outputs import check_result_folder, partial_path
 from hf_calibration.jobs.common import (JobResult, MCQAScoringConfig, batch_size_field, check_device, check_input_file,
                                         check_output_dir, custom_data_options, dataset_field, ece_options,
                                         fit_mcqa_to_context, load_mcqa_for)
@@ -58,6 +58,34 @@ def _load_posthoc(path: str):
         raise ParameterError("posthoc", path, f"{path!r} is not a calibrator saved by fit-posthoc ({err})") from None
 
 
+def _checkpoint(config: EvaluateConfig, out):
+    """Where a served run keeps each scored question (``outputs.partial_path``), keyed by the run's identity."""
+    from hf_calibration.modeling.backends.checkpoint import ScoreCheckpoint
+
+    run = {"job": "evaluate", "model": config.model, "served_model": config.served_model or config.model,
+           "dataset": config.dataset, "subjects": config.subjects, "limit": config.limit, "seed": config.seed,
+           "prompt_format": config.prompt_format, **custom_data_options(config)}
+    return ScoreCheckpoint(partial_path(out, "evaluate"), run)
+
+
+def _score_served(config: EvaluateConfig, dataset, checkpoint):
+    """``(scores, load seconds, scoring start)`` through the server ``config`` names, each question kept in
+    ``checkpoint``."""
+    from hf_calibration.modeling.backends import open_server_backend, score_mcqa_with
+
+    start = time.perf_counter()
+    tokenizer, backend = open_server_backend(config.model, config.base_url, config.served_model,
+                                             max_in_flight=config.batch_size)
+    load_s, start = time.perf_counter() - start, time.perf_counter()
+    try:
+        with renamed_parameters(prompts="dataset"):  # a question longer than the server's context
+            scores = score_mcqa_with(backend, tokenizer, dataset, prompt_format=config.prompt_format,
+                                     checkpoint=checkpoint)
+    finally:
+        backend.close()
+    return scores, load_s, start
+
+
 def run_evaluate(config: EvaluateConfig, *, progress: bool = True) -> EvaluateResult:
     """Score ``config.limit`` questions by their option-letter probabilities and write ``predictions.jsonl``,
     ``metrics.json`` (every metric with 95 % bootstrap intervals, the constant references, the position bias;
@@ -87,15 +115,9 @@ def run_evaluate(config: EvaluateConfig, *, progress: bool = True) -> EvaluateRe
                                  f"options, but {{dataset}} {config.dataset} has {k}", related=("dataset",))
     modeling.resolve_model_path(config.model)  # fails fast on a bad path before the heavy load
     start = time.perf_counter()
-    if config.backend == "openai":  # the server is checked (name, context, tokenizer) before any question
-        from hf_calibration.modeling.backends import open_server_backend, score_mcqa_with
-
-        tokenizer, backend = open_server_backend(config.model, config.base_url, config.served_model,
-                                                 max_in_flight=config.batch_size)
-        load_s, start = time.perf_counter() - start, time.perf_counter()
-        with renamed_parameters(prompts="dataset"):  # a question longer than the server's context
-            scores = score_mcqa_with(backend, tokenizer, dataset, prompt_format=config.prompt_format)
-        backend.close()
+    checkpoint = _checkpoint(config, out) if config.backend == "openai" else None
+    if checkpoint is not None:  # the server is checked (name, context, tokenizer) before any question
+        scores, load_s, start = _score_served(config, dataset, checkpoint)
     else:
         model, tokenizer = modeling.load_model(config.model, device=config.device)
         load_s = time.perf_counter() - start
@@ -119,6 +141,8 @@ def run_evaluate(config: EvaluateConfig, *, progress: bool = True) -> EvaluateRe
         run["posthoc"] = str(config.posthoc)
     reports.write_evaluation(out, dataset, scores, metrics, run, n_bins=config.n_bins, binning=config.binning,
                              overwrite=config.overwrite)
+    if checkpoint is not None:  # the results are in place: what was kept is no longer needed
+        checkpoint.remove()
     paths = {name: out / name for name in reports.EVALUATION_FILES}
     return EvaluateResult(metrics=metrics, run=run, paths=paths, output_dir=out,
                           table=reports.format_mcqa_table(metrics, run), scores=scores, calibrator=calibrator)

@@ -48,11 +48,22 @@ def _question_prompts(tokenizer, row, fmt, templates):
     return prompt, answers, p_true
 
 
+def _read(backend, prompts, ids, checkpoint, what: str):
+    """``backend.next_token_logprobs(prompts, ids)``, each prompt kept in ``checkpoint`` when there is one."""
+    if checkpoint is None:
+        return backend.next_token_logprobs(prompts, ids)
+    from hf_calibration.modeling.backends.checkpoint import next_token_logprobs_kept
+
+    return next_token_logprobs_kept(backend, prompts, ids, checkpoint, what=what)
+
+
 def mcqa_signals_with(backend, tokenizer, dataset, *, tau_n: float = DEFAULT_TAU_N, prompt_format: str = "auto",
                       confidence_template: str = CONFIDENCE_TEMPLATE, p_true_template: str = P_TRUE_TEMPLATE,
-                      progress: bool = True) -> MCQASignals:
+                      progress: bool = True, checkpoint=None) -> MCQASignals:
     """``confidence.mcqa_signals`` through ``backend`` (module docstring); same returns, same errors. All prompts of
-    a pass are sent together (the backend runs them concurrently) and checked against its context first."""
+    a pass are sent together (the backend runs them concurrently) and checked against its context first.
+    ``checkpoint`` : optional ``ScoreCheckpoint`` keeping each read of the three passes as it arrives (the reads
+    it holds are not sent again: ``modeling.backends.checkpoint``)."""
     from hf_calibration.secl.confidence import check_template
 
     check_template(confidence_template, "confidence_template")
@@ -71,7 +82,7 @@ def mcqa_signals_with(backend, tokenizer, dataset, *, tau_n: float = DEFAULT_TAU
     built = [_question_prompts(tokenizer, r, fmt, (confidence_template, p_true_template)) for r in rows]
     backend.check_lengths([p for b in built for p in [b[0], *b[2]]], extra=1)
     t0 = time.perf_counter()
-    first = backend.next_token_logprobs([b[0] for b in built], ids).dense(ids, vocab)
+    first = _read(backend, [b[0] for b in built], ids, checkpoint, "option reads").dense(ids, vocab)
     option_probs, option_mass = np.zeros((n, k_max)), np.zeros(n)
     for i, row in enumerate(rows):
         k = len(row["choices"])
@@ -81,7 +92,7 @@ def mcqa_signals_with(backend, tokenizer, dataset, *, tau_n: float = DEFAULT_TAU
     prediction = option_probs.argmax(axis=1)
     t1 = time.perf_counter()
     flat = [p for b in built for p in b[2]]
-    lp_true = backend.next_token_logprobs(flat, ids).dense(ids, vocab)
+    lp_true = _read(backend, flat, ids, checkpoint, "P(True) reads (after all option reads)").dense(ids, vocab)
     p, m = p_true_from_logprobs(lp_true, tokens)
     pt, pt_mass = np.full((n, k_max), np.nan), np.full((n, k_max), np.nan)
     at = 0
@@ -94,7 +105,8 @@ def mcqa_signals_with(backend, tokenizer, dataset, *, tau_n: float = DEFAULT_TAU
         "{answer}", b[1][prediction[i]]), fmt, PLAIN_CONFIDENCE_PREFIX) for i, b in enumerate(built)]
     reads = verbal + ([v + [tokens.digits[1][0]] for v in verbal] if tokens.two_step else [])
     backend.check_lengths(reads, extra=1)
-    lp_v = backend.next_token_logprobs(reads, ids).dense(ids, vocab)
+    lp_v = _read(backend, reads, ids, checkpoint, "verbalized reads (after all option and P(True) reads)"
+                 ).dense(ids, vocab)
     verb, greedy, verb_mass = verbalized_from_logprobs(lp_v[:n], tokens, lp_v[n:] if tokens.two_step else None)
     t3 = time.perf_counter()
     return _signals(rows, option_probs, option_mass, prediction, pt, pt_mass, verb.numpy().astype(np.float64),
@@ -126,9 +138,11 @@ def _signals(rows, option_probs, option_mass, prediction, pt, pt_mass, verb, gre
         prompt_format=fmt, tau_n=float(tau_n))
 
 
-def diagnose_served(config, dataset, run: dict, *, progress: bool = True, **ece) -> tuple[dict, MCQASignals]:
+def diagnose_served(config, dataset, run: dict, *, progress: bool = True, checkpoint=None,
+                    **ece) -> tuple[dict, MCQASignals]:
     """``secl.diagnose.diagnose`` through the server a diagnose job's config names (``backend`` openai,
-    ``base_url``, ``served_model``); records the server in ``run``. The server is checked before any question."""
+    ``base_url``, ``served_model``); records the server in ``run``. The server is checked before any question;
+    each read is kept in ``checkpoint`` (a ``ScoreCheckpoint``) when given."""
     from hf_calibration.modeling.backends import open_server_backend
     from hf_calibration.secl.diagnose import summarize
 
@@ -140,7 +154,8 @@ def diagnose_served(config, dataset, run: dict, *, progress: bool = True, **ece)
     try:
         with renamed_parameters(prompts="dataset"):  # a question longer than the server's context
             signals = mcqa_signals_with(backend, tokenizer, dataset, tau_n=config.tau_n,
-                                        prompt_format=config.prompt_format, progress=progress)
+                                        prompt_format=config.prompt_format, progress=progress,
+                                        checkpoint=checkpoint)
     finally:
         backend.close()
     return summarize(signals, n_resamples=config.n_resamples, seed=config.seed, **ece), signals

@@ -8,7 +8,8 @@ from hf_calibration.modeling.prompts import build_mcqa_prompt, option_token_ids,
 from hf_calibration.modeling.scoring import MCQAScores
 
 
-def score_mcqa_with(backend, tokenizer, dataset, *, prompt_format: str = "auto", adjust=None) -> MCQAScores:
+def score_mcqa_with(backend, tokenizer, dataset, *, prompt_format: str = "auto", adjust=None,
+                    checkpoint=None) -> MCQAScores:
     """``modeling.score_mcqa`` with the log-probabilities read from ``backend`` (a ``ScoringBackend``).
 
     The prompts are built and tokenised here, exactly as ``score_mcqa`` builds them, and sent as token ids.
@@ -19,6 +20,9 @@ def score_mcqa_with(backend, tokenizer, dataset, *, prompt_format: str = "auto",
 
     ``adjust`` : optional callable ``(token_ids, logprobs (n, m)) → (n, m)`` applied to the read log-probabilities
     before the options are formed (a CALM logit adjustment served beside its LoRA: ``calm.served``).
+
+    ``checkpoint`` : optional ``ScoreCheckpoint``; each question's read log-probabilities are appended to it as
+    they arrive and the questions it holds are not sent again (``checkpoint.next_token_logprobs_kept``).
 
     Every prompt is checked against the backend's context before the first request. Raises ValueError for an
     empty dataset or a tokenizer without single-token option letters, and the backend's errors.
@@ -34,7 +38,12 @@ def score_mcqa_with(backend, tokenizer, dataset, *, prompt_format: str = "auto",
     prompts = [build_mcqa_prompt(tokenizer, r["question"], r["choices"], prompt_format=fmt) for r in rows]
     ids = [tokenizer.encode(p, add_special_tokens=False) for p in prompts]
     backend.check_lengths(ids, extra=1)
-    lp = backend.next_token_logprobs(ids, flat).logprobs
+    if checkpoint is None:
+        lp = backend.next_token_logprobs(ids, flat).logprobs
+    else:
+        from hf_calibration.modeling.backends.checkpoint import next_token_logprobs_kept
+
+        lp = next_token_logprobs_kept(backend, ids, flat, checkpoint, what="questions").logprobs
     if adjust is not None:
         lp = np.asarray(adjust(flat, lp), dtype=np.float64)
     option_logits = np.full((len(rows), k), -np.inf, dtype=np.float64)

@@ -1,0 +1,131 @@
+"""Scores kept while a server scores, so a server that dies mid-run loses no scored question.
+
+``ScoreCheckpoint`` is one JSON-lines file: a header line with the run's fingerprint, then one line per finished
+prompt (its pass's fingerprint, its read log-probabilities, the most likely next token and its log-probability,
+floats written as ``repr`` writes them, so they read back bit-for-bit). ``next_token_logprobs_kept`` sends only the prompts the file does not
+hold, appends each one as soon as its answer arrives, and when the server stops answering (``ServerError`` after
+the backend's retries) re-raises it saying how many prompts are kept and that the same run resumes.
+
+The fingerprints cover the run's identity the job records (model, served model, dataset, subjects, limit, seed,
+prompt format, …) and, per pass, a hash of the exact token-id prompts and read ids, so a file from any other run, or from
+the same options over other data or another tokenizer, is discarded, never mixed in.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from hf_calibration.modeling.backends.base import TokenLogprobs
+from hf_calibration.modeling.backends.server import ServerError
+
+
+def fingerprint(run: dict, prompts: Sequence[Sequence[int]], token_ids: Sequence[int]) -> str:
+    """sha256 hex of ``run`` (JSON, sorted keys) and the exact prompts and read ids."""
+    digest = hashlib.sha256(json.dumps(run, sort_keys=True, default=str).encode())
+    for row in prompts:
+        digest.update(b"|" + ",".join(map(str, row)).encode())
+    digest.update(b"#" + ",".join(map(str, token_ids)).encode())
+    return digest.hexdigest()
+
+
+class ScoreCheckpoint:
+    """The kept scores of one run at ``path`` (a JSON-lines file; its folder is created on the first write).
+
+    run : the run's identity (JSON-serialisable). The header line holds its fingerprint; a file with another
+    run's header is replaced at the first write. Each record carries the fingerprint of its pass (the run and
+    that pass's exact prompts and read ids), so a job reading several passes keeps each one apart.
+    """
+
+    def __init__(self, path, run: dict):
+        self.path, self.run = Path(path), dict(run)
+        self.key = fingerprint(self.run, [], [])
+        self._lock, self._started = threading.Lock(), False
+
+    def _lines(self) -> list[str]:
+        """The file's lines when its header is this run's, else none."""
+        if not self.path.is_file():
+            return []
+        lines = self.path.read_text(encoding="utf-8").splitlines()
+        try:
+            ours = json.loads(lines[0]).get("fingerprint") == self.key
+        except (ValueError, IndexError, AttributeError):
+            ours = False
+        return lines if ours else []
+
+    def kept(self, key: str) -> dict[int, tuple[list[float], int, float]]:
+        """Prompt index → (log-probabilities, top id, top log-probability) kept for the pass fingerprinted ``key``;
+        empty when the file is missing or holds another run (a torn last line, from a killed process, is
+        skipped)."""
+        out = {}
+        for line in self._lines()[1:]:
+            try:
+                rec = json.loads(line)
+                if rec["k"] == key:
+                    out[int(rec["i"])] = ([float(v) for v in rec["lp"]], int(rec["top"]), float(rec["top_lp"]))
+            except (ValueError, KeyError, TypeError):
+                continue
+        return out
+
+    def append(self, key: str, index: int, logprobs, top_id: int, top_logprob: float) -> None:
+        """Keep prompt ``index`` of pass ``key``; the first write of this object replaces another run's file."""
+        line = json.dumps({"k": key, "i": int(index), "lp": [float(v) for v in logprobs], "top": int(top_id),
+                           "top_lp": float(top_logprob)})
+        with self._lock:
+            if not self._started and not self._lines():
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self.path.write_text(json.dumps({"fingerprint": self.key, "run": self.run}, default=str) + "\n",
+                                     encoding="utf-8")
+            self._started = True
+            with open(self.path, "a", encoding="utf-8") as f:
+                f.write(line + "\n")
+                f.flush()
+
+    def remove(self) -> None:
+        """Delete the file (the run finished and its results are written)."""
+        self.path.unlink(missing_ok=True)
+
+
+def next_token_logprobs_kept(backend, prompts, token_ids, checkpoint: ScoreCheckpoint, *,
+                             what: str = "prompts") -> TokenLogprobs:
+    """``backend.next_token_logprobs(prompts, token_ids)``, one prompt per request (``backend.max_in_flight`` at a
+    time), each answer appended to ``checkpoint`` as it arrives and the prompts it already holds not sent again.
+
+    Raises the backend's ServerError, its message extended by how many of the prompts (``what`` they are, in the
+    message) are kept and that running the same job again resumes; other errors as the backend raises them.
+    """
+    rows = [list(map(int, p)) for p in prompts]
+    ids = [int(t) for t in token_ids]
+    backend.check_lengths(rows, extra=1)
+    key = fingerprint(checkpoint.run, rows, ids)
+    kept = checkpoint.kept(key)
+    todo = [i for i in range(len(rows)) if i not in kept]
+
+    def one(i):
+        got = backend.next_token_logprobs([rows[i]], ids)
+        read = (got.logprobs[0].tolist(), int(got.top_ids[0]), float(got.top_logprobs[0]))
+        checkpoint.append(key, i, *read)
+        kept[i] = read
+
+    pool = ThreadPoolExecutor(max(1, int(getattr(backend, "max_in_flight", 1))))
+    try:
+        done, _ = wait([pool.submit(one, i) for i in todo], return_when=FIRST_EXCEPTION)
+        failed = next((f.exception() for f in done if f.exception() is not None), None)
+    finally:  # on an error or Ctrl-C nothing new starts; the requests in flight finish (and are kept)
+        pool.shutdown(wait=True, cancel_futures=True)
+    if isinstance(failed, ServerError):
+        raise ServerError(failed.parameter, failed.value,
+                          f"{failed.reason}; the {len(kept)} of {len(rows)} {what} scored so far are kept in "
+                          f"{str(checkpoint.path)!r}: run the same command again to resume",
+                          related=failed.related) from None
+    if failed is not None:
+        raise failed
+    return TokenLogprobs(np.array([kept[i][0] for i in range(len(rows))], dtype=np.float64).reshape(len(rows), -1),
+                         np.array([kept[i][1] for i in range(len(rows))], dtype=np.int64),
+                         np.array([kept[i][2] for i in range(len(rows))], dtype=np.float64))
