@@ -87,3 +87,22 @@ def option_token_ids(tokenizer, n_options: int) -> list[list[int]]:
             raise ValueError(f"tokenizer: neither {letter!r} nor {' ' + letter!r} is a single token")
         out.append(ids)
     return out
+
+
+def mcqa_prompts(tokenizer, dataset, *, prompt_format: str = "auto"):
+    """What every MCQA scorer (in process or through a server) prepares: (rows as a list, the resolved prompt
+    format, (n,) option counts, K = the largest, ``option_token_ids`` for K letters (each letter's token ids),
+    the same flattened, the n prompt strings). ValueError for an empty dataset or a tokenizer without single-token
+    option letters."""
+    import numpy as np
+
+    rows = list(dataset)
+    if not rows:
+        raise ValueError("dataset: no questions to score")
+    fmt = resolve_prompt_format(tokenizer, prompt_format)
+    n_opts = np.array([len(r["choices"]) for r in rows])
+    k = int(n_opts.max())
+    variants = option_token_ids(tokenizer, k)
+    flat = [t for v in variants for t in v]
+    prompts = [build_mcqa_prompt(tokenizer, r["question"], r["choices"], prompt_format=fmt) for r in rows]
+    return rows, fmt, n_opts, k, variants, flat, prompts

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from hf_calibration.modeling.prompts import build_mcqa_prompt, option_token_ids, resolve_prompt_format
+from hf_calibration.modeling.prompts import mcqa_prompts
 
 
 def _check_batch_size(batch_size):
@@ -131,15 +131,7 @@ def score_mcqa(
     tokenizer without single-token option letters.
     """
     _check_batch_size(batch_size)
-    rows = list(dataset)
-    if not rows:
-        raise ValueError("dataset: no questions to score")
-    fmt = resolve_prompt_format(tokenizer, prompt_format)
-    n_opts = np.array([len(r["choices"]) for r in rows])
-    k = int(n_opts.max())
-    variants = option_token_ids(tokenizer, k)
-    flat = [t for v in variants for t in v]
-    prompts = [build_mcqa_prompt(tokenizer, r["question"], r["choices"], prompt_format=fmt) for r in rows]
+    rows, fmt, n_opts, k, variants, flat, prompts = mcqa_prompts(tokenizer, dataset, prompt_format=prompt_format)
     scores = next_token_scores(model, tokenizer, prompts, flat, batch_size=batch_size, progress=progress)
     option_logits = np.full((len(rows), k), -np.inf, dtype=np.float64)
     col = 0

@@ -407,6 +407,20 @@ def mcqa_answer_text(letter: str, choice: str, max_chars: int = 200) -> str:
     return f"{letter}. {choice[:max_chars]}"
 
 
+def check_signal_inputs(tokenizer, dataset, *, tau_n, prompt_format, confidence_template, p_true_template):
+    """The checks every reader of the MCQA signals makes before scoring (in process or through a server):
+    (rows as a list, ``ConfidenceTokens``, the resolved prompt format). ValueError for bad templates, τ_n ≤ 0,
+    an empty dataset or a tokenizer without single-token digits or Yes/No."""
+    check_template(confidence_template, "confidence_template")
+    check_template(p_true_template, "p_true_template")
+    if not (isinstance(tau_n, (int, float)) and tau_n > 0):
+        raise ValueError(f"tau_n: must be > 0, got {tau_n!r}")
+    rows = list(dataset)
+    if not rows:
+        raise ValueError("dataset: no questions to score")
+    return rows, ConfidenceTokens.from_tokenizer(tokenizer), resolve_prompt_format(tokenizer, prompt_format)
+
+
 def mcqa_signals(model, tokenizer, dataset, *, tau_n: float = DEFAULT_TAU_N, prompt_format: str = "auto",
                  confidence_template: str = CONFIDENCE_TEMPLATE, p_true_template: str = P_TRUE_TEMPLATE,
                  batch_size: int = 8, progress: bool = True) -> MCQASignals:
@@ -425,15 +439,8 @@ def mcqa_signals(model, tokenizer, dataset, *, tau_n: float = DEFAULT_TAU_N, pro
 
     from hf_calibration.modeling.prompts import option_token_ids
 
-    check_template(confidence_template, "confidence_template")
-    check_template(p_true_template, "p_true_template")
-    if not (isinstance(tau_n, (int, float)) and tau_n > 0):
-        raise ValueError(f"tau_n: must be > 0, got {tau_n!r}")
-    rows = list(dataset)
-    if not rows:
-        raise ValueError("dataset: no questions to score")
-    tokens = ConfidenceTokens.from_tokenizer(tokenizer)
-    fmt = resolve_prompt_format(tokenizer, prompt_format)
+    rows, tokens, fmt = check_signal_inputs(tokenizer, dataset, tau_n=tau_n, prompt_format=prompt_format,
+                                            confidence_template=confidence_template, p_true_template=p_true_template)
     k_max = max(len(r["choices"]) for r in rows)
     reads = _MCQAReads(len(rows), k_max)
     variants = option_token_ids(tokenizer, k_max)

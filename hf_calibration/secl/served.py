@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from hf_calibration.errors import renamed_parameters
-from hf_calibration.modeling.prompts import LETTERS, build_mcqa_prompt, option_token_ids, resolve_prompt_format
+from hf_calibration.modeling.prompts import LETTERS, build_mcqa_prompt, option_token_ids
 from hf_calibration.secl.confidence import (CONFIDENCE_TEMPLATE, DEFAULT_TAU_N, P_TRUE_TEMPLATE,
                                             PLAIN_CONFIDENCE_PREFIX, PLAIN_P_TRUE_PREFIX, ConfidenceTokens,
                                             MCQASignals, assistant_answer_ids, dinco_score, followup_ids,
@@ -64,17 +64,10 @@ def mcqa_signals_with(backend, tokenizer, dataset, *, tau_n: float = DEFAULT_TAU
     a pass are sent together (the backend runs them concurrently) and checked against its context first.
     ``checkpoint`` : optional ``ScoreCheckpoint`` keeping each read of the three passes as it arrives (the reads
     it holds are not sent again: ``modeling.backends.checkpoint``)."""
-    from hf_calibration.secl.confidence import check_template
+    from hf_calibration.secl.confidence import check_signal_inputs
 
-    check_template(confidence_template, "confidence_template")
-    check_template(p_true_template, "p_true_template")
-    if not (isinstance(tau_n, (int, float)) and tau_n > 0):
-        raise ValueError(f"tau_n: must be > 0, got {tau_n!r}")
-    rows = list(dataset)
-    if not rows:
-        raise ValueError("dataset: no questions to score")
-    tokens = ConfidenceTokens.from_tokenizer(tokenizer)
-    fmt = resolve_prompt_format(tokenizer, prompt_format)
+    rows, tokens, fmt = check_signal_inputs(tokenizer, dataset, tau_n=tau_n, prompt_format=prompt_format,
+                                            confidence_template=confidence_template, p_true_template=p_true_template)
     k_max, n = max(len(r["choices"]) for r in rows), len(rows)
     variants = option_token_ids(tokenizer, k_max)
     ids = _read_ids(tokens, variants)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hf_calibration.modeling.prompts import build_mcqa_prompt, option_token_ids, resolve_prompt_format
+from hf_calibration.modeling.prompts import mcqa_prompts
 from hf_calibration.modeling.scoring import MCQAScores
 
 
@@ -27,15 +27,7 @@ def score_mcqa_with(backend, tokenizer, dataset, *, prompt_format: str = "auto",
     Every prompt is checked against the backend's context before the first request. Raises ValueError for an
     empty dataset or a tokenizer without single-token option letters, and the backend's errors.
     """
-    rows = list(dataset)
-    if not rows:
-        raise ValueError("dataset: no questions to score")
-    fmt = resolve_prompt_format(tokenizer, prompt_format)
-    n_opts = np.array([len(r["choices"]) for r in rows])
-    k = int(n_opts.max())
-    variants = option_token_ids(tokenizer, k)
-    flat = [t for v in variants for t in v]
-    prompts = [build_mcqa_prompt(tokenizer, r["question"], r["choices"], prompt_format=fmt) for r in rows]
+    rows, fmt, n_opts, k, variants, flat, prompts = mcqa_prompts(tokenizer, dataset, prompt_format=prompt_format)
     ids = [tokenizer.encode(p, add_special_tokens=False) for p in prompts]
     backend.check_lengths(ids, extra=1)
     if checkpoint is None:
