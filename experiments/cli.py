@@ -10,13 +10,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
-import warnings
 from pathlib import Path
 
 import hf_calibration
 
-from hf_calibration.cli import Parser
-from hf_calibration.errors import ParameterError, ParameterWarning
+from hf_calibration.cli import Parser, run_parsed
 
 from experiments.calm_config import CALMExperimentConfig
 from experiments.run import ExperimentConfig, run_experiment
@@ -80,29 +78,4 @@ def main(argv=None) -> int:
     if not argv or argv[0] not in parser.commands:
         parser.parse_args(argv)  # the help, or a one-line usage error; exits
         return 2
-    leaf = parser.commands[argv[0]]
-    with warnings.catch_warnings():
-        warnings.simplefilter("always", ParameterWarning)
-        shown = warnings.showwarning
-
-        def show(message, category, filename, lineno, file=None, line=None):
-            if isinstance(message, ParameterWarning):
-                print(f"{PROG}: warning: {message.message(leaf.option_of)}", file=sys.stderr)
-            elif any(d in Path(filename).resolve().parents for d in _OUR_DIRS):  # a degenerate fit, …: one line too
-                print(f"{PROG}: warning: {message}", file=sys.stderr)
-            else:
-                shown(message, category, filename, lineno, file, line)
-
-        warnings.showwarning = show
-        try:
-            result = run_experiment(*leaf.parse(argv[1:]))
-        except ParameterError as err:
-            print(f"{PROG}: error: {err.message(leaf.option_of)}", file=sys.stderr)
-            return 2
-        except (ValueError, OSError) as err:  # bad values of other parameters, files that cannot be read or written
-            print(f"{PROG}: error: {err}", file=sys.stderr)
-            return 2
-    if result.table:
-        print(result.table)
-    print(f"wrote {', '.join(str(p) for p in result.paths.values())}")
-    return 0
+    return run_parsed(parser.commands[argv[0]], run_experiment, argv[1:], prog=PROG, our_dirs=_OUR_DIRS)

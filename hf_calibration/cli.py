@@ -316,19 +316,40 @@ def parse_command(argv: list[str]) -> tuple[str, tuple]:
 _PACKAGE_DIR = Path(__file__).resolve().parent
 
 
-def _show_warning(parser: Parser, shown):
-    """``warnings.showwarning`` for a command: ours (a ParameterWarning, a degenerate fit, …) as one line
-    ``hf-calibration: warning: …``, others as Python shows them."""
+def _show_warning(parser: Parser, shown, prog: str, our_dirs: tuple):
+    """``warnings.showwarning`` for a command: ours (a ParameterWarning, a degenerate fit, …, from a module under
+    ``our_dirs``) as one line ``<prog>: warning: …``, others as Python shows them."""
 
     def show(message, category, filename, lineno, file=None, line=None):
         if isinstance(message, ParameterWarning):
-            print(f"{PROG}: warning: {message.message(parser.option_of)}", file=sys.stderr)
-        elif _PACKAGE_DIR in Path(filename).resolve().parents:
-            print(f"{PROG}: warning: {message}", file=sys.stderr)
+            print(f"{prog}: warning: {message.message(parser.option_of)}", file=sys.stderr)
+        elif any(d in Path(filename).resolve().parents for d in our_dirs):
+            print(f"{prog}: warning: {message}", file=sys.stderr)
         else:
             shown(message, category, filename, lineno, file, line)
 
     return show
+
+
+def run_parsed(parser: Parser, job, argv: list[str], *, prog: str = PROG, our_dirs: tuple = (_PACKAGE_DIR,)) -> int:
+    """Parse ``argv`` with ``parser``, run ``job(*configs)`` and print its table and the files written; a bad value
+    (ParameterError, ValueError, OSError) prints one line ``<prog>: error: …`` naming the option and returns 2,
+    our warnings print one line each. The shell of every command (and of ``python -m experiments``)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", ParameterWarning)
+        warnings.showwarning = _show_warning(parser, warnings.showwarning, prog, our_dirs)
+        try:
+            result = job(*parser.parse(argv))
+        except ParameterError as err:
+            print(f"{prog}: error: {err.message(parser.option_of)}", file=sys.stderr)
+            return 2
+        except (ValueError, OSError) as err:  # bad values of other parameters, files that cannot be read or written
+            print(f"{prog}: error: {_one_line(str(err))}", file=sys.stderr)
+            return 2
+    if result.table:
+        print(result.table)
+    print(f"wrote {', '.join(str(p) for p in result.paths.values())}")
+    return 0
 
 
 def main(argv=None) -> int:
@@ -343,22 +364,7 @@ def main(argv=None) -> int:
 def _main(argv: list[str]) -> int:
     command, rest = _route(argv)
     parser = command_parser(command)
-    with warnings.catch_warnings():
-        warnings.simplefilter("always", ParameterWarning)
-        warnings.showwarning = _show_warning(parser, warnings.showwarning)
-        try:
-            configs = parser.parse(rest)
-            result = COMMANDS[command].load()[1](*configs)
-        except ParameterError as err:
-            print(f"{PROG}: error: {err.message(parser.option_of)}", file=sys.stderr)
-            return 2
-        except (ValueError, OSError) as err:  # bad values of other parameters, files that cannot be read or written
-            print(f"{PROG}: error: {_one_line(str(err))}", file=sys.stderr)
-            return 2
-    if result.table:
-        print(result.table)
-    print(f"wrote {', '.join(str(p) for p in result.paths.values())}")
-    return 0
+    return run_parsed(parser, lambda *configs: COMMANDS[command].load()[1](*configs), rest)
 
 
 if __name__ == "__main__":

@@ -76,16 +76,17 @@ def test_each_experiment_help_lists_only_the_options_it_accepts():
         assert parser.format_help(), name
 
 
-@pytest.mark.parametrize("argv, option", [(["calm", "--limit", "5"], "--limit 5"),
-                                          (["secl", "--limit-open", "3"], "--limit-open 3"),
-                                          (["diagnose", "--workers", "2"], "--workers 2")])
+@pytest.mark.parametrize("argv, option", [(["calm", "--limit", "5"], "--limit"),
+                                          (["secl", "--limit-open", "3"], "--limit-open"),
+                                          (["diagnose", "--workers", "2"], "--workers")])
 def test_an_option_the_experiment_does_not_list_is_a_usage_error(argv, option, tmp_path, capsys):
     from experiments.cli import main
 
     with pytest.raises(SystemExit) as exit_:
         main([*argv, "--output-dir", str(tmp_path / "x")])
     err = capsys.readouterr().err.strip().splitlines()
-    assert exit_.value.code == 2 and err == [f"experiments: error: unrecognized arguments: {option}"], err
+    # the CLI's wording for an option a command does not take (one line, the option named, maybe a suggestion)
+    assert exit_.value.code == 2 and len(err) == 1 and err[0].startswith(f"experiments: error: {option}: unknown option"), err
     assert not (tmp_path / "x").exists()
 
 
