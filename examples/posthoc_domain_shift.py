@@ -17,6 +17,7 @@ import numpy as np
 from hf_calibration import reports
 from hf_calibration.data import load_mcqa
 from hf_calibration.modeling import load_model, score_mcqa
+from hf_calibration.outputs import AtomicOutputDir
 from hf_calibration.posthoc import CALIBRATORS
 
 
@@ -82,7 +83,7 @@ def main(argv=None):
         f"wall time {wall:.0f} s; 95% bootstrap intervals ({args.n_resamples} resamples)"
     )
     out = Path(args.output_dir)
-    with reports.AtomicOutputDir(out) as tmp:
+    with AtomicOutputDir(out) as tmp:
         reports.write_json(tmp / "metrics.json", {"run": vars(args) | {"wall_seconds": wall, "fit_n": half,
                                                   "validation_accuracy": val_acc}, "results": results})
         (tmp / "table.md").write_text(header + "\n\n" + "\n\n".join(text) + "\n", encoding="utf-8")

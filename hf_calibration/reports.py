@@ -17,7 +17,7 @@ import numpy as np
 
 from hf_calibration.errors import MissingPathError, ParameterError
 from hf_calibration.metrics import calibration_report
-from hf_calibration.outputs import AtomicOutputDir  # noqa: F401  (the jobs' staging folder, here since it began here)
+from hf_calibration.outputs import AtomicOutputDir
 
 # (key in calibration_report, column title) in table order.
 # Brier and NLL are of the top-label confidence (comparable across all rows, references included);

@@ -22,7 +22,7 @@ from hf_calibration.jobs.common import (JobResult, binning_field, check_ece_opti
                                         check_output_dir, ece_options, n_bins_field, n_resamples_field, norm_field,
                                         output_dir_field, overwrite_field, seed_field)
 from hf_calibration.lm_eval_import import SCORINGS, LMEvalSamples, find_samples, read_samples, to_mcqa_scores
-from hf_calibration.outputs import check_result_folder
+from hf_calibration.outputs import AtomicOutputDir, check_result_folder
 from hf_calibration.modeling.prompts import LETTERS
 
 def _names(value: str | None) -> list[str]:
@@ -144,7 +144,7 @@ def run_lm_eval_import(config: LMEvalImportConfig) -> JobResult:
                                 overwrite=config.overwrite)
     written, metrics_all, tables = {}, {}, []
     # each <task>/<scoring>/ is a result folder of its own: another scoring's folder stays as it is
-    with reports.AtomicOutputDir(out, "lm-eval-import", depth=2, overwrite=config.overwrite) as tmp:
+    with AtomicOutputDir(out, "lm-eval-import", depth=2, overwrite=config.overwrite) as tmp:
         for task, samples in tasks.items():
             dataset = [{"subject": s or task, "source": samples.path.name} for s in samples.subjects]
             for scoring in scorings:
