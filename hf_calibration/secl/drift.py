@@ -170,3 +170,18 @@ class EntropyShiftDetector:
     def load_state_dict(self, state: dict) -> None:
         self.t, self._m, self._v, self.last_z = state["t"], state["m"], state["v"], state["last_z"]
         self.ph.load_state_dict(state["ph"])
+
+
+def gate_state_to_json(gate: EntropyShiftDetector) -> dict:
+    """``gate.state_dict()`` as JSON can hold it: the Page-Hinkley extremes' ±infinity (before any value) as None."""
+    state = gate.state_dict()
+    state["ph"] = {k: (None if isinstance(v, float) and math.isinf(v) else v) for k, v in state["ph"].items()}
+    return state
+
+
+def gate_state_from_json(state: dict) -> dict:
+    """The inverse of ``gate_state_to_json``: a state ``EntropyShiftDetector.load_state_dict`` takes."""
+    ph = dict(state["ph"])
+    ph["min_up"] = math.inf if ph["min_up"] is None else ph["min_up"]
+    ph["max_down"] = -math.inf if ph["max_down"] is None else ph["max_down"]
+    return {**state, "ph": ph}

@@ -50,7 +50,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -78,7 +77,7 @@ from hf_calibration.secl.confidence import (
     prefix_pass,
     verbalized_from_logprobs,
 )
-from hf_calibration.secl.drift import EntropyShiftDetector
+from hf_calibration.secl.drift import EntropyShiftDetector, gate_state_from_json, gate_state_to_json
 from hf_calibration.secl.replay import ReplayBuffer, directional_target  # noqa: F401  (directional_target: re-exported)
 
 # PEFT's default name: PeftModel.save_pretrained writes any other adapter into a subfolder named after it,
@@ -206,8 +205,7 @@ class SECLGenerationMixin(SECLBurstMixin):
 
     def _secl_save_state(self, folder: Path) -> None:
         self.secl_config.save_pretrained(folder)
-        gate = self.secl_gate.state_dict()
-        gate["ph"] = {k: (None if isinstance(v, float) and math.isinf(v) else v) for k, v in gate["ph"].items()}
+        gate = gate_state_to_json(self.secl_gate)
         (folder / STATE_NAME).write_text(json.dumps(
             {"format_version": FORMAT_VERSION, "gate": gate, "burst_left": self.secl_burst_left,
              "counters": self.secl_counters}, indent=2) + "\n",
@@ -515,9 +513,7 @@ def read_secl_state(folder) -> dict:
         raise FileNotFoundError(f"{folder}: no {STATE_NAME} (not a SECL folder)")
     state = json.loads(path.read_text(encoding="utf-8"))
     check_artifact_config(state, kind="SECL state", max_format_version=FORMAT_VERSION, source=str(path))
-    ph = state["gate"]["ph"]  # JSON has no infinity: save_pretrained writes None
-    ph["min_up"] = math.inf if ph["min_up"] is None else ph["min_up"]
-    ph["max_down"] = -math.inf if ph["max_down"] is None else ph["max_down"]
+    state["gate"] = gate_state_from_json(state["gate"])  # JSON has no infinity: save_pretrained writes None
     return state
 
 

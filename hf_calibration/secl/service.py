@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import copy
 import json
-import math
 import os
 import threading
 from dataclasses import dataclass, field, replace
@@ -45,7 +44,7 @@ import torch
 from hf_calibration.errors import ParameterError
 from hf_calibration.secl.confidence import (PLAIN_CONFIDENCE_PREFIX, PLAIN_P_TRUE_PREFIX, norm_p_true,
                                             p_true_from_logprobs, verbalized_from_logprobs)
-from hf_calibration.secl.drift import EntropyShiftDetector
+from hf_calibration.secl.drift import EntropyShiftDetector, gate_state_from_json, gate_state_to_json
 from hf_calibration.secl.mixin import COUNTERS, SECLGenerationMixin, bin_gate_passes, directional_target
 
 SWAP_MODES = ("update", "burst")
@@ -193,7 +192,7 @@ class SECLService:
 
         check_artifact_config(state, kind="SECL service state", max_format_version=STATE_FORMAT,
                               source=str(self.state_dir / stream.name / STATE_FILE))
-        stream.gate.load_state_dict(_gate_from_json(state["gate"]))
+        stream.gate.load_state_dict(gate_state_from_json(state["gate"]))
         stream.counters, stream.burst_left, stream.records = state["counters"], state["burst_left"], state["records"]
         stream.version = state["version"]
         if stream.version == 0:
@@ -377,7 +376,7 @@ class SECLService:
     def _write_state(self, stream: StreamState) -> None:
         root = self.state_dir / stream.name
         root.mkdir(parents=True, exist_ok=True)
-        state = {"format_version": STATE_FORMAT, "version": stream.version, "gate": _gate_to_json(stream.gate),
+        state = {"format_version": STATE_FORMAT, "version": stream.version, "gate": gate_state_to_json(stream.gate),
                  "counters": stream.counters, "burst_left": stream.burst_left, "records": stream.records,
                  "adapter_scope": self.adapter_scope}
         tmp = root / f".{STATE_FILE}.tmp-{os.getpid()}"
@@ -390,19 +389,6 @@ class SECLService:
             if stream.pending:
                 self._swap(stream)
                 self._write_state(stream)
-
-
-def _gate_to_json(gate: EntropyShiftDetector) -> dict:
-    state = gate.state_dict()
-    state["ph"] = {k: (None if isinstance(v, float) and math.isinf(v) else v) for k, v in state["ph"].items()}
-    return state
-
-
-def _gate_from_json(state: dict) -> dict:
-    ph = dict(state["ph"])  # JSON has no infinity
-    ph["min_up"] = math.inf if ph["min_up"] is None else ph["min_up"]
-    ph["max_down"] = -math.inf if ph["max_down"] is None else ph["max_down"]
-    return {**state, "ph": ph}
 
 
 def _json_default(value):
