@@ -210,17 +210,22 @@ def semantic_confidences(samples: Sequence[Sequence[str]], references: Sequence,
     ``samples[i]``: the N answers sampled for question i; ``references[i]``: its reference answer (a
     string) or several acceptable ones (a sequence of strings); ``answers[i]`` (optional): the answer
     given, else the largest group's. Correct = the answer is equivalent to a reference under the same
-    ``equivalence``. Raises ValueError for a length mismatch or a question without samples.
+    ``equivalence``. Raises ValueError for no questions, a length mismatch, a question without samples or
+    one without a reference (it could never be correct: an error in the data, not a wrong answer).
     """
     if isinstance(samples, str) or len(samples) != len(references):
         raise ValueError(f"samples/references: need one list of samples per reference, got {len(samples)} "
                          f"and {len(references)}")
+    if len(samples) == 0:
+        raise ValueError("samples: need at least one question, got none")
     if answers is not None and len(answers) != len(samples):
         raise ValueError(f"answers: need one answer per question, got {len(answers)} for {len(samples)} questions")
     equivalent = _equivalence(equivalence)
     conf, correct = np.empty(len(samples)), np.empty(len(samples), dtype=np.int64)
     for i, (sampled, ref) in enumerate(zip(samples, references)):
         refs = [ref] if isinstance(ref, str) else _check_texts(ref, f"references[{i}]")
+        if not refs:
+            raise ValueError(f"references[{i}]: need at least one reference answer, got none")
         conf[i], answer = semantic_confidence(sampled, None if answers is None else answers[i], equivalence=equivalent)
         correct[i] = any(equivalent(answer, r) for r in refs)
     return conf, correct

@@ -82,5 +82,12 @@ class SemanticECE(evaluate.Metric):
         )
 
     def _compute(self, predictions, references, answers=None, equivalence="lexical", n_bins=15):
-        return {"semantic_ece": semantic_ece(predictions, references, answers=answers, equivalence=equivalence,
-                                             n_bins=n_bins)}
+        try:
+            value = semantic_ece(predictions, references, answers=answers, equivalence=equivalence, n_bins=n_bins)
+        except (ValueError, TypeError) as err:
+            # the library calls this module's `predictions` "samples": name the argument the caller passed
+            message = str(err)
+            if message.startswith("samples"):
+                raise type(err)("predictions" + message[len("samples"):]) from None
+            raise
+        return {"semantic_ece": value}

@@ -59,6 +59,8 @@ def test_semantic_ece_by_hand():
 @pytest.mark.parametrize("call, match", [
     (lambda: semantic_ece([["a"]], ["a", "b"]), "samples/references"),
     (lambda: semantic_ece([[]], ["a"]), "samples: need at least one"),
+    (lambda: semantic_ece([], []), "samples: need at least one question"),
+    (lambda: semantic_ece([["a"], ["b"]], [["a"], []]), r"references\[1\]: need at least one reference"),
     (lambda: semantic_ece([["a"]], ["a"], equivalence="nli"), "equivalence: must be one of"),
     (lambda: semantic_ece([["a"]], ["a"], answers=["a", "b"]), "answers: need one answer per question"),
     (lambda: semantic_confidence("abc"), "samples: expected a sequence of strings"),
@@ -98,3 +100,12 @@ def test_evaluate_module_agrees_with_the_library():
     module.add_batch(predictions=samples[:2], references=refs[:2])
     module.add_batch(predictions=samples[2:], references=refs[2:])
     assert module.compute(n_bins=10)["semantic_ece"] == semantic_ece(samples, refs, n_bins=10)
+
+
+def test_evaluate_module_names_its_own_arguments():
+    evaluate = pytest.importorskip("evaluate")
+    module = evaluate.load(str(Path(__file__).resolve().parents[2] / "metrics" / "semantic_ece"), keep_in_memory=True)
+    with pytest.raises(ValueError, match="predictions: need at least one sampled answer"):
+        module.compute(predictions=[[]], references=[["a"]])
+    with pytest.raises(ValueError, match=r"references\[0\]: need at least one reference"):
+        module.compute(predictions=[["a"]], references=[[]])
