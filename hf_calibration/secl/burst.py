@@ -4,7 +4,7 @@ directional target"; Hedna et al. 2026, arXiv 2604.09624).
 
 ``SECLBurstMixin`` is the part of ``SECLGenerationMixin`` (``mixin.py``) that runs inside a burst; it reads the
 state that ``SECLGenerationMixin`` sets up (``secl_config``, ``secl_tokenizer``, ``secl_counters``, the replay
-buffer) and its reads (``secl_followup``, ``secl_answer_text``, ``_secl_restated``, ``_secl_alternatives``).
+buffer) and its reads (``secl_followup``, ``secl_answer_text``, ``secl_restated``, ``_secl_alternatives``).
 """
 
 from __future__ import annotations
@@ -137,7 +137,7 @@ class SECLBurstMixin:
         record["p_true"], record["norm_p_true"] = float(label["p_true"][0]), c_star
         record["n_distractors"] = label["n_distractors"]
         # every burst question with its pseudo-label is replayed later, whether or not it passes the gate
-        item = ReplayItem(list(prompt), list(answer_ids), self._secl_restated(answer_ids, choices), c_star, context,
+        item = ReplayItem(list(prompt), list(answer_ids), self.secl_restated(answer_ids, choices), c_star, context,
                           self.secl_counters["questions"] - 1)
         if not bin_gate_passes(c, c_star, n_bins=cfg.n_bins, width=cfg.bin_gate_width):
             record["skipped_by_bin_gate"] = True

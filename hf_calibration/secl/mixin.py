@@ -361,7 +361,7 @@ class SECLGenerationMixin(SECLBurstMixin):
         j = LETTERS.index(letter)
         return j, mcqa_answer_text(letter, choices[j], self.secl_config.answer_max_chars)
 
-    def _secl_restated(self, answer_ids, choices) -> str:
+    def secl_restated(self, answer_ids, choices) -> str:
         """What the confidence turn restates (``SECLConfig.restate``): the decoded answer, or its option's text."""
         own = self.secl_answer_text(answer_ids)
         return self._secl_option(own, choices)[1] if self.secl_config.restate == "option_text" else own
@@ -414,7 +414,7 @@ class SECLGenerationMixin(SECLBurstMixin):
         In the "confidence" scope the prompt and the whole answer always come from a cache computed with the
         adapter off (``_secl_answer_context``) and only the follow-up turn runs, with the adapter on (and the
         gradients, when asked). In the "all" scope without a context, everything runs with the adapter on and
-        gradients flow through the whole conversation. restated : the text the turn restates (``_secl_restated``;
+        gradients flow through the whole conversation. restated : the text the turn restates (``secl_restated``;
         default the decoded answer).
         """
         tokens = self.secl_tokens
@@ -465,7 +465,7 @@ class SECLGenerationMixin(SECLBurstMixin):
             context = self._secl_answer_context(prompt, answer_ids, context)
         with torch.no_grad():
             conf, greedy, passes = self.secl_verbalized(prompt, answer_ids, context=context,
-                                                         restated=self._secl_restated(answer_ids, choices))
+                                                         restated=self.secl_restated(answer_ids, choices))
         c = float(conf[0])
         passes += 1  # the generation
         record = {"confidence": c, "verbalized_greedy": greedy, "entropy": entropy, "alarm": False, "in_burst": False,

@@ -88,7 +88,8 @@ def baseline_pass(model, items: list, *, max_new_tokens: int = 8, progress: bool
         parsed, correct = judge(item, r["text"])
         gen_passes = r["forward_passes"]  # generation + verbalized reads
         records.append({
-            "domain": item.domain, "n_options": item.n_options, "answer": r["text"], "parsed": parsed, "correct": bool(correct),
+            "domain": item.domain, "n_options": item.n_options, "answer": r["text"], "answer_ids": r["answer_ids"],
+            "parsed": parsed, "correct": bool(correct),
             "verbalized": r["confidence"], "verbalized_greedy": r["verbalized_greedy"], "entropy": r["entropy"],
             "p_true": float(label["p_true"][0]), "norm_p_true": label["norm_p_true"],
             "p_true_options": [float(v) for v in label["p_true"]],
@@ -102,8 +103,8 @@ def baseline_pass(model, items: list, *, max_new_tokens: int = 8, progress: bool
 
 
 # A SECL pass's fields; those of the pass with the model's own adapter scope keep the names they always had.
-SECL_PASS_FIELDS = ("answer", "correct", "confidence_after", "alarm", "burst", "updated", "skipped_by_bin_gate",
-                    "p_true", "norm_p_true", "target", "seconds")
+SECL_PASS_FIELDS = ("answer", "answer_ids", "correct", "confidence_after", "alarm", "burst", "updated",
+                    "skipped_by_bin_gate", "p_true", "norm_p_true", "target", "seconds")
 _UNPREFIXED = ("alarm", "burst", "updated", "skipped_by_bin_gate", "target")
 
 
@@ -150,7 +151,8 @@ def secl_pass(model, items: list, records: list[dict], *, scope: str | None = No
             start = time.perf_counter()
             r = _generate(model, item, max_new_tokens=max_new_tokens, update=True)
             parsed, correct = judge(item, r["text"])
-            values = {"answer": r["text"], "correct": bool(correct), "confidence_after": r["confidence_after"],
+            values = {"answer": r["text"], "answer_ids": r["answer_ids"], "correct": bool(correct),
+                      "confidence_after": r["confidence_after"],
                       "alarm": r["alarm"], "burst": r["in_burst"], "updated": r["updated"],
                       "skipped_by_bin_gate": r["skipped_by_bin_gate"], "p_true": r["p_true"],
                       "norm_p_true": r["norm_p_true"], "target": r["target"], "seconds": time.perf_counter() - start}
@@ -158,6 +160,23 @@ def secl_pass(model, items: list, records: list[dict], *, scope: str | None = No
             rec.update({secl_field(key, name): values[name] for name in SECL_PASS_FIELDS})
             rec["passes"][key] = r["forward_passes"]
     return dict(model.secl_counters)
+
+
+def final_adapter_pass(model, items: list, records: list[dict], *, key: str = "secl", progress: bool = True) -> None:
+    """Every question's verbalized confidence read again with the adapter the SECL pass ``key`` ended with (after
+    its last burst), as field ``secl_field(key, "final")``: what the calibrated model says about the same answers
+    once the stream has trained it, where the pass's own ``key`` confidence is read with the adapter the earlier
+    questions had produced. Run it right after ``secl_pass`` (the model still holds that pass's adapter and
+    config); each read is one forward pass over the follow-up turn (two when "10" is two tokens) on the cache of
+    prompt and answer, the adapter off for that cache in the "confidence" scope, no update."""
+    from tqdm.auto import tqdm
+
+    with _adapter_scope(model, None if key == "secl" else key.removeprefix("secl_")), torch.no_grad():
+        for item, rec in zip(tqdm(items, desc="final-adapter reads", disable=not progress, unit="q"), records):
+            answer = rec[secl_field(key, "answer_ids")]
+            conf, _, _ = model.secl_verbalized(item.prompt_ids, answer,
+                                               restated=model.secl_restated(answer, item.choices))
+            rec[secl_field(key, "final")] = float(conf[0])
 
 
 def _cross_fit(conf: np.ndarray, correct: np.ndarray, method: str, seed: int) -> np.ndarray:

@@ -1,0 +1,245 @@
+"""SECL's online schedule: which restatement, replay buffer and number of steps bring the stream's verbalized
+confidence toward the offline ceiling of ``experiments/secl_learnability.py``?
+
+    python -m experiments.secl_schedule --model smollm2 --output-dir outputs/secl_schedule_smollm2
+
+One domain (default: length-matched HaluEval QA, gold letters balanced) as a stream of ``--limit`` questions with a
+burst at the start (``SECLConfig.burst_size`` questions trained, then the entropy gate). Per seed the baseline
+pass (``secl.stream.baseline_pass``, identity adapter: the answers, the verbalized confidence restating the decoded
+answer, P(True)Norm) runs once and is saved; then, for every schedule, a fresh SECL model (torch seeded with the
+seed, so every schedule starts from the same identity adapter) runs the SECL pass (``secl.stream.secl_pass``) and
+every question is read again with the adapter the pass ended with (``secl.stream.final_adapter_pass``): the
+confidence **over the stream** (each question read with the adapter the questions before it produced, what a user
+of the stream gets) and **after the burst** (the final adapter on the same answers, on every question and on the
+burst's). The schedules are ``SECLConfig`` fields (``SCHEDULES``). On the development seed (``--dev-seed``) every
+schedule runs; the rule fixed before the run picks the one with the highest AUROC over the stream among those within
+the pass budget (``PASS_BUDGET`` forward passes per question) and, separately, without the budget; on the test seed
+(``--test-seed``) the default and the picks run again. Each schedule's result is one line of ``results.jsonl``
+(a restart skips those done); ``report.md`` has every table, with the constant-accuracy reference (confidence =
+the stream's accuracy on every question) and paired bootstrap intervals against the verbalized baseline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from experiments.secl_claims import PASS_BUDGET
+from experiments.secl_learnability import metric_row as _metric_row
+
+MODEL_ALIASES = {"smollm2": "HuggingFaceTB/SmolLM2-135M-Instruct", "qwen": "Qwen/Qwen2.5-Coder-0.5B-Instruct"}
+# name → SECLConfig fields changed from the defaults; the buffer of 50 holds a whole default burst
+SCHEDULES = {
+    "default": {},
+    "option_text": {"restate": "option_text"},
+    "option_text_replay3": {"restate": "option_text", "replay_size": 50, "replay_batch_size": 3},
+    "option_text_replay7_x4": {"restate": "option_text", "replay_size": 50, "replay_batch_size": 7,
+                               "steps_per_update": 4},
+    "option_text_replay7_x4_unclipped": {"restate": "option_text", "replay_size": 50, "replay_batch_size": 7,
+                                         "steps_per_update": 4, "delta": 1.0},
+}
+
+
+def _paired(metric, correct, a, b, *, n_resamples: int, seed: int) -> dict:
+    from hf_calibration.metrics import paired_bootstrap
+
+    y = np.asarray(correct, dtype=int)
+    r = paired_bootstrap(metric, y, np.asarray(a, float), y, np.asarray(b, float), n_resamples=n_resamples, seed=seed)
+    return {"value": r[0], "low": r[1], "high": r[2]}
+
+
+def summarize(baseline: list[dict], rows: dict, *, n_resamples: int, seed: int) -> dict:
+    """One schedule's tables: over the stream and after the burst, against the verbalized baseline and the
+    constant-accuracy reference, plus the stream's counters."""
+    from hf_calibration.metrics import brier_score, confidence_auroc, expected_calibration_error
+
+    y = [r["correct"] for r in baseline]
+    acc = float(np.mean(y))
+    kw = dict(n_resamples=n_resamples, seed=seed)
+    verbal, teacher, const = [r["verbalized"] for r in baseline], [r["norm_p_true"] for r in baseline], [acc] * len(y)
+    burst = [i for i, b in enumerate(rows["burst"]) if b]
+    out = {"accuracy": acc, "secl_accuracy": float(np.mean(rows["correct"])), "n": len(y),
+           "verbalized": _metric_row(y, verbal, **kw), "teacher": _metric_row(y, teacher, **kw),
+           "constant": _metric_row(y, const, **kw),
+           "identity_restated": _metric_row(y, rows["identity"], **kw),
+           "over_stream": _metric_row(y, rows["secl"], **kw), "after_burst": _metric_row(y, rows["final"], **kw),
+           "after_burst_on_burst": _metric_row([y[i] for i in burst], [rows["final"][i] for i in burst], **kw),
+           "n_burst": len(burst)}
+    for name in ("over_stream", "after_burst"):
+        conf = rows["secl" if name == "over_stream" else "final"]
+        out[f"{name}_delta_auroc"] = _paired(confidence_auroc, y, conf, verbal, **kw)
+        out[f"{name}_delta_ece"] = _paired(expected_calibration_error, y, conf, verbal, **kw)
+        out[f"{name}_brier_minus_constant"] = _paired(brier_score, y, conf, const, **kw)
+    out["trained_share"] = float(np.mean(rows["updated"]))
+    out["passes_per_question"] = float(np.mean(rows["passes"]))
+    return out
+
+
+def run_schedule(args, name: str, seed: int, items, baseline: list[dict]) -> dict:
+    """The SECL pass of schedule ``name`` on ``items`` from a fresh SECL model, then the reads with its final
+    adapter; returns the per-question values and the seconds."""
+    import dataclasses
+
+    from hf_calibration.modeling import load_model
+    from hf_calibration.secl.config import SECLConfig
+    from hf_calibration.secl.mixin import apply_secl
+    from hf_calibration.secl.stream import final_adapter_pass, secl_pass
+
+    model, tokenizer = load_model(MODEL_ALIASES.get(args.model, args.model))
+    torch.manual_seed(seed)
+    config = SECLConfig(**SCHEDULES[name])
+    secl = apply_secl(model, tokenizer, config)
+    records = [{"passes": {}, "answer_ids": r["answer_ids"]} for r in baseline]
+    # the identity adapter's read with this schedule's restatement: the untrained reference of the schedule
+    identity = [dict(r, secl_answer_ids=r["answer_ids"]) for r in records]
+    final_adapter_pass(secl, items, identity, progress=args.progress)
+    start = time.perf_counter()
+    counters = secl_pass(secl, items, records, max_new_tokens=args.max_new_tokens, burst_at_start=True,
+                         progress=args.progress)
+    pass_seconds = time.perf_counter() - start
+    final_adapter_pass(secl, items, records, progress=args.progress)
+    mismatch = sum(r["secl_answer_ids"] != b["answer_ids"] for r, b in zip(records, baseline))
+    return {"schedule": name, "seed": seed, "config": dataclasses.asdict(config),
+            "counters": counters, "pass_seconds": pass_seconds, "answers_differing_from_baseline": mismatch,
+            "rows": {"secl": [r["secl"] for r in records], "final": [r["secl_final"] for r in records],
+                     "identity": [r["secl_final"] for r in identity], "correct": [r["secl_correct"] for r in records],
+                     "burst": [bool(r["burst"]) for r in records], "updated": [bool(r["updated"]) for r in records],
+                     "passes": [r["passes"]["secl"] for r in records]}}
+
+
+def load_baseline(args, seed: int):
+    """The stream of ``seed`` and its baseline pass (saved as ``baseline_seed<seed>.jsonl``, read back if there)."""
+    from hf_calibration.modeling import load_model
+    from hf_calibration.modeling.streams import build_stream
+    from hf_calibration.secl.config import SECLConfig
+    from hf_calibration.secl.mixin import apply_secl
+    from hf_calibration.secl.stream import baseline_pass
+
+    model, tokenizer = load_model(MODEL_ALIASES.get(args.model, args.model))
+    items = build_stream(tokenizer, args.dataset, limit_per_domain=args.limit, seed=seed, balance_gold=True)
+    path = args.output_dir / f"baseline_seed{seed}.jsonl"
+    if path.exists():
+        return items, [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
+    torch.manual_seed(seed)
+    secl = apply_secl(model, tokenizer, SECLConfig())
+    records = baseline_pass(secl, items, max_new_tokens=args.max_new_tokens, progress=args.progress)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    tmp.replace(path)
+    return items, records
+
+
+def pick(results: list[dict], *, budget: float | None) -> str:
+    """The rule fixed before the run: the highest AUROC over the stream (ties: fewer passes per question) among
+    the schedules within ``budget`` passes per question (None: all)."""
+    ok = [r for r in results if budget is None or r["summary"]["passes_per_question"] <= budget]
+    ok = ok or results
+    return max(ok, key=lambda r: (r["summary"]["over_stream"]["auroc"]["value"],
+                                  -r["summary"]["passes_per_question"]))["schedule"]
+
+
+def _ci(m: dict) -> str:
+    if m["value"] != m["value"]:
+        return "n/a"
+    return f"{m['value']:.3f} [{m['low']:.3f}, {m['high']:.3f}]"
+
+
+def format_report(results: list[dict], meta: dict) -> str:
+    lines = [f"# SECL online schedules: {meta['model']} on {meta['dataset']}", "",
+             f"{meta['limit']} questions per stream, a burst at the start; development seed {meta['dev_seed']}, test "
+             f"seed {meta['test_seed']}. " + (
+                 f"Picks on the development seed (highest AUROC over the stream): within {PASS_BUDGET} "
+                 f"passes/question **{meta['pick_budget']}**, without the budget **{meta['pick_any']}**."
+                 if meta.get("pick_budget") else "The development seed is still running: no pick yet."), ""]
+    for seed in sorted({r["seed"] for r in results}):
+        sub = [r for r in results if r["seed"] == seed]
+        s0 = sub[0]["summary"]
+        role = "development" if seed == meta["dev_seed"] else "test"
+        lines += [f"## Seed {seed} ({role}; n = {s0['n']}, accuracy {s0['accuracy']:.3f}; references: verbalized "
+                  f"AUROC {_ci(s0['verbalized']['auroc'])}, ECE {_ci(s0['verbalized']['conf_ece'])}, Brier "
+                  f"{_ci(s0['verbalized']['brier'])}; teacher P(True)Norm AUROC {_ci(s0['teacher']['auroc'])}; "
+                  f"constant accuracy ECE {s0['constant']['conf_ece']['value']:.3f}, Brier "
+                  f"{s0['constant']['brier']['value']:.4f}, AUROC 0.5)", "",
+                  "| schedule | untrained AUROC (its restatement) | AUROC over the stream | ECE over the stream | Brier over "
+                  "the stream | ΔAUROC vs verbalized | ΔECE vs verbalized | Brier − constant | AUROC after the burst "
+                  "(all / burst questions) | ECE after the burst | Brier after the burst | trained | passes/q | "
+                  "pass s |", "|" + "---|" * 14]
+        for r in sub:
+            s = r["summary"]
+            lines.append(
+                f"| {r['schedule']} | {_ci(s['identity_restated']['auroc'])} | {_ci(s['over_stream']['auroc'])} | "
+                f"{_ci(s['over_stream']['conf_ece'])} | {_ci(s['over_stream']['brier'])} | "
+                f"{_ci(s['over_stream_delta_auroc'])} | {_ci(s['over_stream_delta_ece'])} | "
+                f"{_ci(s['over_stream_brier_minus_constant'])} | {_ci(s['after_burst']['auroc'])} / "
+                f"{_ci(s['after_burst_on_burst']['auroc'])} | {_ci(s['after_burst']['conf_ece'])} | "
+                f"{_ci(s['after_burst']['brier'])} | {100 * s['trained_share']:.1f} % | "
+                f"{s['passes_per_question']:.2f} | {r['pass_seconds']:.0f} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="smollm2", help="an alias (smollm2, qwen), a Hub id or a local folder")
+    ap.add_argument("--dataset", default="halueval_qa_lm", help="one stream domain")
+    ap.add_argument("--limit", type=int, default=200, help="questions in the stream")
+    ap.add_argument("--dev-seed", type=int, default=0)
+    ap.add_argument("--test-seed", type=int, default=1)
+    ap.add_argument("--schedules", type=lambda s: [x for x in s.split(",") if x], default=list(SCHEDULES),
+                    help="development schedules, of: " + ", ".join(SCHEDULES))
+    ap.add_argument("--max-new-tokens", type=int, default=8)
+    ap.add_argument("--n-resamples", type=int, default=1000)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--no-progress", dest="progress", action="store_false")
+    ap.add_argument("--output-dir", type=Path, required=True)
+    args = ap.parse_args(argv)
+    unknown = [s for s in args.schedules if s not in SCHEDULES]
+    if unknown or args.limit < 2:
+        ap.error(f"--schedules: unknown schedule {unknown[0]!r}" if unknown else f"--limit: {args.limit} (at least 2)")
+    return args
+
+
+def _read(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    return [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    args.output_dir.mkdir(parents=True, exist_ok=True)
+    path = args.output_dir / "results.jsonl"
+    meta = {"model": args.model, "dataset": args.dataset, "limit": args.limit, "dev_seed": args.dev_seed,
+            "test_seed": args.test_seed}
+
+    def run(seed: int, names: list[str]) -> list[dict]:
+        items, baseline = load_baseline(args, seed)
+        for name in names:
+            if any(r["seed"] == seed and r["schedule"] == name for r in _read(path)):
+                continue
+            result = run_schedule(args, name, seed, items, baseline)
+            result["summary"] = summarize(baseline, result["rows"], n_resamples=args.n_resamples, seed=seed)
+            with path.open("a", encoding="utf-8") as f:
+                f.write(json.dumps(result) + "\n")
+            (args.output_dir / "report.md").write_text(format_report(_read(path), meta), encoding="utf-8")
+        return [r for r in _read(path) if r["seed"] == seed and r["schedule"] in names]
+
+    dev = run(args.dev_seed, args.schedules)
+    meta["pick_budget"], meta["pick_any"] = pick(dev, budget=PASS_BUDGET), pick(dev, budget=None)
+    run(args.test_seed, list(dict.fromkeys(["default", meta["pick_budget"], meta["pick_any"]])))
+    results = _read(path)
+    (args.output_dir / "report.md").write_text(format_report(results, meta), encoding="utf-8")
+    (args.output_dir / "meta.json").write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
+    return {"meta": meta, "results": results}
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    main()

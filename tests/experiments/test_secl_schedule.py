@@ -1,0 +1,90 @@
+"""experiments/secl_schedule.py at smoke size on the tiny model: the development and test runs, the pick rule by
+hand, the identity read against the baseline pass's own verbalized read, the constant reference by hand, and the
+resume."""
+
+import json
+
+import numpy as np
+import pytest
+
+from experiments import secl_schedule as study
+
+
+def args(model_dir, out, *extra):
+    return ["--model", str(model_dir), "--limit", "6", "--n-resamples", "20", "--no-progress",
+            "--schedules", "default,option_text_replay3", "--output-dir", str(out), *extra]
+
+
+@pytest.fixture(scope="module")
+def run(tiny_model_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("schedule")
+    return out, study.main(args(tiny_model_dir, out))
+
+
+def test_every_development_schedule_and_the_picks_on_the_test_seed(run):
+    out, result = run
+    done = {(r["seed"], r["schedule"]) for r in result["results"]}
+    meta = result["meta"]
+    assert {(0, "default"), (0, "option_text_replay3")} <= done
+    assert {(1, "default"), (1, meta["pick_budget"]), (1, meta["pick_any"])} <= done
+    assert len(done) == len(result["results"])  # each once
+    report = (out / "report.md").read_text()
+    assert "## Seed 0 (development" in report and "## Seed 1 (test" in report
+    for r in result["results"]:
+        assert len(r["rows"]["secl"]) == len(r["rows"]["final"]) == 6
+        assert r["answers_differing_from_baseline"] == 0  # scope "confidence": the base model's answers
+
+
+def test_identity_read_is_the_baseline_passes_verbalized_confidence(run):
+    out, result = run
+    # generate's own read (baseline pass) against final_adapter_pass's read with the identity adapter, same answers
+    baseline = [json.loads(x) for x in (out / "baseline_seed0.jsonl").read_text().splitlines()]
+    default = next(r for r in result["results"] if r["seed"] == 0 and r["schedule"] == "default")
+    np.testing.assert_allclose(default["rows"]["identity"], [b["verbalized"] for b in baseline], atol=1e-5)
+
+
+def test_the_burst_trains_and_the_final_adapter_reads_differently(run):
+    _, result = run
+    r = next(r for r in result["results"] if r["seed"] == 0 and r["schedule"] == "option_text_replay3")
+    assert any(r["rows"]["updated"]) and all(r["rows"]["burst"])  # a burst of 50 covers the 6 questions
+    assert not np.allclose(r["rows"]["final"], r["rows"]["identity"])
+    # replay: a trained question after k earlier burst questions costs 1 + min(k, 3) update reads on top of the
+    # read-only passes; the first trained question has no earlier one
+    assert r["config"]["replay_size"] == 50 and r["config"]["replay_batch_size"] == 3
+
+
+def test_constant_reference_by_hand(run):
+    _, result = run
+    s = result["results"][0]["summary"]
+    acc = s["accuracy"]
+    assert s["constant"]["brier"]["value"] == pytest.approx(acc * (1 - acc))
+    assert s["constant"]["conf_ece"]["value"] == pytest.approx(0.0, abs=1e-12)
+
+
+def test_pick_rule_by_hand():
+    def res(name, auroc, passes):
+        return {"schedule": name, "summary": {"over_stream": {"auroc": {"value": auroc}},
+                                              "passes_per_question": passes}}
+
+    results = [res("a", 0.60, 3.0), res("b", 0.70, 9.0), res("c", 0.65, 4.0), res("d", 0.65, 3.5)]
+    assert study.pick(results, budget=4.6) == "d"  # c and d tie on AUROC: fewer passes
+    assert study.pick(results, budget=None) == "b"
+    assert study.pick([res("x", 0.5, 9.0)], budget=4.6) == "x"  # none within the budget: the best of all
+
+
+def test_a_restart_skips_what_is_done(run, tiny_model_dir, monkeypatch):
+    out, result = run
+
+    def boom(*a, **k):
+        raise AssertionError("a schedule ran again")
+
+    monkeypatch.setattr(study, "run_schedule", boom)
+    again = study.main(args(tiny_model_dir, out))
+    assert len(again["results"]) == len(result["results"])
+
+
+def test_bad_arguments_exit_2(tmp_path):
+    for bad in (["--schedules", "nope"], ["--limit", "1"]):
+        with pytest.raises(SystemExit) as e:
+            study.parse_args(["--output-dir", str(tmp_path), *bad])
+        assert e.value.code == 2
