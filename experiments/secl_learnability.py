@@ -14,8 +14,9 @@ stream's replay uses). Each trained adapter is read on its training set and on t
 (15 equal-width bins) and Brier with 95 % bootstrap intervals (``metrics.calibration_report``), beside the base
 verbalized confidence, the teacher c* and the constant-accuracy reference (confidence = accuracy of the training
 set, on every held-out item). Variants at the largest N: the answer restated as "A. <option text>"
-(``SECLConfig.restate``), LoRA on every linear module with a higher rank, and scope "all" (the adapter on the
-whole conversation; answers and teacher stay fixed). Each result is one line of ``results.jsonl``; a restart
+(``SECLConfig.restate``), LoRA on every linear module with a higher rank, scope "all" (the adapter on the
+whole conversation; answers and teacher stay fixed), each also with the option text, and a longer, larger-step
+fit (``LONG``: epochs and learning rate; is the read under-fitted by the optimiser or by what it can express?). Each result is one line of ``results.jsonl``; a restart
 skips those done.
 
 Linear probe: scikit-learn's ``LogisticRegressionCV`` (standardised features, 5-fold CV over C) on the base
@@ -139,14 +140,20 @@ class Variant:
     restate: str = "answer"
     lora: str = "default"  # "default": the stream's (r 8, q/v of the upper half); "all_linear": every linear, r 32
     scope: str = "confidence"
+    epochs: int = 0  # 0: the run's --epochs
+    lr: float = 0.0  # 0: the run's --lr
 
     @property
     def name(self) -> str:
         extra = [x for x, default in ((self.restate, "answer"), (self.lora, "default"),
-                                      (f"scope_{self.scope}", "scope_confidence")) if x != default]
+                                      (f"scope_{self.scope}", "scope_confidence"), (f"e{self.epochs}", "e0"),
+                                      (f"lr{self.lr:g}", "lr0")) if x != default]
         return "_".join([f"n{self.n}", self.target, *extra])
 
 
+LONG = (10, 5e-3)  # the "_long" variants' epochs and learning rate: twice the steps, five times the step size
+EXTRA_VARIANTS = ("option_text_gold", "all_linear", "scope_all", "option_text_all_linear", "option_text_scope_all",
+                  "option_text_long", "option_text_gold_long")
 ALL_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
@@ -249,7 +256,8 @@ def run_variant(secl, variant: Variant, items, rows, pool, test_idx, contexts, a
     train_idx = pool[: variant.n]
     train = replay_items(secl, items, rows, train_idx, target=variant.target, contexts=contexts)
     test = replay_items(secl, items, rows, test_idx, target=variant.target, contexts=contexts)
-    fit = train_offline(secl, train, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, seed=args.seed)
+    fit = train_offline(secl, train, epochs=variant.epochs or args.epochs, batch_size=args.batch_size,
+                        lr=variant.lr or args.lr, seed=args.seed)
     start = time.perf_counter()
     conf_train, conf_test = read_confidences(secl, train), read_confidences(secl, test)
     y_train, y_test = [rows[i]["correct"] for i in train_idx], [rows[i]["correct"] for i in test_idx]
@@ -330,10 +338,14 @@ def variants_for(args, pool_size: int) -> list[Variant]:
     sizes = sorted({min(n, pool_size) for n in args.sizes})
     top = sizes[-1]
     order = [Variant(top, "teacher"), Variant(top, "gold"), Variant(top, "teacher", restate="option_text")]
-    order += [Variant(n, "teacher") for n in sizes[:-1]] + [Variant(n, "gold") for n in sizes[:-1]]
+    order += [Variant(n, t, restate=args.sweep_restate) for t in ("teacher", "gold") for n in sizes[:-1]]
     extra = {"option_text_gold": Variant(top, "gold", restate="option_text"),
              "all_linear": Variant(top, "teacher", lora="all_linear"),
-             "scope_all": Variant(top, "teacher", scope="all")}
+             "scope_all": Variant(top, "teacher", scope="all"),
+             "option_text_all_linear": Variant(top, "teacher", restate="option_text", lora="all_linear"),
+             "option_text_scope_all": Variant(top, "teacher", restate="option_text", scope="all"),
+             "option_text_long": Variant(top, "teacher", restate="option_text", epochs=LONG[0], lr=LONG[1]),
+             "option_text_gold_long": Variant(top, "gold", restate="option_text", epochs=LONG[0], lr=LONG[1])}
     order += [extra[v] for v in args.variants]
     return list(dict.fromkeys(order))
 
@@ -347,7 +359,9 @@ def parse_args(argv=None):
     ap.add_argument("--sizes", type=lambda s: [int(x) for x in s.split(",")], default=[25, 50, 100, 200],
                     help="training-set sizes N (capped at the training pool)")
     ap.add_argument("--variants", type=lambda s: [x for x in s.split(",") if x], default=["all_linear", "scope_all"],
-                    help="extra variants at the largest N: option_text_gold, all_linear, scope_all")
+                    help="extra variants at the largest N: " + ", ".join(EXTRA_VARIANTS))
+    ap.add_argument("--sweep-restate", choices=("answer", "option_text"), default="answer",
+                    help="what the confidence turn restates in the variants at the smaller N")
     ap.add_argument("--epochs", type=int, default=5)
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--lr", type=float, default=1e-3)
@@ -363,7 +377,7 @@ def parse_args(argv=None):
     args = ap.parse_args(argv)
     bad = [(k, v) for k, v in (("n_test", args.n_test), ("epochs", args.epochs), ("batch_size", args.batch_size))
            if v < 1] + [("sizes", n) for n in args.sizes if n < 1]
-    unknown = [v for v in args.variants if v not in ("option_text_gold", "all_linear", "scope_all")]
+    unknown = [v for v in args.variants if v not in EXTRA_VARIANTS]
     if bad or unknown:
         ap.error(f"bad value: {(bad or [('variants', unknown)])[0]}")
     return args

@@ -82,6 +82,15 @@ def test_only_trains_the_variants_named(tiny_model_dir, tmp_path):
     assert [r["variant"] for r in result["results"]] == ["n8_teacher", "n3_gold"]
 
 
+def test_long_variant_takes_its_own_epochs_and_rate(tiny_model_dir, tmp_path):
+    result = study.main(args(tiny_model_dir, tmp_path, "--variants", "option_text_long", "--only",
+                             "n8_teacher_option_text_e10_lr0.005"))
+    (r,) = result["results"]
+    assert (r["epochs"], r["lr"], r["restate"]) == (*study.LONG, "option_text")
+    assert r["steps"] == study.LONG[0] * 3  # epochs × ceil(8 / batch size 3)
+    assert len(r["loss_per_epoch"]) == study.LONG[0]
+
+
 def test_linear_probe_finds_a_separating_direction_and_not_noise():
     rng = np.random.default_rng(0)
     n, layers = 80, [1, 2]
