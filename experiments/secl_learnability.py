@@ -16,7 +16,9 @@ verbalized confidence, the teacher c* and the constant-accuracy reference (confi
 set, on every held-out item). Variants at the largest N: the answer restated as "A. <option text>"
 (``SECLConfig.restate``), LoRA on every linear module with a higher rank, scope "all" (the adapter on the
 whole conversation; answers and teacher stay fixed), each also with the option text, and a longer, larger-step
-fit (``LONG``: epochs and learning rate; is the read under-fitted by the optimiser or by what it can express?). Each result is one line of ``results.jsonl``; a restart
+fit (``LONG``: epochs and learning rate; is the read under-fitted by the optimiser or by what it can express?),
+and a sharper teacher (``SHARP_TAU_N``: c* recomputed at a smaller τ_n from the saved P(True) of every option, so
+that its spread, not its level, dominates the squared error). Each result is one line of ``results.jsonl``; a restart
 skips those done.
 
 Linear probe: scikit-learn's ``LogisticRegressionCV`` (standardised features, 5-fold CV over C) on the base
@@ -142,18 +144,20 @@ class Variant:
     scope: str = "confidence"
     epochs: int = 0  # 0: the run's --epochs
     lr: float = 0.0  # 0: the run's --lr
+    tau_n: float = 0.0  # the teacher's τ_n; 0: c* as scored (SECLConfig's τ_n)
 
     @property
     def name(self) -> str:
         extra = [x for x, default in ((self.restate, "answer"), (self.lora, "default"),
                                       (f"scope_{self.scope}", "scope_confidence"), (f"e{self.epochs}", "e0"),
-                                      (f"lr{self.lr:g}", "lr0")) if x != default]
+                                      (f"lr{self.lr:g}", "lr0"), (f"tau{self.tau_n:g}", "tau0")) if x != default]
         return "_".join([f"n{self.n}", self.target, *extra])
 
 
 LONG = (10, 5e-3)  # the "_long" variants' epochs and learning rate: twice the steps, five times the step size
+SHARP_TAU_N = 0.05  # the "_sharp" variants' teacher: c* spread over [0, 1] (SmolLM2 QA-LM: sd 0.24, at 0.2 0.08)
 EXTRA_VARIANTS = ("option_text_gold", "all_linear", "scope_all", "option_text_all_linear", "option_text_scope_all",
-                  "option_text_long", "option_text_gold_long")
+                  "option_text_long", "option_text_gold_long", "option_text_sharp", "option_text_sharp_long")
 ALL_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
@@ -166,10 +170,22 @@ def secl_config_for(variant: Variant, num_layers: int):
     return SECLConfig(adapter_scope=variant.scope, restate=variant.restate)
 
 
-def replay_items(secl, items, rows, indices, *, target: str, contexts: dict) -> list:
-    """``ReplayItem``s of ``indices`` with fixed targets (c* or gold) and, in the "confidence" scope, their answer
-    caches (computed once with the adapter off and kept in ``contexts``)."""
+def teacher_targets(rows, indices, tau_n: float) -> list[float]:
+    """c* of ``indices``: as scored (``tau_n`` 0) or P(True)Norm recomputed at ``tau_n`` from the saved P(True) of
+    every candidate (``secl.confidence.norm_p_true``; a smaller τ_n spreads c* without reordering 2-option items)."""
+    from hf_calibration.secl.confidence import norm_p_true
+
+    if not tau_n:
+        return [rows[i]["norm_p_true"] for i in indices]
+    return [float(norm_p_true(np.array([rows[i]["p_true_options"]]), tau=tau_n)[0, 0]) for i in indices]
+
+
+def replay_items(secl, items, rows, indices, *, target: str, contexts: dict, tau_n: float = 0.0) -> list:
+    """``ReplayItem``s of ``indices`` with fixed targets (c* at ``tau_n``, or gold) and, in the "confidence" scope,
+    their answer caches (computed once with the adapter off and kept in ``contexts``)."""
     from hf_calibration.secl.replay import ReplayItem
+
+    c_star = dict(zip(indices, teacher_targets(rows, indices, tau_n)))
 
     out = []
     for i in indices:
@@ -181,8 +197,8 @@ def replay_items(secl, items, rows, indices, *, target: str, contexts: dict) -> 
             context = contexts[i]
         restated = row["option_text"] if secl.secl_config.restate == "option_text" else secl.secl_answer_text(
             row["answer_ids"])
-        goal = row["norm_p_true"] if target == "teacher" else float(row["correct"])
-        out.append(ReplayItem(items[i].prompt_ids, row["answer_ids"], restated, row["norm_p_true"], context, i, goal))
+        goal = c_star[i] if target == "teacher" else float(row["correct"])
+        out.append(ReplayItem(items[i].prompt_ids, row["answer_ids"], restated, c_star[i], context, i, goal))
     return out
 
 
@@ -254,8 +270,8 @@ def run_variant(secl, variant: Variant, items, rows, pool, test_idx, contexts, a
     """Train one variant from the identity adapter and read it on its training set and the held-out set."""
     secl.reset_calibration()
     train_idx = pool[: variant.n]
-    train = replay_items(secl, items, rows, train_idx, target=variant.target, contexts=contexts)
-    test = replay_items(secl, items, rows, test_idx, target=variant.target, contexts=contexts)
+    train = replay_items(secl, items, rows, train_idx, target=variant.target, contexts=contexts, tau_n=variant.tau_n)
+    test = replay_items(secl, items, rows, test_idx, target=variant.target, contexts=contexts, tau_n=variant.tau_n)
     fit = train_offline(secl, train, epochs=variant.epochs or args.epochs, batch_size=args.batch_size,
                         lr=variant.lr or args.lr, seed=args.seed)
     start = time.perf_counter()
@@ -345,7 +361,10 @@ def variants_for(args, pool_size: int) -> list[Variant]:
              "option_text_all_linear": Variant(top, "teacher", restate="option_text", lora="all_linear"),
              "option_text_scope_all": Variant(top, "teacher", restate="option_text", scope="all"),
              "option_text_long": Variant(top, "teacher", restate="option_text", epochs=LONG[0], lr=LONG[1]),
-             "option_text_gold_long": Variant(top, "gold", restate="option_text", epochs=LONG[0], lr=LONG[1])}
+             "option_text_gold_long": Variant(top, "gold", restate="option_text", epochs=LONG[0], lr=LONG[1]),
+             "option_text_sharp": Variant(top, "teacher", restate="option_text", tau_n=SHARP_TAU_N),
+             "option_text_sharp_long": Variant(top, "teacher", restate="option_text", tau_n=SHARP_TAU_N,
+                                               epochs=LONG[0], lr=LONG[1])}
     order += [extra[v] for v in args.variants]
     return list(dict.fromkeys(order))
 

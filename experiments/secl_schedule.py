@@ -15,7 +15,8 @@ burst's). The schedules are ``SECLConfig`` fields (``SCHEDULES``). On the develo
 schedule runs; the rule fixed before the run picks the one with the highest AUROC over the stream among those within
 the pass budget (``PASS_BUDGET`` forward passes per question) and, separately, without the budget; on the test seed
 (``--test-seed``) the default and the picks run again. Each schedule's result is one line of ``results.jsonl``
-(a restart skips those done); ``report.md`` has every table, with the constant-accuracy reference (confidence =
+(a restart skips those done; ``--phase test`` in a second process runs the default on the test seed meanwhile,
+and the picks once the development schedules are all done); ``report.md`` has every table, with the constant-accuracy reference (confidence =
 the stream's accuracy on every question) and paired bootstrap intervals against the verbalized baseline.
 """
 
@@ -41,9 +42,13 @@ SCHEDULES = {
     "option_text_replay3": {"restate": "option_text", "replay_size": 50, "replay_batch_size": 3},
     "option_text_replay7_x4": {"restate": "option_text", "replay_size": 50, "replay_batch_size": 7,
                                "steps_per_update": 4},
+    "option_text_replay7_x4_tau0.05": {"restate": "option_text", "replay_size": 50, "replay_batch_size": 7,
+                                       "steps_per_update": 4, "tau_n": 0.05},
     "option_text_replay7_x4_unclipped": {"restate": "option_text", "replay_size": 50, "replay_batch_size": 7,
                                          "steps_per_update": 4, "delta": 1.0},
 }
+# the development run's schedules (the δ = 1 one is kept for a longer run: it did not fit the session's budget)
+DEV_SCHEDULES = [s for s in SCHEDULES if s != "option_text_replay7_x4_unclipped"]
 
 
 def _paired(metric, correct, a, b, *, n_resamples: int, seed: int) -> dict:
@@ -96,9 +101,16 @@ def run_schedule(args, name: str, seed: int, items, baseline: list[dict]) -> dic
     config = SECLConfig(**SCHEDULES[name])
     secl = apply_secl(model, tokenizer, config)
     records = [{"passes": {}, "answer_ids": r["answer_ids"]} for r in baseline]
-    # the identity adapter's read with this schedule's restatement: the untrained reference of the schedule
-    identity = [dict(r, secl_answer_ids=r["answer_ids"]) for r in records]
-    final_adapter_pass(secl, items, identity, progress=args.progress)
+    # the identity adapter's read with this schedule's restatement (the untrained reference of the schedule): the
+    # same for every schedule with that restatement, so read once per seed and kept
+    cached = args.output_dir / f"identity_seed{seed}_{config.restate}.json"
+    if cached.exists():
+        identity = json.loads(cached.read_text(encoding="utf-8"))
+    else:
+        reads = [{"secl_answer_ids": r["answer_ids"]} for r in records]
+        final_adapter_pass(secl, items, reads, progress=args.progress)
+        identity = [r["secl_final"] for r in reads]
+        cached.write_text(json.dumps(identity) + "\n", encoding="utf-8")
     start = time.perf_counter()
     counters = secl_pass(secl, items, records, max_new_tokens=args.max_new_tokens, burst_at_start=True,
                          progress=args.progress)
@@ -108,7 +120,7 @@ def run_schedule(args, name: str, seed: int, items, baseline: list[dict]) -> dic
     return {"schedule": name, "seed": seed, "config": dataclasses.asdict(config),
             "counters": counters, "pass_seconds": pass_seconds, "answers_differing_from_baseline": mismatch,
             "rows": {"secl": [r["secl"] for r in records], "final": [r["secl_final"] for r in records],
-                     "identity": [r["secl_final"] for r in identity], "correct": [r["secl_correct"] for r in records],
+                     "identity": identity, "correct": [r["secl_correct"] for r in records],
                      "burst": [bool(r["burst"]) for r in records], "updated": [bool(r["updated"]) for r in records],
                      "passes": [r["passes"]["secl"] for r in records]}}
 
@@ -191,8 +203,12 @@ def parse_args(argv=None):
     ap.add_argument("--limit", type=int, default=200, help="questions in the stream")
     ap.add_argument("--dev-seed", type=int, default=0)
     ap.add_argument("--test-seed", type=int, default=1)
-    ap.add_argument("--schedules", type=lambda s: [x for x in s.split(",") if x], default=list(SCHEDULES),
+    ap.add_argument("--schedules", type=lambda s: [x for x in s.split(",") if x], default=DEV_SCHEDULES,
                     help="development schedules, of: " + ", ".join(SCHEDULES))
+    ap.add_argument("--phase", choices=("both", "dev", "test"), default="both",
+                    help="both: the development schedules, then the default and the picks on the test seed; dev: "
+                         "only the first; test: the default on the test seed, and the picks once every development "
+                         "schedule is done (two processes can share the folder)")
     ap.add_argument("--max-new-tokens", type=int, default=8)
     ap.add_argument("--n-resamples", type=int, default=1000)
     ap.add_argument("--threads", type=int, default=1)
@@ -231,9 +247,13 @@ def main(argv=None) -> dict:
             (args.output_dir / "report.md").write_text(format_report(_read(path), meta), encoding="utf-8")
         return [r for r in _read(path) if r["seed"] == seed and r["schedule"] in names]
 
-    dev = run(args.dev_seed, args.schedules)
-    meta["pick_budget"], meta["pick_any"] = pick(dev, budget=PASS_BUDGET), pick(dev, budget=None)
-    run(args.test_seed, list(dict.fromkeys(["default", meta["pick_budget"], meta["pick_any"]])))
+    dev = run(args.dev_seed, args.schedules) if args.phase != "test" else [
+        r for r in _read(path) if r["seed"] == args.dev_seed and r["schedule"] in args.schedules]
+    if {r["schedule"] for r in dev} == set(args.schedules):
+        meta["pick_budget"], meta["pick_any"] = pick(dev, budget=PASS_BUDGET), pick(dev, budget=None)
+    if args.phase != "dev":
+        run(args.test_seed, list(dict.fromkeys(["default", meta.get("pick_budget", "default"),
+                                                meta.get("pick_any", "default")])))
     results = _read(path)
     (args.output_dir / "report.md").write_text(format_report(results, meta), encoding="utf-8")
     (args.output_dir / "meta.json").write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")

@@ -111,3 +111,14 @@ def test_bad_arguments_exit_2(tmp_path):
     with pytest.raises(SystemExit) as err:
         study.parse_args(["--output-dir", str(tmp_path), "--variants", "bigger"])
     assert err.value.code == 2
+
+
+def test_sharp_teacher_is_p_true_norm_at_its_tau_by_hand():
+    rows = [{"p_true_options": [0.8, 0.6], "norm_p_true": 0.7311}, {"p_true_options": [0.3, 0.5, 0.9],
+                                                                  "norm_p_true": 0.0}]
+    got = study.teacher_targets(rows, [0, 1], 0.05)
+    # softmax(p / τ)[0]: 1 / (1 + e^{(0.6 − 0.8)/0.05}) and e^{0.3/0.05} / Σ_j e^{p_j/0.05}
+    assert got[0] == pytest.approx(1 / (1 + np.exp(-4.0)))
+    assert got[1] == pytest.approx(np.exp(6) / (np.exp(6) + np.exp(10) + np.exp(18)))
+    assert study.teacher_targets(rows, [0, 1], 0.0) == [0.7311, 0.0]  # as scored
+    assert study.Variant(8, restate="option_text", tau_n=0.05).name == "n8_teacher_option_text_tau0.05"

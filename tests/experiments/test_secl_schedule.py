@@ -88,3 +88,11 @@ def test_bad_arguments_exit_2(tmp_path):
         with pytest.raises(SystemExit) as e:
             study.parse_args(["--output-dir", str(tmp_path), *bad])
         assert e.value.code == 2
+
+
+def test_the_test_phase_alone_runs_the_default_until_the_picks_are_known(tiny_model_dir, tmp_path):
+    result = study.main(args(tiny_model_dir, tmp_path, "--phase", "test"))
+    assert [(r["seed"], r["schedule"]) for r in result["results"]] == [(1, "default")]
+    assert "pick_budget" not in result["meta"]
+    # the identity read is kept per seed and restatement, and shared by the schedules that restate alike
+    assert (tmp_path / "identity_seed1_answer.json").exists()
