@@ -130,3 +130,24 @@ def test_every_documented_experiment_command_parses():
     for source, argv in commands:
         configs = parsers[argv[0]].parse(argv[1:])
         assert configs[0].name == argv[0], (source, argv)
+
+
+def test_every_documented_study_command_parses(tmp_path):
+    """``python -m experiments.secl_learnability …`` and ``experiments.secl_schedule …`` in the docs parse with
+    their scripts' own parsers (options renamed since would be a usage error, exit 2)."""
+    import re
+    import shlex
+    from pathlib import Path
+
+    from experiments import secl_learnability, secl_schedule
+
+    root = Path(__file__).parents[2]
+    parsers = {"secl_learnability": secl_learnability.parse_args, "secl_schedule": secl_schedule.parse_args}
+    seen = set()
+    for path in [root / "README.md", *sorted((root / "docs").glob("*.md"))]:
+        text = path.read_text(encoding="utf-8").replace("\\\n", " ")
+        for match in re.finditer(r"python -m experiments\.(secl_learnability|secl_schedule)\b([^`#\n]*)", text):
+            argv = shlex.split(match.group(2))
+            parsers[match.group(1)](argv)
+            seen.add(match.group(1))
+    assert seen == set(parsers)

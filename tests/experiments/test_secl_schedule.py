@@ -95,4 +95,6 @@ def test_the_test_phase_alone_runs_the_default_until_the_picks_are_known(tiny_mo
     assert [(r["seed"], r["schedule"]) for r in result["results"]] == [(1, "default")]
     assert "pick_budget" not in result["meta"]
     # the identity read is kept per seed and restatement, and shared by the schedules that restate alike
-    assert (tmp_path / "identity_seed1_answer.json").exists()
+    from hf_calibration.secl.config import SECLConfig
+
+    assert (tmp_path / f"identity_seed1_{SECLConfig().restate}.json").exists()

@@ -109,7 +109,7 @@ def test_replay_steps_on_the_current_and_every_earlier_burst_question(tiny_model
 
 def test_replay_buffer_capacity_batch_and_new_burst(tiny_model, tiny_tokenizer, monkeypatch):
     calls = _spy_steps(monkeypatch)
-    secl, records = _burst(tiny_model, tiny_tokenizer, 4, replay_size=2, replay_batch_size=1)
+    secl, records = _burst(tiny_model, tiny_tokenizer, 4, replay_size=2, replay_batch_size=1, steps_per_update=1)
     assert [len(c) for c in calls] == [1, 2, 2, 2]
     assert calls[1][1] == 0 and calls[2][1] in (0, 1) and calls[3][1] in (1, 2)  # only the last 2 are kept
     secl.start_burst()  # a new burst starts with an empty buffer
@@ -121,7 +121,7 @@ def test_gated_out_questions_are_replayed(tiny_model, tiny_tokenizer, monkeypatc
     calls = _spy_steps(monkeypatch)
     gate = iter([False, True])
     monkeypatch.setattr(burst_module, "bin_gate_passes", lambda *a, **k: next(gate))
-    _, records = _burst(tiny_model, tiny_tokenizer, 2, replay_size=5)
+    _, records = _burst(tiny_model, tiny_tokenizer, 2, replay_size=5, steps_per_update=1)
     assert records[0]["skipped_by_bin_gate"] and calls == [[1, 0]]
 
 
@@ -135,7 +135,7 @@ def test_steps_per_update_counts(tiny_model, tiny_tokenizer, monkeypatch, steps)
 
 def test_replay_off_is_one_step_on_the_current_question(tiny_model, tiny_tokenizer, monkeypatch):
     calls = _spy_steps(monkeypatch)
-    _, records = _burst(tiny_model, tiny_tokenizer, 3)
+    _, records = _burst(tiny_model, tiny_tokenizer, 3, replay_size=0, steps_per_update=1)  # the paper's step
     assert calls == [[0], [1], [2]] and all(r["replayed"] == [[]] for r in records)
 
 

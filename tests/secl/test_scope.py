@@ -271,8 +271,12 @@ def test_passes_outside_a_burst(tiny_tokenizer, tiny_model):
     assert (batch, on, grad) == (1, True, False) and n_follow > 1
 
 
+# the paper's update: one step on the current question, no replay (the counts below are by hand for it)
+PAPER_STEP = {"replay_size": 0, "steps_per_update": 1}
+
+
 def test_passes_of_a_burst_question_multiple_choice(tiny_tokenizer, tiny_model, always_update):
-    model = apply_secl(tiny_model, tiny_tokenizer, SECLConfig(num_distractors=2))
+    model = apply_secl(tiny_model, tiny_tokenizer, SECLConfig(num_distractors=2, **PAPER_STEP))
     n_prompt = encode(tiny_tokenizer, PROMPTS[:1])["input_ids"].shape[1]
     model.start_burst()
     calls, handle = trace(model)
@@ -291,7 +295,7 @@ def test_passes_of_a_burst_question_multiple_choice(tiny_tokenizer, tiny_model, 
 
 
 def test_passes_of_a_burst_question_open_ended(tiny_tokenizer, tiny_model, always_update):
-    model = apply_secl(tiny_model, tiny_tokenizer, SECLConfig(num_distractors=2, distractor_max_new_tokens=2))
+    model = apply_secl(tiny_model, tiny_tokenizer, SECLConfig(num_distractors=2, distractor_max_new_tokens=2, **PAPER_STEP))
     n_prompt = encode(tiny_tokenizer, PROMPTS[:1])["input_ids"].shape[1]
     model.start_burst()
     calls, handle = trace(model)

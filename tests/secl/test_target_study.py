@@ -30,8 +30,10 @@ def test_target_study_on_the_tiny_model(tiny_model_dir, tmp_path, capsys):
     report = json.loads((out / "targets.json").read_text())
     records = [json.loads(line) for line in (out / "baseline.jsonl").read_text().splitlines()[1:]]
     y = np.array([r["correct"] for r in records], dtype=int)
-    # τ_n = 0.2 (the default) offline is the P(True)Norm the model read in the baseline pass
-    at_default = next(t for t in report["teacher"] if t["tau_n"] == 0.2)
+    # SECLConfig's τ_n offline is the P(True)Norm the model read in the baseline pass
+    from hf_calibration.secl.config import SECLConfig
+
+    at_default = next(t for t in report["teacher"] if t["tau_n"] == SECLConfig().tau_n)
     norm = np.array([r["norm_p_true"] for r in records])
     assert at_default["brier"] == pytest.approx(float(np.mean((norm - y) ** 2)), abs=1e-9)
     assert at_default["ece"] == pytest.approx(float(expected_calibration_error(y, norm)), abs=1e-9)
