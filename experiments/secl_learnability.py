@@ -243,13 +243,12 @@ def metric_row(correct, conf, *, n_resamples: int, seed: int) -> dict:
     return {m: report[m] for m in METRICS} | {"accuracy": report["accuracy"]["value"], "n": report["n"]}
 
 
-def auroc_difference(correct, a, b, *, n_resamples: int, seed: int) -> dict:
-    """Paired bootstrap of AUROC(a) − AUROC(b) on the same items."""
-    from hf_calibration.metrics import confidence_auroc, paired_bootstrap
+def paired_difference(metric, correct, a, b, *, n_resamples: int, seed: int) -> dict:
+    """Paired bootstrap of metric(a) − metric(b) on the same items (e.g. ``confidence_auroc``), {value, low, high}."""
+    from hf_calibration.metrics import paired_bootstrap
 
     y = np.asarray(correct, dtype=int)
-    r = paired_bootstrap(confidence_auroc, y, np.asarray(a, float), y, np.asarray(b, float),
-                         n_resamples=n_resamples, seed=seed)
+    r = paired_bootstrap(metric, y, np.asarray(a, float), y, np.asarray(b, float), n_resamples=n_resamples, seed=seed)
     return {"value": r[0], "low": r[1], "high": r[2]}
 
 
@@ -268,6 +267,8 @@ def references(rows, train_idx, test_idx, *, n_resamples: int, seed: int) -> dic
 
 def run_variant(secl, variant: Variant, items, rows, pool, test_idx, contexts, args) -> dict:
     """Train one variant from the identity adapter and read it on its training set and the held-out set."""
+    from hf_calibration.metrics import confidence_auroc
+
     secl.reset_calibration()
     train_idx = pool[: variant.n]
     train = replay_items(secl, items, rows, train_idx, target=variant.target, contexts=contexts, tau_n=variant.tau_n)
@@ -283,7 +284,7 @@ def run_variant(secl, variant: Variant, items, rows, pool, test_idx, contexts, a
     return {"variant": variant.name, **dataclasses.asdict(variant), **fit, "read_seconds": time.perf_counter() - start,
             "constant_test": metric_row(y_test, constant, **kw),
             "train": metric_row(y_train, conf_train, **kw), "test": metric_row(y_test, conf_test, **kw),
-            "delta_auroc_vs_base": auroc_difference(y_test, conf_test, [rows[i][base] for i in test_idx], **kw),
+            "delta_auroc_vs_base": paired_difference(confidence_auroc, y_test, conf_test, [rows[i][base] for i in test_idx], **kw),
             "test_confidences": [round(float(c), 5) for c in conf_test]}
 
 
@@ -314,8 +315,9 @@ def linear_probe(rows, train_idx, test_idx, layers, *, n_resamples: int, seed: i
 
 
 # -- the report ------------------------------------------------------------------------------------
-def _ci(m: dict) -> str:
-    if m["value"] != m["value"]:  # NaN: one class only
+def format_interval(m: dict) -> str:
+    """"value [low, high]" to 3 decimals; "n/a" for NaN (one class only)."""
+    if m["value"] != m["value"]:
         return "n/a"
     return f"{m['value']:.3f} [{m['low']:.3f}, {m['high']:.3f}]"
 
@@ -330,21 +332,21 @@ def format_report(refs: dict, results: list[dict], probe: dict, meta: dict) -> s
              "| signal | AUROC | ECE | Brier |", "|---|---|---|---|"]
     for name, m in refs.items():
         if isinstance(m, dict):
-            lines.append(f"| {name} | {_ci(m['auroc'])} | {_ci(m['conf_ece'])} | {_ci(m['brier'])} |")
+            lines.append(f"| {name} | {format_interval(m['auroc'])} | {format_interval(m['conf_ece'])} | {format_interval(m['brier'])} |")
     lines += ["", "## Offline training of the SECL adapter", "",
               "| variant | N | target | held-out AUROC | held-out ECE | held-out Brier | train AUROC | train ECE | "
               "const. acc. ECE / Brier | ΔAUROC vs base verbalized [95 %] | steps | train s |",
               "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
-        lines.append(f"| {r['variant']} | {r['n']} | {r['target']} | {_ci(r['test']['auroc'])} | "
-                     f"{_ci(r['test']['conf_ece'])} | {_ci(r['test']['brier'])} | {_ci(r['train']['auroc'])} | "
-                     f"{_ci(r['train']['conf_ece'])} | {r['constant_test']['conf_ece']['value']:.3f} / "
-                     f"{r['constant_test']['brier']['value']:.4f} | {_ci(r['delta_auroc_vs_base'])} | {r['steps']} | "
+        lines.append(f"| {r['variant']} | {r['n']} | {r['target']} | {format_interval(r['test']['auroc'])} | "
+                     f"{format_interval(r['test']['conf_ece'])} | {format_interval(r['test']['brier'])} | {format_interval(r['train']['auroc'])} | "
+                     f"{format_interval(r['train']['conf_ece'])} | {r['constant_test']['conf_ece']['value']:.3f} / "
+                     f"{r['constant_test']['brier']['value']:.4f} | {format_interval(r['delta_auroc_vs_base'])} | {r['steps']} | "
                      f"{r['seconds']:.0f} |")
     lines += ["", "## Linear probe (LogisticRegressionCV on the base model's hidden state, held-out items)", "",
               "| position @ hidden-state index | AUROC | ECE | Brier |", "|---|---|---|---|"]
     for name, m in probe.items():
-        lines.append(f"| {name} | {_ci(m['auroc'])} | {_ci(m['conf_ece'])} | {_ci(m['brier'])} |")
+        lines.append(f"| {name} | {format_interval(m['auroc'])} | {format_interval(m['conf_ece'])} | {format_interval(m['brier'])} |")
     return "\n".join(lines) + "\n"
 
 
@@ -440,7 +442,7 @@ def main(argv=None) -> dict:
             "n_pool": len(pool), "seed": args.seed, "epochs": args.epochs, "batch_size": args.batch_size,
             "lr": args.lr, "scoring_seconds_this_run": scoring_seconds}
     for variant in variants_for(args, len(pool)):
-        results = _read_results(results_path)  # read again: another process may share the folder
+        results = read_results(results_path)  # read again: another process may share the folder
         if variant.name in {r["variant"] for r in results} or (args.only and variant.name not in args.only):
             continue
         if variant.lora != "default" or variant.scope != "confidence":
@@ -453,13 +455,14 @@ def main(argv=None) -> dict:
         (args.output_dir / "report.md").write_text(format_report(refs, results + [result], probe, meta),
                                                    encoding="utf-8")
     names = [v.name for v in variants_for(args, len(pool))]
-    results = sorted(_read_results(results_path), key=lambda r: names.index(r["variant"]) if r["variant"] in names
+    results = sorted(read_results(results_path), key=lambda r: names.index(r["variant"]) if r["variant"] in names
                      else len(names))
     (args.output_dir / "report.md").write_text(format_report(refs, results, probe, meta), encoding="utf-8")
     return {"references": refs, "results": results, "probe": probe, "meta": meta}
 
 
-def _read_results(path: Path) -> list[dict]:
+def read_results(path: Path) -> list[dict]:
+    """The JSON lines of ``path`` ([] when it does not exist)."""
     if not path.exists():
         return []
     return [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]

@@ -32,9 +32,9 @@ import numpy as np
 import torch
 
 from experiments.secl_claims import PASS_BUDGET
-from experiments.secl_learnability import metric_row as _metric_row
+from experiments.secl_learnability import MODEL_ALIASES, format_interval as _ci, metric_row as _metric_row
+from experiments.secl_learnability import paired_difference as _paired, read_results as _read
 
-MODEL_ALIASES = {"smollm2": "HuggingFaceTB/SmolLM2-135M-Instruct", "qwen": "Qwen/Qwen2.5-Coder-0.5B-Instruct"}
 # name → SECLConfig fields changed from the defaults; the buffer of 50 holds a whole default burst
 SCHEDULES = {
     "default": {},
@@ -49,14 +49,6 @@ SCHEDULES = {
 }
 # the development run's schedules (the δ = 1 one is kept for a longer run: it did not fit the session's budget)
 DEV_SCHEDULES = [s for s in SCHEDULES if s != "option_text_replay7_x4_unclipped"]
-
-
-def _paired(metric, correct, a, b, *, n_resamples: int, seed: int) -> dict:
-    from hf_calibration.metrics import paired_bootstrap
-
-    y = np.asarray(correct, dtype=int)
-    r = paired_bootstrap(metric, y, np.asarray(a, float), y, np.asarray(b, float), n_resamples=n_resamples, seed=seed)
-    return {"value": r[0], "low": r[1], "high": r[2]}
 
 
 def summarize(baseline: list[dict], rows: dict, *, n_resamples: int, seed: int) -> dict:
@@ -156,12 +148,6 @@ def pick(results: list[dict], *, budget: float | None) -> str:
                                   -r["summary"]["passes_per_question"]))["schedule"]
 
 
-def _ci(m: dict) -> str:
-    if m["value"] != m["value"]:
-        return "n/a"
-    return f"{m['value']:.3f} [{m['low']:.3f}, {m['high']:.3f}]"
-
-
 def format_report(results: list[dict], meta: dict) -> str:
     lines = [f"# SECL online schedules: {meta['model']} on {meta['dataset']}", "",
              f"{meta['limit']} questions per stream, a burst at the start; development seed {meta['dev_seed']}, test "
@@ -219,12 +205,6 @@ def parse_args(argv=None):
     if unknown or args.limit < 2:
         ap.error(f"--schedules: unknown schedule {unknown[0]!r}" if unknown else f"--limit: {args.limit} (at least 2)")
     return args
-
-
-def _read(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    return [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
 
 
 def main(argv=None) -> dict:
