@@ -46,6 +46,12 @@ SCHEDULES = {
                                        "steps_per_update": 4, "tau_n": 0.05},
     "option_text_replay7_x4_unclipped": {"restate": "option_text", "replay_size": 50, "replay_batch_size": 7,
                                          "steps_per_update": 4, "delta": 1.0},
+    # within the pass budget: one step per question as the paper, then epochs over the whole burst when it ends
+    # (SECLConfig.consolidation_epochs; 3 epochs of a 50-question burst = 0.75 passes per question on 200)
+    "option_text_consolidate3_tau0.05": {"restate": "option_text", "replay_size": 50, "replay_batch_size": 0,
+                                         "consolidation_epochs": 3, "tau_n": 0.05},
+    "option_text_consolidate3_tau0.05_lr0.005": {"restate": "option_text", "replay_size": 50, "replay_batch_size": 0,
+                                                 "consolidation_epochs": 3, "tau_n": 0.05, "learning_rate": 5e-3},
 }
 # the development run's schedules (the δ = 1 one is kept for a longer run: it did not fit the session's budget)
 DEV_SCHEDULES = [s for s in SCHEDULES if s != "option_text_replay7_x4_unclipped"]

@@ -26,7 +26,7 @@ from hf_calibration.secl.confidence import (
     p_true_from_logprobs,
     prefix_pass,
 )
-from hf_calibration.secl.replay import ReplayItem, directional_target, item_confidence, update_steps
+from hf_calibration.secl.replay import ReplayItem, consolidate, directional_target, item_confidence, update_steps
 
 
 def confidence_bin(c: float, n_bins: int) -> int:
@@ -160,3 +160,20 @@ class SECLBurstMixin:
             after, _ = item_confidence(self, item)
         record["confidence_after"] = float(after[0])
         return passes + steps
+
+    def _secl_consolidate(self, record: dict) -> int:
+        """``consolidation_epochs`` over the replay buffer at the end of a burst (``secl.replay.consolidate``,
+        seeded by the burst's number); ``record["consolidation"]`` = {questions, steps, forward_passes}. Returns
+        the forward passes."""
+        cfg = self.secl_config
+        opt = self.secl_optimizer()
+        self.train()
+        try:
+            passes, steps = consolidate(self, self.secl_replay, opt, epochs=cfg.consolidation_epochs,
+                                        batch_size=cfg.consolidation_batch_size, alpha_step=cfg.alpha_step,
+                                        delta=cfg.delta, seed=self.secl_counters["bursts"])
+        finally:
+            opt.zero_grad(set_to_none=True)
+            self.eval()
+        record["consolidation"] = {"questions": len(self.secl_replay), "steps": steps, "forward_passes": passes}
+        return passes

@@ -81,7 +81,17 @@ class SECLConfig:
     replay_batch_size: int = field(default=4, metadata={
         "help": "Earlier burst questions drawn (uniformly, without replacement, seeded) from the replay buffer "
                 "for each update step, beside the current question (reconstruction; used only when replay_size "
-                "> 0). Each costs one forward pass with its backward per step."})
+                "> 0). Each costs one forward pass with its backward per step. 0: the steps take the current "
+                "question alone and the buffer serves only consolidation_epochs."})
+    consolidation_epochs: int = field(default=0, metadata={
+        "help": "Epochs over the replay buffer when a burst ends (its last question is read): every kept burst "
+                "question, in seeded random minibatches of consolidation_batch_size, the target recomputed as for "
+                "replay (docs/methods.md, 'consolidation'). Costs epochs x buffer forward passes with their "
+                "backward, once per burst. 0 (default) turns it off; needs replay_size > 0 (extension: not in "
+                "the paper)."})
+    consolidation_batch_size: int = field(default=8, metadata={
+        "help": "Questions per AdamW step of the consolidation epochs (the offline study's minibatch, "
+                "experiments/secl_learnability.py)."})
     restate: str = field(default="answer", metadata={
         "help": "What the confidence turn's '{answer}' restates: 'answer' the decoded answer, e.g. the bare "
                 "letter 'A'; 'option_text' for multiple choice the chosen option as 'A. <option text>' (as diagnose "
@@ -107,6 +117,10 @@ class SECLConfig:
         """Check every field: ParameterError (a ValueError) naming the field and the value."""
         for name, check in _CHECKS.items():
             check(getattr(self, name), name)
+        if self.consolidation_epochs and not self.replay_size:
+            raise ParameterError("consolidation_epochs", self.consolidation_epochs,
+                                 "consolidates the replay buffer, which replay_size 0 turns off: set replay_size > 0 "
+                                 "(e.g. burst_size) or consolidation_epochs 0")
         self.target_modules = list(self.target_modules)
         if self.target_layers is not None:
             self.target_layers = list(self.target_layers)
@@ -194,8 +208,8 @@ _CHECKS = {
     **dict.fromkeys(("burst_size", "num_distractors", "n_bins", "ph_min_instances", "lora_r", "lora_alpha",
                      "steps_per_update", "answer_max_chars", "distractor_max_new_tokens"), _integer(1)),
     "warmup": _integer(2),
-    **dict.fromkeys(("bin_gate_width", "replay_size"), _integer(0)),
-    "replay_batch_size": _integer(1),
+    **dict.fromkeys(("bin_gate_width", "replay_size", "replay_batch_size", "consolidation_epochs"), _integer(0)),
+    "consolidation_batch_size": _integer(1),
     "restate": _restate,
     **dict.fromkeys(("tau_n", "alpha_step", "delta", "learning_rate"), _number()),
     "ph_threshold": _number(),

@@ -486,6 +486,8 @@ class SECLGenerationMixin(SECLBurstMixin):
                 # "all": an update changes the adapter under generate's cache, so the steps run everything again
                 passes += self._secl_burst_item(prompt, answer_ids, c, distractors, choices, record,
                                                 context if base_answer else None, prompt_context)
+                if self.secl_burst_left == 0 and self.secl_config.consolidation_epochs:
+                    passes += self._secl_consolidate(record)
             counters["forward_passes"] += passes
         if was_training:
             self.train()

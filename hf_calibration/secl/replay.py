@@ -9,10 +9,16 @@ adapter, ĉ = c + α_step·clip(c* − c, −δ, δ) (``directional_target``), s
 built from is stale; the current question keeps the target read before the update, as without replay.
 The minibatch loss is the mean of the squared errors; each item is run and backpropagated on its own (no
 padding of caches of different lengths), which gives the gradient of the mean.
+
+With ``SECLConfig.consolidation_epochs`` > 0 the buffer is also trained on when a burst ends (``consolidate``):
+that many epochs over every kept burst question in seeded random minibatches, the targets recomputed in each pass
+(docs/methods.md, "consolidation"; an extension, not in the paper). Its cost is paid once per burst, so a schedule
+can take many more steps on the burst's questions than one per question within the same forward-pass budget.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -111,3 +117,21 @@ def update_steps(model, current: ReplayItem, buffer: ReplayBuffer, optimizer, *,
         passes += n
         replayed.append([item.index for item in earlier])
     return passes, replayed
+
+
+def consolidate(model, buffer: ReplayBuffer, optimizer, *, epochs: int, batch_size: int, alpha_step: float,
+                delta: float, seed: int = 0) -> tuple[int, int]:
+    """``epochs`` passes over every question in ``buffer``, each a random permutation (``numpy`` generator seeded
+    with ``seed``) cut into minibatches of ``batch_size`` (the last one smaller), one ``minibatch_step`` each,
+    targets recomputed from c* (items' ``target`` is ignored). Returns (forward passes: epochs × len(buffer),
+    optimizer steps: epochs × ⌈len(buffer) / batch_size⌉). An empty buffer costs nothing."""
+    rng = np.random.default_rng(seed)
+    items = [dataclasses.replace(item, target=None) for item in buffer.items]
+    passes = steps = 0
+    for _ in range(epochs if items else 0):
+        order = rng.permutation(len(items))
+        for start in range(0, len(items), batch_size):
+            _, n = minibatch_step(model, [items[i] for i in order[start:start + batch_size]], optimizer,
+                                  alpha_step=alpha_step, delta=delta)
+            passes, steps = passes + n, steps + 1
+    return passes, steps

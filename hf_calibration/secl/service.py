@@ -141,7 +141,8 @@ class SECLService:
     local copy of the same base model) whose config is the streams' SECL config. state_dir : folder of the
     streams' versions and state. swap : "update" or "burst". max_new_tokens : answer length.
 
-    Raises ParameterError naming ``swap``, ``max_new_tokens`` or ``trainer``; the server's refusals (``LoRAAdmin``)
+    Raises ParameterError naming ``swap``, ``max_new_tokens``, ``trainer``, or the trainer config's ``restate``,
+    ``replay_size`` or ``consolidation_epochs`` when not the paper's (the service does not implement them); the server's refusals (``LoRAAdmin``)
     when a stream's adapter is first loaded.
     """
 
@@ -152,8 +153,14 @@ class SECLService:
             raise ParameterError("swap", swap, f"must be 'update' or 'burst', got {swap!r}")
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
             raise ParameterError("max_new_tokens", max_new_tokens, f"must be a positive integer, got {max_new_tokens!r}")
+        cfg = trainer.secl_config
+        for name, plain in (("restate", "answer"), ("replay_size", 0), ("consolidation_epochs", 0)):
+            if getattr(cfg, name) != plain:  # the served read and update are the paper's: refuse, do not ignore
+                raise ParameterError(name, getattr(cfg, name), f"the service reads and updates as the paper does "
+                                     f"(one step per question, the decoded answer restated): set the trainer's "
+                                     f"SECLConfig {name}={plain!r}, or run SECLModel.generate locally")
         self.backend, self.trainer, self.swap, self.max_new_tokens = backend, trainer, swap, max_new_tokens
-        self.config = trainer.secl_config
+        self.config = cfg
         self.adapter_scope = self.config.adapter_scope
         trainer.secl_config = replace(self.config, adapter_scope="all")  # the read the server computes
         self.state_dir = Path(state_dir)

@@ -31,7 +31,9 @@ def answer_a(model, tokenizer, **kwargs):
 
 @pytest.mark.parametrize("kwargs, name", [
     (dict(restate="letter"), "restate"), (dict(replay_size=-1), "replay_size"),
-    (dict(replay_batch_size=0), "replay_batch_size"), (dict(steps_per_update=0), "steps_per_update"),
+    (dict(replay_batch_size=-1), "replay_batch_size"), (dict(steps_per_update=0), "steps_per_update"),
+    (dict(consolidation_epochs=-1), "consolidation_epochs"), (dict(consolidation_batch_size=0), "consolidation_batch_size"),
+    (dict(consolidation_epochs=2), "consolidation_epochs"),  # without a replay buffer there is nothing to consolidate
     (dict(learning_rate=0), "learning_rate"), (dict(delta=0), "delta"), (dict(replay_size=True), "replay_size"),
 ])
 def test_bad_values_name_the_field(kwargs, name):
@@ -43,7 +45,8 @@ def test_every_option_has_help():
     import dataclasses
 
     for f in dataclasses.fields(SECLConfig):
-        if f.name in ("restate", "replay_size", "replay_batch_size", "steps_per_update", "learning_rate", "delta"):
+        if f.name in ("restate", "replay_size", "replay_batch_size", "steps_per_update", "learning_rate", "delta",
+                      "consolidation_epochs", "consolidation_batch_size"):
             assert len(f.metadata["help"]) > 40, f.name
 
 
@@ -137,6 +140,60 @@ def test_replay_off_is_one_step_on_the_current_question(tiny_model, tiny_tokeniz
     calls = _spy_steps(monkeypatch)
     _, records = _burst(tiny_model, tiny_tokenizer, 3, replay_size=0, steps_per_update=1)  # the paper's step
     assert calls == [[0], [1], [2]] and all(r["replayed"] == [[]] for r in records)
+
+
+def test_consolidation_trains_every_burst_question_when_the_burst_ends(tiny_model, tiny_tokenizer, monkeypatch):
+    calls = _spy_steps(monkeypatch)
+    targets = []
+    real = replay_module.minibatch_step
+    monkeypatch.setattr(replay_module, "minibatch_step",
+                        lambda model, items, opt, **kw: targets.append([i.target for i in items]) or real(model, items, opt, **kw))
+    secl, records = _burst(tiny_model, tiny_tokenizer, 4, replay_size=10, replay_batch_size=0, steps_per_update=1,
+                           consolidation_epochs=2, consolidation_batch_size=3)
+    # replay_batch_size 0: one step on each question alone; then, after the 4th, 2 epochs of minibatches of 3 and 1
+    assert calls[:4] == [[0], [1], [2], [3]] and [len(c) for c in calls[4:]] == [3, 1, 3, 1]
+    assert sorted(calls[4] + calls[5]) == sorted(calls[6] + calls[7]) == [0, 1, 2, 3]
+    assert all(t is not None for t in targets[0]) and all(t is None for batch in targets[4:] for t in batch)
+    assert [("consolidation" in r) for r in records] == [False, False, False, True]
+    assert records[3]["consolidation"] == {"questions": 4, "steps": 4, "forward_passes": 8}
+    # generation + verbalized read + 2 P(True) reads + its own step, and the last one pays the 2 × 4 epoch passes
+    assert [r["forward_passes"] for r in records] == [5, 5, 5, 5 + 8]
+    assert secl.secl_counters["forward_passes"] == 4 * 5 + 8
+
+
+def test_no_consolidation_before_the_burst_ends(tiny_model, tiny_tokenizer, monkeypatch):
+    calls = _spy_steps(monkeypatch)
+    secl = apply_secl(tiny_model, tiny_tokenizer, SECLConfig(burst_size=3, replay_size=3, consolidation_epochs=1))
+    secl.start_burst()
+    for _ in range(2):
+        answer_a(secl, tiny_tokenizer, secl_choices=[CHOICES])
+        assert "consolidation" not in secl.secl_records[0]
+    assert len(calls) == 2
+
+
+def test_consolidate_counts_and_empty_buffer(tiny_model, tiny_tokenizer):
+    secl = apply_secl(tiny_model, tiny_tokenizer, SECLConfig())
+    ids = encode(tiny_tokenizer).input_ids[0].tolist()
+    a = [tiny_tokenizer.convert_tokens_to_ids("A")]
+    buffer = ReplayBuffer(10, 1)
+    opt = torch.optim.SGD(secl._secl_adapter_params(), lr=0.0)
+    assert replay_module.consolidate(secl, buffer, opt, epochs=3, batch_size=2, alpha_step=1.0, delta=0.2) == (0, 0)
+    for k in range(5):
+        buffer.add(ReplayItem(ids, a, "A", 0.2 * k, index=k, target=0.5))
+    # 3 epochs × 5 items; ⌈5 / 2⌉ = 3 steps an epoch
+    assert replay_module.consolidate(secl, buffer, opt, epochs=3, batch_size=2, alpha_step=1.0, delta=0.2) == (15, 9)
+    assert [i.target for i in buffer.items] == [0.5] * 5  # the buffer's items are not modified
+
+
+@pytest.mark.parametrize("kwargs, name", [(dict(replay_size=4), "replay_size"), (dict(restate="option_text"), "restate"),
+                                          (dict(replay_size=4, consolidation_epochs=1), "replay_size")])
+def test_service_refuses_what_it_does_not_implement(tiny_model, tiny_tokenizer, tmp_path, kwargs, name):
+    from hf_calibration.secl.service import SECLService
+
+    trainer = apply_secl(tiny_model, tiny_tokenizer, SECLConfig(**kwargs))
+    with pytest.raises(ParameterError, match=name):  # before the server is asked anything (there is none)
+        SECLService(None, trainer, tmp_path)
+    assert not any(tmp_path.iterdir())
 
 
 def test_buffer_samples_without_replacement_and_restarts_its_draws():
