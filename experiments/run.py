@@ -36,7 +36,7 @@ from hf_calibration.jobs.diagnose import DiagnoseConfig, run_diagnose
 from hf_calibration.jobs.secl_stream import SECLStreamConfig, check_stream, run_secl_stream
 from hf_calibration.reports import format_cell, format_table, write_json
 from hf_calibration.secl.confidence import SIGNAL_NAMES
-from hf_calibration.secl.stream import STREAM_COLUMNS, WITHIN_DOMAIN, signal_rows, summarize_stream
+from hf_calibration.secl.stream import STREAM_COLUMNS, WITHIN_DOMAIN, pass_keys, signal_rows, summarize_stream
 
 from experiments.calm import run_calm_experiment
 from experiments.calm_config import CALMExperimentConfig
@@ -227,7 +227,7 @@ def secl_table(results: dict) -> str:
                 f"{s['share_in_burst']:.0%}, bin-gate skips {s['skipped_by_bin_gate']}, alarms {s['alarms']}); "
                 f"SECL ECE cut vs verbalized {cut}; accuracy change {s['accuracy_change_secl']:+.3f}\n\n"
                 + format_table(_signal_rows(s), columns=STREAM_COLUMNS, markdown=True))
-            for key in [k for k in s["signals"] if k == "secl" or k.startswith("secl_")]:
+            for key in pass_keys(s["signals"]):
                 paired = (s if key == "secl" else s[key])["paired"]
                 blocks.append(f"{SIGNAL_NAMES[key]} − verbalized, paired bootstrap: ΔECE {_signed(paired['delta_ece'])}, "
                               f"ΔAUROC {_signed(paired['delta_auroc'])}, ΔBrier {_signed(paired['delta_brier'])}; "

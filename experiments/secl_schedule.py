@@ -52,6 +52,11 @@ SCHEDULES = {
                                          "consolidation_epochs": 3, "tau_n": 0.05},
     "option_text_consolidate3_tau0.05_lr0.005": {"restate": "option_text", "replay_size": 50, "replay_batch_size": 0,
                                                  "consolidation_epochs": 3, "tau_n": 0.05, "learning_rate": 5e-3},
+    # the same passes cut into more, smaller steps (minibatches of 2: 75 steps instead of 21)
+    "option_text_consolidate3_b2_tau0.05_lr0.005": {"restate": "option_text", "replay_size": 50,
+                                                    "replay_batch_size": 0, "consolidation_epochs": 3,
+                                                    "consolidation_batch_size": 2, "tau_n": 0.05,
+                                                    "learning_rate": 5e-3},
 }
 # the development run's schedules (the δ = 1 one is kept for a longer run: it did not fit the session's budget)
 DEV_SCHEDULES = [s for s in SCHEDULES if s != "option_text_replay7_x4_unclipped"]

@@ -26,8 +26,8 @@ from hf_calibration.outputs import AtomicOutputDir, check_result_folder
 from hf_calibration.reports import write_json, write_jsonl
 from hf_calibration.secl.config import ADAPTER_SCOPES, SECLConfig
 from hf_calibration.secl.confidence import SIGNAL_NAMES
-from hf_calibration.secl.stream import (baseline_pass, format_stream_summary, secl_field, secl_key, secl_pass,
-                                        signal_rows, summarize_stream)
+from hf_calibration.secl.stream import (FINAL_SUFFIX, baseline_pass, final_adapter_pass, format_stream_summary,
+                                        secl_field, secl_key, secl_pass, signal_rows, summarize_stream)
 
 # The labelled Platt/TS rows are 2-fold cross-fitted over the whole stream: each fold needs a question.
 MIN_STREAM_QUESTIONS = 2
@@ -204,12 +204,29 @@ def _run_jobs(group: list) -> list:
     return [_secl_pass_worker(job) for job in group]
 
 
+def _all_passes(model, items, config, secl, scopes, options) -> tuple[list, dict]:
+    """The baseline pass, the SECL pass of each of ``scopes`` (the configured one last), here or in workers, then
+    the configured scope's final-adapter reads (row "secl_final"). → (records, counters per scope)."""
+    if config.workers == 1:
+        records = baseline_pass(model, items, max_new_tokens=config.max_new_tokens, progress=options["progress"])
+        counters_of = {s: secl_pass(model, items, records, scope=s, **options) for s in scopes}
+    else:
+        records, counters_of = _parallel_passes(model, items, config, secl, scopes, options)
+    # the model holds the configured scope's adapter as its pass left it: every answer read again with it
+    final_adapter_pass(model, items, records, progress=options["progress"])
+    for rec in records:  # what a read with a fixed adapter costs: the verbalized read's passes
+        rec["passes"]["secl" + FINAL_SUFFIX] = rec["passes"]["verbalized"]
+    return records, counters_of
+
+
 def run_secl_stream(config: SECLStreamConfig, secl: SECLConfig | None = None, *,
                     progress: bool = True) -> SECLStreamResult:
     """Two passes over one stream with the same model (``secl.stream``): the baselines (verbalized, P(True),
     P(True)Norm, DINCO-style; Platt/TS with labels, 2-fold) and SECL online (``secl``, default ``SECLConfig()``;
     its ``prompt_format`` formats the stream, its ``adapter_scope`` is recorded in ``run``); with
-    ``compare_adapter_scopes`` a third pass, SECL with the other adapter scope (rows ``secl_<scope>``). Writes
+    ``compare_adapter_scopes`` a third pass, SECL with the other adapter scope (rows ``secl_<scope>``); then every
+    answer of the configured scope's pass read again with the adapter that pass ended with (row "secl_final",
+    ``secl.stream.final_adapter_pass``: what the calibrated model says once the stream has trained it). Writes
     ``records.jsonl``, ``metrics.json``, the calibrated adapter ``secl_adapter/`` and ``reliability_<domain>.png``
     per domain into ``output_dir``, atomically.
 
@@ -241,18 +258,15 @@ def run_secl_stream(config: SECLStreamConfig, secl: SECLConfig | None = None, *,
     start = time.perf_counter()
     options = {"max_new_tokens": config.max_new_tokens, "burst_at_start": config.burst_at_start, "progress": progress}
     scopes = ([other] if other is not None else []) + [scope]  # the configured scope last: its adapter is saved
-    if config.workers == 1:
-        records = baseline_pass(model, items, max_new_tokens=config.max_new_tokens, progress=progress)
-        counters_of = {s: secl_pass(model, items, records, scope=s, **options) for s in scopes}
-    else:
-        records, counters_of = _parallel_passes(model, items, config, secl, scopes, options)
+    records, counters_of = _all_passes(model, items, config, secl, scopes, options)
     compared = None
     if other is not None:
         compared = {"adapter_scope": other, "key": secl_key(other, scope), "counters": counters_of[other]}
     counters = counters_of[scope]
     wall = time.perf_counter() - start
     keys = ("secl",) if compared is None else ("secl", compared["key"])
-    summary = summarize_stream(records, n_resamples=config.n_resamples, seed=config.seed, signals=signal_rows(keys))
+    summary = summarize_stream(records, n_resamples=config.n_resamples, seed=config.seed,
+                               signals=signal_rows(keys + ("secl" + FINAL_SUFFIX,)))
     seconds = {"baseline_pass": sum(r["baseline_seconds"] for r in records) / len(records),
                "secl_pass": sum(r["secl_seconds"] for r in records) / len(records)}
     if compared is not None:

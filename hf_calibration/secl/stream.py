@@ -203,6 +203,13 @@ def _cross_fit(conf: np.ndarray, correct: np.ndarray, method: str, seed: int) ->
 
 
 SIGNAL_ROWS = ("verbalized", "p_true", "norm_p_true", "dinco", "secl", "platt", "temperature")
+# the row of a SECL pass's final-adapter reads (``final_adapter_pass``): "secl_final", "secl_all_final"
+FINAL_SUFFIX = "_final"
+
+
+def pass_keys(signals) -> list[str]:
+    """The SECL passes among the row names ``signals``: "secl" and "secl_<scope>", not their final-adapter rows."""
+    return [s for s in signals if (s == "secl" or s.startswith("secl_")) and not s.endswith(FINAL_SUFFIX)]
 BASELINE_ROWS = ("verbalized", "p_true", "norm_p_true", "dinco", "platt", "temperature")
 
 
@@ -217,7 +224,8 @@ def summarize_stream(records: list[dict], *, n_resamples: int = 1000, seed: int 
     """Per domain and overall: a calibration report per signal (+ passes/q), the references, SECL shares.
 
     signals : which rows to report; ``BASELINE_ROWS`` for records of ``run_stream(baseline_only=True)``; a second
-        SECL pass's key (``secl_key``, e.g. "secl_all") adds its row. Each SECL row is scored against its own
+        SECL pass's key (``secl_key``, e.g. "secl_all") adds its row; "secl_final" the reads of
+        ``final_adapter_pass`` (scored against that pass's answers; its passes/q are what such a read costs). Each SECL row is scored against its own
         pass's answers. The shares of the "secl" pass (in burst, trained, bin-gate skips, alarms, accuracy
         change) sit beside "signals"; another pass's under its key.
     n_bins, binning, norm : the binned metrics' options (``calibration_report``), references included.
@@ -230,7 +238,7 @@ def summarize_stream(records: list[dict], *, n_resamples: int = 1000, seed: int 
     from hf_calibration.metrics import calibration_report
     from hf_calibration.reports import references
 
-    secl_keys = [s for s in signals if s == "secl" or s.startswith("secl_")]
+    secl_keys = pass_keys(signals)
     correct_all = np.array([r["correct"] for r in records], dtype=int)
     verbal_all = np.array([r["verbalized"] for r in records])
     platt = _cross_fit(verbal_all, correct_all, "platt", seed)
@@ -250,7 +258,7 @@ def summarize_stream(records: list[dict], *, n_resamples: int = 1000, seed: int 
                 conf, yy, passes = temp[idx], y, np.mean([r["passes"]["verbalized"] for r in sub])
             else:
                 conf = np.array([r[sig] for r in sub])
-                yy = y_pass.get(sig, y)
+                yy = y_pass.get(sig.removesuffix(FINAL_SUFFIX), y)  # a final-adapter read: its pass's answers
                 passes = np.mean([r["passes"][sig] for r in sub])
             report = calibration_report(yy, conf, n_bins=n_bins, binning=binning, norm=norm, n_resamples=n_resamples,
                                         seed=seed)
@@ -349,7 +357,7 @@ def format_stream_summary(summary: dict) -> str:
         rows = {SIGNAL_NAMES[k]: v for k, v in s["signals"].items()}
         rows.update({f"ref: {k}": v for k, v in s["references"].items()})
         passes = ([shares("SECL", s)] if "share_in_burst" in s else []) + [
-            shares(SIGNAL_NAMES[k], s[k]) for k in s["signals"] if k.startswith("secl_")]
+            shares(SIGNAL_NAMES[k], s[k]) for k in pass_keys(s["signals"]) if k != "secl"]
         header = "; ".join([f"[{domain}] n={s['n']}", *passes])
         blocks.append(header + "\n" + format_table(rows, columns=STREAM_COLUMNS))
     return "\n\n".join(blocks)

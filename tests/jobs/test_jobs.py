@@ -199,3 +199,21 @@ def test_calm_job_config_names_the_field(kwargs, parameter):
     with pytest.raises(ParameterError) as err:
         CALMJobConfig(**kwargs)
     assert err.value.parameter == parameter
+
+
+def test_secl_stream_reports_the_final_adapter(tiny_model_dir, tmp_path):
+    """Row "secl_final": every answer read again with the adapter the stream ended with. Past the last update the
+    stream's own reads already used that adapter, so there the two agree; its Brier is the hand mean."""
+    config = SECLStreamConfig(model=str(tiny_model_dir), stream="mmlu:stem", limit_per_domain=4, burst_at_start=True,
+                              n_resamples=20, output_dir=str(tmp_path / "s"))
+    result = run_secl_stream(config, SECLConfig(burst_size=2, bin_gate_width=0, learning_rate=0.05), progress=False)
+    recs = result.records
+    assert [r["updated"] for r in recs] == [True, True, False, False]
+    for r in recs[2:]:  # after the burst: no update since, the same adapter
+        assert r["secl_final"] == pytest.approx(r["secl"], abs=1e-6)
+    assert recs[0]["secl_final"] != pytest.approx(recs[0]["secl"], abs=1e-6)  # read before the second update
+    row = result.metrics["summary"]["overall"]["signals"]["secl_final"]
+    hand = np.mean([(r["secl_final"] - r["secl_correct"]) ** 2 for r in recs])
+    assert row["brier"]["value"] == pytest.approx(hand)
+    assert row["forward_passes"] == np.mean([r["passes"]["verbalized"] for r in recs])
+    assert "SECL, final adapter" in result.table
