@@ -11,7 +11,9 @@ seed, so every schedule starts from the same identity adapter) runs the SECL pas
 every question is read again with the adapter the pass ended with (``secl.stream.final_adapter_pass``): the
 confidence **over the stream** (each question read with the adapter the questions before it produced, what a user
 of the stream gets) and **after the burst** (the final adapter on the same answers, on every question and on the
-burst's). The schedules are ``SECLConfig`` fields (``SCHEDULES``). On the development seed (``--dev-seed``) every
+burst's). The schedules are ``SECLConfig`` fields (``SCHEDULES``): the restatement, a replay buffer over the burst
+with several steps per question, and consolidation (epochs over the whole burst when it ends, the one way found to
+take many steps within the pass budget). On the development seed (``--dev-seed``) every
 schedule runs; the rule fixed before the run picks the one with the highest AUROC over the stream among those within
 the pass budget (``PASS_BUDGET`` forward passes per question) and, separately, without the budget; on the test seed
 (``--test-seed``) the default and the picks run again. Each schedule's result is one line of ``results.jsonl``
@@ -49,14 +51,16 @@ SCHEDULES = {
     # within the pass budget: one step per question as the paper, then epochs over the whole burst when it ends
     # (SECLConfig.consolidation_epochs; 3 epochs of a 50-question burst = 0.75 passes per question on 200)
     "option_text_consolidate3_tau0.05": {"restate": "option_text", "replay_size": 50, "replay_batch_size": 0,
-                                         "consolidation_epochs": 3, "tau_n": 0.05},
+                                         "consolidation_epochs": 3, "consolidation_batch_size": 8, "tau_n": 0.05},
     "option_text_consolidate3_tau0.05_lr0.005": {"restate": "option_text", "replay_size": 50, "replay_batch_size": 0,
-                                                 "consolidation_epochs": 3, "tau_n": 0.05, "learning_rate": 5e-3},
-    # the same passes cut into more, smaller steps (minibatches of 2: 75 steps instead of 21)
-    "option_text_consolidate3_b2_tau0.05_lr0.005": {"restate": "option_text", "replay_size": 50,
-                                                    "replay_batch_size": 0, "consolidation_epochs": 3,
-                                                    "consolidation_batch_size": 2, "tau_n": 0.05,
-                                                    "learning_rate": 5e-3},
+                                                 "consolidation_epochs": 3, "consolidation_batch_size": 8,
+                                                 "tau_n": 0.05, "learning_rate": 5e-3},
+    # the same passes cut into more, smaller steps (AdamW's step is about lr whatever the batch): minibatches of 2
+    # (75 steps instead of 21) and of 1 (150)
+    "option_text_consolidate3_b2_tau0.05": {"restate": "option_text", "replay_size": 50, "replay_batch_size": 0,
+                                            "consolidation_epochs": 3, "consolidation_batch_size": 2, "tau_n": 0.05},
+    "option_text_consolidate3_b1_tau0.05": {"restate": "option_text", "replay_size": 50, "replay_batch_size": 0,
+                                            "consolidation_epochs": 3, "consolidation_batch_size": 1, "tau_n": 0.05},
 }
 # the development run's schedules (the δ = 1 one is kept for a longer run: it did not fit the session's budget)
 DEV_SCHEDULES = [s for s in SCHEDULES if s != "option_text_replay7_x4_unclipped"]
@@ -159,7 +163,24 @@ def pick(results: list[dict], *, budget: float | None) -> str:
                                   -r["summary"]["passes_per_question"]))["schedule"]
 
 
-def format_report(results: list[dict], meta: dict) -> str:
+def versus_default(results: list[dict], correct_by_seed: dict, *, n_resamples: int) -> list[dict]:
+    """Per seed, every schedule against the default on the same questions (paired bootstrap, seeded with the seed):
+    ΔAUROC and ΔBrier over the stream and after the burst. ``correct_by_seed``: seed → the baseline's correctness."""
+    from hf_calibration.metrics import brier_score, confidence_auroc
+
+    out = []
+    for r in results:
+        default = next((d for d in results if d["seed"] == r["seed"] and d["schedule"] == "default"), None)
+        if default is None or r is default or r["seed"] not in correct_by_seed:
+            continue
+        y, kw = correct_by_seed[r["seed"]], dict(n_resamples=n_resamples, seed=r["seed"])
+        out.append({"seed": r["seed"], "schedule": r["schedule"], **{
+            f"{metric}_{key}": _paired(fn, y, r["rows"][key], default["rows"][key], **kw)
+            for metric, fn in (("auroc", confidence_auroc), ("brier", brier_score)) for key in ("secl", "final")}})
+    return out
+
+
+def format_report(results: list[dict], meta: dict, versus: list[dict] | None = None) -> str:
     lines = [f"# SECL online schedules: {meta['model']} on {meta['dataset']}", "",
              f"{meta['limit']} questions per stream, a burst at the start; development seed {meta['dev_seed']}, test "
              f"seed {meta['test_seed']}. " + (
@@ -189,6 +210,13 @@ def format_report(results: list[dict], meta: dict) -> str:
                 f"{_ci(s['after_burst_on_burst']['auroc'])} | {_ci(s['after_burst']['conf_ece'])} | "
                 f"{_ci(s['after_burst']['brier'])} | {100 * s['trained_share']:.1f} % | "
                 f"{s['passes_per_question']:.2f} | {r['pass_seconds']:.0f} |")
+        lines.append("")
+    if versus:
+        lines += ["## Against the default on the same seed (paired bootstrap)", "",
+                  "| seed | schedule | ΔAUROC over the stream | ΔAUROC after the burst | ΔBrier over the stream | "
+                  "ΔBrier after the burst |", "|---|---|---|---|---|---|"]
+        lines += [f"| {v['seed']} | {v['schedule']} | {_ci(v['auroc_secl'])} | {_ci(v['auroc_final'])} | "
+                  f"{_ci(v['brier_secl'])} | {_ci(v['brier_final'])} |" for v in versus]
         lines.append("")
     return "\n".join(lines)
 
@@ -246,9 +274,13 @@ def main(argv=None) -> dict:
         run(args.test_seed, list(dict.fromkeys(["default", meta.get("pick_budget", "default"),
                                                 meta.get("pick_any", "default")])))
     results = _read(path)
-    (args.output_dir / "report.md").write_text(format_report(results, meta), encoding="utf-8")
+    correct = {seed: [json.loads(x)["correct"] for x in f.read_text(encoding="utf-8").splitlines() if x.strip()]
+               for seed in {r["seed"] for r in results}
+               if (f := args.output_dir / f"baseline_seed{seed}.jsonl").exists()}
+    versus = versus_default(results, correct, n_resamples=args.n_resamples)
+    (args.output_dir / "report.md").write_text(format_report(results, meta, versus), encoding="utf-8")
     (args.output_dir / "meta.json").write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
-    return {"meta": meta, "results": results}
+    return {"meta": meta, "results": results, "versus_default": versus}
 
 
 if __name__ == "__main__":

@@ -98,3 +98,19 @@ def test_the_test_phase_alone_runs_the_default_until_the_picks_are_known(tiny_mo
     from hf_calibration.secl.config import SECLConfig
 
     assert (tmp_path / f"identity_seed1_{SECLConfig().restate}.json").exists()
+
+
+def test_versus_default_by_hand(run):
+    """ΔAUROC against the default on the same seed: the difference of the two AUROCs (scikit-learn)."""
+    from sklearn.metrics import roc_auc_score
+
+    out, result = run
+    y = [json.loads(x)["correct"] for x in (out / "baseline_seed0.jsonl").read_text().splitlines()]
+    rows = {r["schedule"]: r["rows"] for r in result["results"] if r["seed"] == 0}
+    v = next(v for v in result["versus_default"] if v["seed"] == 0 and v["schedule"] == "option_text_replay3")
+    if len(set(y)) == 2:
+        hand = roc_auc_score(y, rows["option_text_replay3"]["final"]) - roc_auc_score(y, rows["default"]["final"])
+        assert v["auroc_final"]["value"] == pytest.approx(hand)
+    hand = np.mean((np.array(rows["option_text_replay3"]["secl"]) - y) ** 2) - np.mean((np.array(rows["default"]["secl"]) - y) ** 2)
+    assert v["brier_secl"]["value"] == pytest.approx(hand)
+    assert "## Against the default" in (out / "report.md").read_text()
