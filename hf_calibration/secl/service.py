@@ -142,8 +142,8 @@ class SECLService:
     streams' versions and state. swap : "update" or "burst". max_new_tokens : answer length.
 
     Raises ParameterError naming ``swap``, ``max_new_tokens``, ``trainer``, or the trainer config's ``restate``,
-    ``replay_size`` or ``consolidation_epochs`` when not the paper's (the service does not implement them); the server's refusals (``LoRAAdmin``)
-    when a stream's adapter is first loaded.
+    ``replay_size`` or ``consolidation_epochs`` when not the paper's (the service does not implement them); the
+    server's refusals (``LoRAAdmin``) when a stream's adapter is first loaded.
     """
 
     def __init__(self, backend, trainer, state_dir, *, swap: str = "update", max_new_tokens: int = 8):

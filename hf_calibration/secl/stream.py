@@ -164,7 +164,7 @@ def secl_pass(model, items: list, records: list[dict], *, scope: str | None = No
 
 def final_adapter_pass(model, items: list, records: list[dict], *, key: str = "secl", progress: bool = True) -> None:
     """Every question's verbalized confidence read again with the adapter the SECL pass ``key`` ended with (after
-    its last burst), as field ``secl_field(key, "final")``: what the calibrated model says about the same answers
+    its last burst), as field ``key + FINAL_SUFFIX`` ("secl_final"): what the calibrated model says about the same answers
     once the stream has trained it, where the pass's own ``key`` confidence is read with the adapter the earlier
     questions had produced. Run it right after ``secl_pass`` (the model still holds that pass's adapter and
     config); each read is one forward pass over the follow-up turn (two when "10" is two tokens) on the cache of
@@ -176,7 +176,7 @@ def final_adapter_pass(model, items: list, records: list[dict], *, key: str = "s
             answer = rec[secl_field(key, "answer_ids")]
             conf, _, _ = model.secl_verbalized(item.prompt_ids, answer,
                                                restated=model.secl_restated(answer, item.choices))
-            rec[secl_field(key, "final")] = float(conf[0])
+            rec[key + FINAL_SUFFIX] = float(conf[0])
 
 
 def _cross_fit(conf: np.ndarray, correct: np.ndarray, method: str, seed: int) -> np.ndarray:
@@ -205,12 +205,12 @@ def _cross_fit(conf: np.ndarray, correct: np.ndarray, method: str, seed: int) ->
 SIGNAL_ROWS = ("verbalized", "p_true", "norm_p_true", "dinco", "secl", "platt", "temperature")
 # the row of a SECL pass's final-adapter reads (``final_adapter_pass``): "secl_final", "secl_all_final"
 FINAL_SUFFIX = "_final"
+BASELINE_ROWS = ("verbalized", "p_true", "norm_p_true", "dinco", "platt", "temperature")
 
 
 def pass_keys(signals) -> list[str]:
     """The SECL passes among the row names ``signals``: "secl" and "secl_<scope>", not their final-adapter rows."""
     return [s for s in signals if (s == "secl" or s.startswith("secl_")) and not s.endswith(FINAL_SUFFIX)]
-BASELINE_ROWS = ("verbalized", "p_true", "norm_p_true", "dinco", "platt", "temperature")
 
 
 def signal_rows(secl_keys: tuple = ("secl",)) -> tuple:
@@ -225,8 +225,8 @@ def summarize_stream(records: list[dict], *, n_resamples: int = 1000, seed: int 
 
     signals : which rows to report; ``BASELINE_ROWS`` for records of ``run_stream(baseline_only=True)``; a second
         SECL pass's key (``secl_key``, e.g. "secl_all") adds its row; "secl_final" the reads of
-        ``final_adapter_pass`` (scored against that pass's answers; its passes/q are what such a read costs). Each SECL row is scored against its own
-        pass's answers. The shares of the "secl" pass (in burst, trained, bin-gate skips, alarms, accuracy
+        ``final_adapter_pass`` (scored against that pass's answers; its passes/q are what such a read costs).
+        Each SECL row is scored against its own pass's answers. The shares of the "secl" pass (in burst, trained, bin-gate skips, alarms, accuracy
         change) sit beside "signals"; another pass's under its key.
     n_bins, binning, norm : the binned metrics' options (``calibration_report``), references included.
 
