@@ -144,7 +144,7 @@ class Variant:
     scope: str = "confidence"
     epochs: int = 0  # 0: the run's --epochs
     lr: float = 0.0  # 0: the run's --lr
-    tau_n: float = 0.0  # the teacher's τ_n; 0: c* as scored (SECLConfig's τ_n)
+    tau_n: float = 0.0  # the teacher's τ_n; 0: c* as scored (at SCORED_TAU_N)
 
     @property
     def name(self) -> str:
@@ -161,13 +161,16 @@ EXTRA_VARIANTS = ("option_text_gold", "all_linear", "scope_all", "option_text_al
 ALL_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
+SCORED_TAU_N = 0.2  # the τ_n the items were scored at: SECLConfig's default when the study ran
+
+
 def secl_config_for(variant: Variant, num_layers: int):
     from hf_calibration.secl.config import SECLConfig
 
     if variant.lora == "all_linear":
         return SECLConfig(adapter_scope=variant.scope, restate=variant.restate, target_modules=ALL_LINEAR,
-                          target_layers=list(range(num_layers)), lora_r=32, lora_alpha=64)
-    return SECLConfig(adapter_scope=variant.scope, restate=variant.restate)
+                          target_layers=list(range(num_layers)), lora_r=32, lora_alpha=64, tau_n=SCORED_TAU_N)
+    return SECLConfig(adapter_scope=variant.scope, restate=variant.restate, tau_n=SCORED_TAU_N)
 
 
 def teacher_targets(rows, indices, tau_n: float) -> list[float]:

@@ -9,6 +9,7 @@ buffer) and its reads (``secl_followup``, ``secl_answer_text``, ``secl_restated`
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 
 import numpy as np
@@ -145,14 +146,9 @@ class SECLBurstMixin:
             self.secl_replay.add(item)
             return passes
         item.target = record["target"] = directional_target(c, c_star, alpha_step=cfg.alpha_step, delta=cfg.delta)
-        opt = self.secl_optimizer()
-        self.train()
-        try:
+        with self.secl_training() as opt:
             steps, record["replayed"] = update_steps(self, item, self.secl_replay, opt, steps=cfg.steps_per_update,
                                                      alpha_step=cfg.alpha_step, delta=cfg.delta)
-        finally:
-            opt.zero_grad(set_to_none=True)
-            self.eval()
         self.secl_replay.add(dataclasses.replace(item, target=None))
         self.secl_counters["updates"] += 1
         record["updated"] = True
@@ -161,19 +157,26 @@ class SECLBurstMixin:
         record["confidence_after"] = float(after[0])
         return passes + steps
 
-    def _secl_consolidate(self, record: dict) -> int:
-        """``consolidation_epochs`` over the replay buffer at the end of a burst (``secl.replay.consolidate``,
-        seeded by the burst's number); ``record["consolidation"]`` = {questions, steps, forward_passes}. Returns
-        the forward passes."""
-        cfg = self.secl_config
+    @contextlib.contextmanager
+    def secl_training(self):
+        """The adapter's AdamW (``secl_optimizer``) with the model in train mode; on leaving, also on an error,
+        the gradients are dropped and the model is back in eval mode (where every SECL read runs)."""
         opt = self.secl_optimizer()
         self.train()
         try:
-            passes, steps = consolidate(self, self.secl_replay, opt, epochs=cfg.consolidation_epochs,
-                                        batch_size=cfg.consolidation_batch_size, alpha_step=cfg.alpha_step,
-                                        delta=cfg.delta, seed=self.secl_counters["bursts"])
+            yield opt
         finally:
             opt.zero_grad(set_to_none=True)
             self.eval()
-        record["consolidation"] = {"questions": len(self.secl_replay), "steps": steps, "forward_passes": passes}
+
+    def secl_consolidation(self, buffer, record: dict, *, burst: int) -> int:
+        """``consolidation_epochs`` over ``buffer`` (a ``secl.replay.ReplayBuffer``) in minibatches of
+        ``consolidation_batch_size`` (``secl.replay.consolidate``, seeded by the burst's number ``burst``);
+        ``record["consolidation"]`` = {questions, steps, forward_passes}. Returns the forward passes."""
+        cfg = self.secl_config
+        with self.secl_training() as opt:
+            passes, steps = consolidate(self, buffer, opt, epochs=cfg.consolidation_epochs,
+                                        batch_size=cfg.consolidation_batch_size, alpha_step=cfg.alpha_step,
+                                        delta=cfg.delta, seed=burst)
+        record["consolidation"] = {"questions": len(buffer), "steps": steps, "forward_passes": passes}
         return passes

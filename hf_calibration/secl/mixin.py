@@ -487,7 +487,7 @@ class SECLGenerationMixin(SECLBurstMixin):
                 passes += self._secl_burst_item(prompt, answer_ids, c, distractors, choices, record,
                                                 context if base_answer else None, prompt_context)
                 if self.secl_burst_left == 0 and self.secl_config.consolidation_epochs:
-                    passes += self._secl_consolidate(record)
+                    passes += self.secl_consolidation(self.secl_replay, record, burst=counters["bursts"])
             counters["forward_passes"] += passes
         if was_training:
             self.train()

@@ -65,6 +65,18 @@ class ReplayBuffer:
         self.items.append(item)
         del self.items[: max(0, len(self.items) - self.capacity)]
 
+    def state_dict(self) -> dict:
+        """The kept questions (without their caches) and the sampler's state, as JSON-serialisable values:
+        {"items": [{prompt, answer_ids, restated, c_star, index}], "rng": numpy's bit-generator state}."""
+        keep = ("prompt", "answer_ids", "restated", "c_star", "index")
+        return {"items": [{k: getattr(item, k) for k in keep} for item in self.items],
+                "rng": self._rng.bit_generator.state}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore what ``state_dict`` wrote (the items come back without a cache: ``context`` None)."""
+        self.items = [ReplayItem(**item) for item in state["items"]]
+        self._rng.bit_generator.state = state["rng"]
+
     def sample(self) -> list[ReplayItem]:
         if len(self.items) <= self.batch_size:
             return list(self.items)

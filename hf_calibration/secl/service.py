@@ -9,7 +9,13 @@ streams against one OpenAI-compatible server (vLLM started with ``--enable-lora 
   identity); in a burst, the P(True) teacher reads (with the adapter off in the "confidence" scope, with it in
   the "all" scope, as ``SECLConfig.adapter_scope`` says);
 - local (the "trainer": a ``SECLModel``, a transformers + PEFT copy of the base model): the update steps of
-  an accepted burst question, the mixin's own ``secl_verbalized`` under MSE(c, ĉ) with AdamW.
+  an accepted burst question, the mixin's own ``secl_verbalized`` under MSE(c, ĉ) with AdamW
+  (``secl.replay.update_steps``: with ``SECLConfig.replay_size`` > 0 on minibatches with earlier burst questions
+  from the stream's own replay buffer), and when a burst ends the consolidation epochs over that buffer
+  (``SECLConfig.consolidation_epochs``; docs/methods.md, "SECL: consolidation").
+
+Every read restates the answer as ``SECLConfig.restate`` says (the trainer's ``secl_restated``: the decoded
+answer, or for multiple choice "A. <option text>"), as the in-process ``SECLModel`` does.
 
 The server applies a request's LoRA to every token of it, so the served verbalized read is the adapter over
 the whole conversation: the mixin's "all"-scope read. The trainer therefore computes that read (its config is
@@ -25,8 +31,8 @@ AdamW state ``optimizer.pt``) into a temporary folder, renamed to ``<state_dir>/
 by the server as ``<stream>-v<N>`` (``/v1/load_lora_adapter``), and only then used; the previous name is unloaded
 (``/v1/unload_lora_adapter``). No request names a version before the server has loaded it whole, and every
 version stays on disk. ``<state_dir>/<stream>/stream.json`` (written atomically after every question whose
-adapter is saved) holds the gate, counters, open burst, records and the current version: a service started on
-the same ``state_dir`` resumes every stream there and has the server load its current adapter.
+adapter is saved) holds the gate, counters, open burst, replay buffer, records and the current version: a service
+started on the same ``state_dir`` resumes every stream there and has the server load its current adapter.
 """
 
 from __future__ import annotations
@@ -46,21 +52,24 @@ from hf_calibration.secl.confidence import (PLAIN_CONFIDENCE_PREFIX, PLAIN_P_TRU
                                             p_true_from_logprobs, verbalized_from_logprobs)
 from hf_calibration.secl.drift import EntropyShiftDetector, gate_state_from_json, gate_state_to_json
 from hf_calibration.secl.mixin import COUNTERS, SECLGenerationMixin, bin_gate_passes, directional_target
+from hf_calibration.secl.replay import ReplayBuffer, ReplayItem, item_confidence, update_steps
 
 SWAP_MODES = ("update", "burst")
 STATE_FILE = "stream.json"
 OPTIMIZER_FILE = "optimizer.pt"
-STATE_FORMAT = 1  # of stream.json
+STATE_FORMAT = 2  # of stream.json (2: the replay buffer; 1 is read as an empty one)
 
 
 @dataclass
 class StreamState:
-    """One stream's SECL state: its gate, counters, open burst, records, and the adapter version it reads with
-    (0: the identity, never saved, read as the base model). ``adapter``/``optimizer``: the trainer's LoRA
-    weights and AdamW while another stream holds the trainer. ``pending``: updated since the last swap."""
+    """One stream's SECL state: its gate, replay buffer (the open burst's questions), counters, open burst,
+    records, and the adapter version it reads with (0: the identity, never saved, read as the base model).
+    ``adapter``/``optimizer``: the trainer's LoRA weights and AdamW while another stream holds the trainer.
+    ``pending``: updated since the last swap."""
 
     name: str
     gate: EntropyShiftDetector
+    replay: ReplayBuffer
     counters: dict = field(default_factory=lambda: dict.fromkeys(COUNTERS, 0))
     burst_left: int = 0
     records: list = field(default_factory=list)
@@ -141,9 +150,8 @@ class SECLService:
     local copy of the same base model) whose config is the streams' SECL config. state_dir : folder of the
     streams' versions and state. swap : "update" or "burst". max_new_tokens : answer length.
 
-    Raises ParameterError naming ``swap``, ``max_new_tokens``, ``trainer``, or the trainer config's ``restate``,
-    ``replay_size`` or ``consolidation_epochs`` when not the paper's (the service does not implement them); the
-    server's refusals (``LoRAAdmin``) when a stream's adapter is first loaded.
+    Raises ParameterError naming ``swap``, ``max_new_tokens`` or ``trainer``; the server's refusals
+    (``LoRAAdmin``) when a stream's adapter is first loaded.
     """
 
     def __init__(self, backend, trainer, state_dir, *, swap: str = "update", max_new_tokens: int = 8):
@@ -153,14 +161,8 @@ class SECLService:
             raise ParameterError("swap", swap, f"must be 'update' or 'burst', got {swap!r}")
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
             raise ParameterError("max_new_tokens", max_new_tokens, f"must be a positive integer, got {max_new_tokens!r}")
-        cfg = trainer.secl_config
-        for name, plain in (("restate", "answer"), ("replay_size", 0), ("consolidation_epochs", 0)):
-            if getattr(cfg, name) != plain:  # the served read and update are the paper's: refuse, do not ignore
-                raise ParameterError(name, getattr(cfg, name), f"the service reads and updates as the paper does "
-                                     f"(one step per question, the decoded answer restated): set the trainer's "
-                                     f"SECLConfig {name}={plain!r}, or run SECLModel.generate locally")
         self.backend, self.trainer, self.swap, self.max_new_tokens = backend, trainer, swap, max_new_tokens
-        self.config = cfg
+        self.config = trainer.secl_config
         self.adapter_scope = self.config.adapter_scope
         trainer.secl_config = replace(self.config, adapter_scope="all")  # the read the server computes
         self.state_dir = Path(state_dir)
@@ -182,7 +184,8 @@ class SECLService:
             raise ParameterError("stream", name, f"must be a non-empty name of letters, digits, '-' and '_', got {name!r}")
         if name in self.streams:
             return self.streams[name]
-        stream = StreamState(name, self._new_gate())
+        stream = StreamState(name, self._new_gate(), ReplayBuffer(self.config.replay_size,
+                                                                  self.config.replay_batch_size))
         path = self.state_dir / name / STATE_FILE
         if path.is_file():
             self._resume(stream, json.loads(path.read_text(encoding="utf-8")))
@@ -201,6 +204,8 @@ class SECLService:
                               source=str(self.state_dir / stream.name / STATE_FILE))
         stream.gate.load_state_dict(gate_state_from_json(state["gate"]))
         stream.counters, stream.burst_left, stream.records = state["counters"], state["burst_left"], state["records"]
+        if "replay" in state:  # format 1 had none
+            stream.replay.load_state_dict(state["replay"])
         stream.version = state["version"]
         if stream.version == 0:
             return
@@ -237,6 +242,7 @@ class SECLService:
         stream = self.open_stream(name)
         if stream.burst_left == 0:
             stream.counters["bursts"] += 1
+            stream.replay.clear()  # replay stays within one burst (SECLModel.start_burst)
         stream.burst_left = self.config.burst_size
 
     # -- one question -------------------------------------------------------------------------
@@ -261,11 +267,12 @@ class SECLService:
         steps = slice(0, max(length, 1))
         entropy = float(np.mean(gen.entropy[steps])) if len(gen.entropy) else 0.0
         gap = float(np.mean(gen.entropy_gap[steps])) if len(gen.entropy_gap) else 0.0
-        c, greedy, passes = self._verbalized(reader, prompt, answer)
+        restated = self.trainer.secl_restated(answer, choices)
+        c, greedy, passes = self._verbalized(reader, prompt, answer, restated)
         passes += 1  # the generation
         record = {"confidence": c, "verbalized_greedy": greedy, "entropy": entropy, "alarm": False,
                   "in_burst": False, "p_true": None, "norm_p_true": None, "skipped_by_bin_gate": False,
-                  "updated": False, "target": None, "confidence_after": c, "n_distractors": 0,
+                  "updated": False, "target": None, "confidence_after": c, "n_distractors": 0, "replayed": [],
                   "answer_ids": answer, "entropy_gap": gap, "adapter": stream.served_name}
         if update:
             stream.counters["questions"] += 1
@@ -278,7 +285,10 @@ class SECLService:
                 stream.burst_left -= 1
                 stream.counters["burst_questions"] += 1
                 record["in_burst"] = True
-                passes += self._burst_item(stream, reader, prompt, answer, c, distractors, choices, record)
+                item = ReplayItem(prompt, answer, restated, 0.0, None, stream.counters["questions"] - 1)
+                passes += self._burst_item(stream, reader, item, c, distractors, choices, record)
+                if stream.burst_left == 0 and self.config.consolidation_epochs:
+                    passes += self._consolidate(stream, record)
             stream.counters["forward_passes"] += passes
         record["forward_passes"] = passes
         stream.records.append(record)
@@ -288,19 +298,22 @@ class SECLService:
             self._write_state(stream)
         return record
 
-    def _verbalized(self, reader, prompt, answer) -> tuple[float, float, int]:
-        """(c, greedy, reads): the verbalized confidence of ``answer`` read through ``reader``, over the ids the
-        trainer's ``secl_verbalized`` reads (the second read of a two-token "10" after its "1")."""
+    def _verbalized(self, reader, prompt, answer, restated) -> tuple[float, float, int]:
+        """(c, greedy, reads): the verbalized confidence of ``answer`` (its turn restating ``restated``) read
+        through ``reader``, over the ids the trainer's ``secl_verbalized`` reads (the second read of a two-token
+        "10" after its "1")."""
         tr, tokens = self.trainer, self.trainer.secl_tokens
-        cont = tr.secl_followup(answer, tr.secl_answer_text(answer), self.config.confidence_template, PLAIN_CONFIDENCE_PREFIX)
+        cont = tr.secl_followup(answer, restated, self.config.confidence_template, PLAIN_CONFIDENCE_PREFIX)
         rows = [prompt + cont] + ([prompt + cont + [tokens.digits[1][0]]] if tokens.two_step else [])
         lp = reader.next_token_logprobs(rows, self._verbal_ids).dense(self._verbal_ids, reader.vocab_size)
         conf, greedy, _ = verbalized_from_logprobs(lp[:1], tokens, lp[1:] if tokens.two_step else None)
         return float(conf[0]), float(greedy[0]), len(rows)
 
-    def _burst_item(self, stream, reader, prompt, answer, c, distractors, choices, record) -> int:
-        """The served pseudo-label, the bin gate and, past it, the trainer's update steps (``SECLModel``'s)."""
-        cfg, tr = self.config, self.trainer
+    def _burst_item(self, stream, reader, item: ReplayItem, c, distractors, choices, record) -> int:
+        """The served pseudo-label, the bin gate and, past it, the trainer's update steps (``SECLModel``'s, with
+        the stream's replay buffer); the question joins the buffer either way. ``item``: the question, its c*
+        filled in here."""
+        cfg, tr, prompt, answer = self.config, self.trainer, item.prompt, item.answer_ids
         if choices is None and distractors is None:
             raise ParameterError("choices", None, "a served SECL burst needs the MCQA options (choices) or "
                                  "alternative answers (distractors) for P(True)Norm")
@@ -310,44 +323,43 @@ class SECLService:
         lp = teacher.next_token_logprobs([prompt + x for x in conts], self._yes_no).dense(self._yes_no,
                                                                                          teacher.vocab_size)
         pt = p_true_from_logprobs(lp, tr.secl_tokens)[0].numpy().astype(np.float64)
-        c_star = float(norm_p_true(pt[None], tau=cfg.tau_n)[0, 0])
+        item.c_star = c_star = float(norm_p_true(pt[None], tau=cfg.tau_n)[0, 0])
         record.update(p_true=float(pt[0]), norm_p_true=c_star, n_distractors=len(candidates) - 1)
         passes += len(conts)
         if not bin_gate_passes(c, c_star, n_bins=cfg.n_bins, width=cfg.bin_gate_width):
             record["skipped_by_bin_gate"] = True
             stream.counters["skipped_by_bin_gate"] += 1
+            stream.replay.add(item)
             return passes
-        record["target"] = target = directional_target(c, c_star, alpha_step=cfg.alpha_step, delta=cfg.delta)
+        item.target = record["target"] = directional_target(c, c_star, alpha_step=cfg.alpha_step, delta=cfg.delta)
         with self._lock:
             self._activate(stream)
-            passes += self._train(prompt, answer, target)
+            # c read as the server reads it: the trainer's config is in the "all" scope (module docstring)
+            with tr.secl_training() as opt:
+                steps, record["replayed"] = update_steps(tr, item, stream.replay, opt, steps=cfg.steps_per_update,
+                                                         alpha_step=cfg.alpha_step, delta=cfg.delta)
+            passes += steps
             stream.pending = True
             if self.swap == "burst":  # read locally: the server keeps the old version until the burst ends
                 with torch.no_grad():
-                    record["confidence_after"] = float(tr.secl_verbalized(prompt, answer)[0][0])
+                    record["confidence_after"] = float(item_confidence(tr, item)[0][0])
+        stream.replay.add(replace(item, target=None))
         stream.counters["updates"] += 1
         record["updated"] = True
         if self.swap == "update":
             self._swap(stream)
-            record["confidence_after"] = self._verbalized(_view(self.backend, stream.served_name), prompt, answer)[0]
+            record["confidence_after"] = self._verbalized(_view(self.backend, stream.served_name), prompt, answer,
+                                                          item.restated)[0]
         return passes
 
-    def _train(self, prompt, answer, target: float) -> int:
-        """``steps_per_update`` AdamW steps of the trainer's adapter on (c − ĉ)², c read as the server reads it."""
-        tr = self.trainer
-        opt = tr.secl_optimizer()
-        tr.train()
-        try:
-            for _ in range(self.config.steps_per_update):
-                conf, _, _ = tr.secl_verbalized(prompt, answer, requires_grad=True)
-                loss = (conf[0] - target) ** 2
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                opt.step()
-        finally:
-            opt.zero_grad(set_to_none=True)
-            tr.eval()
-        return self.config.steps_per_update
+    def _consolidate(self, stream: StreamState, record: dict) -> int:
+        """The consolidation epochs over the stream's replay buffer when its burst ends (``SECLModel``'s
+        ``secl_consolidation``); swapped in as an update is. Returns the forward passes."""
+        with self._lock:
+            self._activate(stream)
+            passes = self.trainer.secl_consolidation(stream.replay, record, burst=stream.counters["bursts"])
+            stream.pending = stream.pending or record["consolidation"]["steps"] > 0
+        return passes
 
     # -- versions and state -------------------------------------------------------------------
     def _version_folder(self, name: str, version: int) -> Path:
@@ -385,6 +397,7 @@ class SECLService:
         root.mkdir(parents=True, exist_ok=True)
         state = {"format_version": STATE_FORMAT, "version": stream.version, "gate": gate_state_to_json(stream.gate),
                  "counters": stream.counters, "burst_left": stream.burst_left, "records": stream.records,
+                 "replay": stream.replay.state_dict(),
                  "adapter_scope": self.adapter_scope}
         tmp = root / f".{STATE_FILE}.tmp-{os.getpid()}"
         tmp.write_text(json.dumps(state, indent=1, default=_json_default) + "\n", encoding="utf-8")

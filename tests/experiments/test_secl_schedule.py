@@ -83,6 +83,17 @@ def test_a_restart_skips_what_is_done(run, tiny_model_dir, monkeypatch):
     assert len(again["results"]) == len(result["results"])
 
 
+def test_the_defaults_are_the_pick_within_the_budget_and_the_base_the_old_defaults():
+    """SECLConfig's defaults are the schedule the study picked within the pass budget (docs/secl_results.md), and
+    every schedule is read against ONE_STEP, the paper's one step per question (the defaults before the study)."""
+    from hf_calibration.secl.config import SECLConfig
+
+    picked = study.SCHEDULES["option_text_consolidate3_b1_tau0.05"]
+    assert {k: getattr(SECLConfig(), k) for k in picked} == picked
+    base = SECLConfig(**study.ONE_STEP)
+    assert (base.restate, base.replay_size, base.consolidation_epochs, base.steps_per_update) == ("answer", 0, 0, 1)
+
+
 def test_bad_arguments_exit_2(tmp_path):
     for bad in (["--schedules", "nope"], ["--limit", "1"]):
         with pytest.raises(SystemExit) as e:
@@ -95,9 +106,7 @@ def test_the_test_phase_alone_runs_the_default_until_the_picks_are_known(tiny_mo
     assert [(r["seed"], r["schedule"]) for r in result["results"]] == [(1, "default")]
     assert "pick_budget" not in result["meta"]
     # the identity read is kept per seed and restatement, and shared by the schedules that restate alike
-    from hf_calibration.secl.config import SECLConfig
-
-    assert (tmp_path / f"identity_seed1_{SECLConfig().restate}.json").exists()
+    assert (tmp_path / f"identity_seed1_{study.ONE_STEP['restate']}.json").exists()
 
 
 def test_versus_default_by_hand(run):

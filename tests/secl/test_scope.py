@@ -272,7 +272,7 @@ def test_passes_outside_a_burst(tiny_tokenizer, tiny_model):
 
 
 # the paper's update: one step on the current question, no replay (the counts below are by hand for it)
-PAPER_STEP = {"replay_size": 0, "steps_per_update": 1}
+PAPER_STEP = {"replay_size": 0, "consolidation_epochs": 0, "steps_per_update": 1}
 
 
 def test_passes_of_a_burst_question_multiple_choice(tiny_tokenizer, tiny_model, always_update):

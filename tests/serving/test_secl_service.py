@@ -4,7 +4,10 @@ The same short MMLU stream with a burst opened at its start (every question in t
 learning rate that moves the confidence visibly) runs through ``SECLModel.generate`` in process and through
 ``SECLService`` (answers, gate entropy, verbalized and P(True) reads served, the update steps local, the adapter
 hot-swapped after every update), both in the "all" scope, where every served read is the function the trainer
-computes (the service module's docstring says why the "confidence" scope cannot be).
+computes (the service module's docstring says why the "confidence" scope cannot be). Every other setting is
+``SECLConfig``'s default: the option text restated, the burst's questions kept in the replay buffer and
+consolidated when the burst ends (3 epochs of the 4 questions, one AdamW step each), which the in-process run
+and the service must do alike: the stream is then read again with the adapter each ended with.
 
 Tolerances, from the conftest's ``LOGPROB_ATOL`` ε (served against in-process log-probabilities, float32):
 - the verbalized confidence c = Σ_v w_v·v with softmax weights over read log-probabilities in [0, 1]: moving
@@ -12,7 +15,9 @@ Tolerances, from the conftest's ``LOGPROB_ATOL`` ε (served against in-process l
 - P(True) = σ(lp_yes − lp_no) moves by ≤ 2ε/4 = ε/2; c* = softmax(P(True)/τ_n)[0] by ≤ 2·(ε/2)/τ_n = ε/τ_n;
 - after an update both runs' adapters took AdamW steps on residuals c − ĉ that differ by the tolerances above;
   AdamW normalises the step by the gradient's running scale (its first step is lr·sign(g)), so the adapters,
-  and the confidences read with them, differ by the read tolerance again at first order: 2·CONF_ATOL.
+  and the confidences read with them, differ by the read tolerance again at first order: 2·CONF_ATOL. The
+  consolidation's targets are recomputed from the trainer's own (local) reads in both runs, so its steps add
+  no served-read error of their own; the final reads are held to the same 2·CONF_ATOL.
 """
 
 from __future__ import annotations
@@ -71,7 +76,9 @@ def reference(items):
 
     base = [run(item, False) for item in items]
     secl.start_burst()
-    return base, [run(item, True) for item in items], dict(secl.secl_counters)
+    records = [run(item, True) for item in items]
+    final = [run(item, False)["confidence"] for item in items]  # with the adapter the burst ended with
+    return base, records, dict(secl.secl_counters), final
 
 
 def _service(served, state_dir, **options):
@@ -94,8 +101,13 @@ def _assert_same(got, want):
         assert abs(g["entropy"] - w["entropy"]) <= g["entropy_gap"] + LOGPROB_ATOL * 10  # a top-k lower bound
 
 
+def _final_reads(service, name, items) -> list[float]:
+    """Every question read again (no update) with the adapter the stream ``name`` ended with."""
+    return [service.step(name, item.prompt_ids, choices=item.choices, update=False)["confidence"] for item in items]
+
+
 def test_served_secl_equals_in_process(served, items, reference, tmp_path):
-    base, want, counters = reference
+    base, want, counters, final = reference
     # the stream is not trivial: updates happen and move the confidence far beyond the tolerance
     assert sum(r["updated"] for r in want) >= 2
     assert max(abs(r["confidence_after"] - r["confidence"]) for r in want) > 20 * CONF_ATOL
@@ -107,9 +119,15 @@ def test_served_secl_equals_in_process(served, items, reference, tmp_path):
     assert {k: stream.counters[k] for k in ("questions", "bursts", "burst_questions", "updates",
                                             "skipped_by_bin_gate")} == {
         k: counters[k] for k in ("questions", "bursts", "burst_questions", "updates", "skipped_by_bin_gate")}
-    # one version per update, each a PEFT folder; the server serves the current one only
+    # the burst ended at its last question: consolidated as in process, 3 epochs x 4 questions, batch 1
+    assert got[-1]["consolidation"] == want[-1]["consolidation"] == {"questions": N_ITEMS, "steps": 3 * N_ITEMS,
+                                                                      "forward_passes": 3 * N_ITEMS}
+    assert "consolidation" not in got[0]
+    state = json.loads((tmp_path / "s" / "stream.json").read_text())
+    assert [x["index"] for x in state["replay"]["items"]] == list(range(N_ITEMS))
+    # one version per update plus the consolidated one, each a PEFT folder; the server serves the current one only
     versions = sorted(p.name for p in (tmp_path / "s").glob("v*"))
-    assert len(versions) == counters["updates"]
+    assert len(versions) == counters["updates"] + 1
     assert {"adapter_model.safetensors", "adapter_config.json", "secl_state.json"} <= {
         p.name for p in (tmp_path / "s" / versions[-1]).iterdir()}
     names = service.lora.served()
@@ -117,14 +135,18 @@ def test_served_secl_equals_in_process(served, items, reference, tmp_path):
     # the first question was read with the identity adapter (the base model), later ones with the new versions
     assert got[0]["adapter"] is None and got[-1]["adapter"] is not None
     assert abs(got[0]["confidence"] - base[0]["confidence"]) <= CONF_ATOL
-    state = json.loads((tmp_path / "s" / "stream.json").read_text())
     assert len(state["records"]) == N_ITEMS and state["version"] == stream.version
+    # the consolidated adapter: the same reads in both runs, and not those before the consolidation
+    reads = _final_reads(service, "s", items)
+    assert max(abs(a - b) for a, b in zip(reads, final)) <= 2 * CONF_ATOL
+    # (moved by more than twice the tolerance either read is held to, so the two are told apart)
+    assert abs(reads[-1] - got[-1]["confidence_after"]) > 2 * (2 * CONF_ATOL)
 
 
 def test_two_streams_keep_their_own_adapter(served, items, reference, tmp_path):
     """Two streams on one server, questions interleaved, the same items and bursts: each equals the in-process
     run, which it would not if either read the other's adapter (one version ahead at every read)."""
-    _, want, _ = reference
+    _, want, _, _ = reference
     service = _service(served, tmp_path)
     for name in ("a", "b"):
         service.start_burst(name)
@@ -147,7 +169,7 @@ def test_killed_service_resumes(served, items, reference, tmp_path):
     from hf_calibration.modeling.backends import ServerError
     from hf_calibration.secl.service import LoRAAdmin
 
-    _, want, _ = reference
+    _, want, _, final = reference
     first = _service(served, tmp_path)
     first.start_burst("r")
     first.step("r", items[0].prompt_ids, choices=items[0].choices)
@@ -166,8 +188,10 @@ def test_killed_service_resumes(served, items, reference, tmp_path):
     second = _service(served, tmp_path)
     stream = second.open_stream("r")
     assert len(stream.records) == 1 and stream.served_name == loaded and loaded in second.lora.served()
+    assert [x.index for x in stream.replay.items] == [0]  # the burst's first question, kept across the kill
     rest = [second.step("r", item.prompt_ids, choices=item.choices) for item in items[1:]]
     _assert_same(stream.records[:1] + rest, want)
+    assert max(abs(a - b) for a, b in zip(_final_reads(second, "r", items), final)) <= 2 * CONF_ATOL
     assert [p.name for p in sorted((tmp_path / "r").glob("v*"))] == [
         f"v{i:06d}" for i in range(1, stream.version + 1)]  # every version kept
 
