@@ -37,9 +37,8 @@ from experiments.secl_claims import PASS_BUDGET
 from experiments.secl_learnability import MODEL_ALIASES, format_interval as _ci, metric_row as _metric_row
 from experiments.secl_learnability import paired_difference as _paired, read_results as _read
 
-# The base every schedule changes: the SECLConfig defaults before this study picked its schedule (the paper's one
-# step per question, the decoded answer restated). The defaults are now the pick (option_text_consolidate3_b1_tau0.05),
-# so "default" below names this base, which the saved results and the report's paired table are keyed by.
+# The base every schedule changes, pinned: SECLConfig's defaults (the paper's one step per question, the decoded
+# answer restated), which "default" below names and the saved results and the report's paired table are keyed by.
 ONE_STEP = {"restate": "answer", "replay_size": 0, "replay_batch_size": 4, "consolidation_epochs": 0, "tau_n": 0.2}
 # name → SECLConfig fields changed from ONE_STEP; the buffer of 50 holds a whole default burst
 SCHEDULES = {
@@ -216,8 +215,7 @@ def format_report(results: list[dict], meta: dict, versus: list[dict] | None = N
                 f"{s['passes_per_question']:.2f} | {r['pass_seconds']:.0f} |")
         lines.append("")
     if versus:
-        lines += ["## Against the default (the one-step schedule, the defaults before this study) on the same seed "
-                  "(paired bootstrap)", "",
+        lines += ["## Against the default (the one-step schedule) on the same seed (paired bootstrap)", "",
                   "| seed | schedule | ΔAUROC over the stream | ΔAUROC after the burst | ΔBrier over the stream | "
                   "ΔBrier after the burst |", "|---|---|---|---|---|---|"]
         lines += [f"| {v['seed']} | {v['schedule']} | {_ci(v['auroc_secl'])} | {_ci(v['auroc_final'])} | "

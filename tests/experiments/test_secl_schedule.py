@@ -83,15 +83,16 @@ def test_a_restart_skips_what_is_done(run, tiny_model_dir, monkeypatch):
     assert len(again["results"]) == len(result["results"])
 
 
-def test_the_defaults_are_the_pick_within_the_budget_and_the_base_the_old_defaults():
-    """SECLConfig's defaults are the schedule the study picked within the pass budget (docs/secl_results.md), and
-    every schedule is read against ONE_STEP, the paper's one step per question (the defaults before the study)."""
+def test_the_base_is_the_defaults_and_the_pick_differs_from_them():
+    """Every schedule is read against ONE_STEP, SECLConfig's defaults (the paper's one step per question); the
+    schedule the study picked within the budget is opt-in (docs/secl_results.md: as the default it raised Brier
+    on the four-domain stream), so it is not the defaults."""
     from hf_calibration.secl.config import SECLConfig
 
+    assert {k: getattr(SECLConfig(), k) for k in study.ONE_STEP} == study.ONE_STEP
     picked = study.SCHEDULES["option_text_consolidate3_b1_tau0.05"]
-    assert {k: getattr(SECLConfig(), k) for k in picked} == picked
-    base = SECLConfig(**study.ONE_STEP)
-    assert (base.restate, base.replay_size, base.consolidation_epochs, base.steps_per_update) == ("answer", 0, 0, 1)
+    assert {k: getattr(SECLConfig(**picked), k) for k in picked} == picked != {
+        k: getattr(SECLConfig(), k) for k in picked}
 
 
 def test_bad_arguments_exit_2(tmp_path):

@@ -33,8 +33,8 @@ def answer_a(model, tokenizer, **kwargs):
     (dict(restate="letter"), "restate"), (dict(replay_size=-1), "replay_size"),
     (dict(replay_batch_size=-1), "replay_batch_size"), (dict(steps_per_update=0), "steps_per_update"),
     (dict(consolidation_epochs=-1), "consolidation_epochs"), (dict(consolidation_batch_size=0), "consolidation_batch_size"),
-    # without a replay buffer there is nothing to consolidate (the default consolidation_epochs is 3)
-    (dict(replay_size=0, consolidation_epochs=2), "consolidation_epochs"), (dict(replay_size=0), "consolidation_epochs"),
+    # without a replay buffer (the default replay_size 0) there is nothing to consolidate
+    (dict(consolidation_epochs=2), "consolidation_epochs"),
     (dict(learning_rate=0), "learning_rate"), (dict(delta=0), "delta"), (dict(replay_size=True), "replay_size"),
 ])
 def test_bad_values_name_the_field(kwargs, name):

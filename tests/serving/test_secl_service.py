@@ -4,9 +4,9 @@ The same short MMLU stream with a burst opened at its start (every question in t
 learning rate that moves the confidence visibly) runs through ``SECLModel.generate`` in process and through
 ``SECLService`` (answers, gate entropy, verbalized and P(True) reads served, the update steps local, the adapter
 hot-swapped after every update), both in the "all" scope, where every served read is the function the trainer
-computes (the service module's docstring says why the "confidence" scope cannot be). Every other setting is
-``SECLConfig``'s default: the option text restated, the burst's questions kept in the replay buffer and
-consolidated when the burst ends (3 epochs of the 4 questions, one AdamW step each), which the in-process run
+computes (the service module's docstring says why the "confidence" scope cannot be). The schedule is the
+consolidation one (``CONSOLIDATION``: the option text restated, the burst's questions kept in the replay buffer
+and consolidated when the burst ends, 3 epochs of the 4 questions, one AdamW step each), which the in-process run
 and the service must do alike: the stream is then read again with the adapter each ended with.
 
 Tolerances, from the conftest's ``LOGPROB_ATOL`` ε (served against in-process log-probabilities, float32):
@@ -33,7 +33,9 @@ from tests.serving.conftest import LOGPROB_ATOL, MODEL
 N_ITEMS = 4
 MAX_NEW = 4
 CONF_ATOL = 2 * LOGPROB_ATOL
-SETTINGS = dict(burst_size=N_ITEMS, bin_gate_width=0, learning_rate=1e-2, adapter_scope="all")
+CONSOLIDATION = dict(restate="option_text", tau_n=0.05, replay_size=50, replay_batch_size=0, consolidation_epochs=3,
+                     consolidation_batch_size=1)
+SETTINGS = dict(burst_size=N_ITEMS, bin_gate_width=0, learning_rate=1e-2, adapter_scope="all", **CONSOLIDATION)
 
 
 def _config():
