@@ -146,10 +146,7 @@ class SECLBurstMixin:
             self.secl_replay.add(item)
             return passes
         item.target = record["target"] = directional_target(c, c_star, alpha_step=cfg.alpha_step, delta=cfg.delta)
-        with self.secl_training() as opt:
-            steps, record["replayed"] = update_steps(self, item, self.secl_replay, opt, steps=cfg.steps_per_update,
-                                                     alpha_step=cfg.alpha_step, delta=cfg.delta)
-        self.secl_replay.add(dataclasses.replace(item, target=None))
+        steps = self.secl_update(item, self.secl_replay, record)
         self.secl_counters["updates"] += 1
         record["updated"] = True
         with torch.no_grad():  # for the record only: not part of SECL's cost
@@ -168,6 +165,18 @@ class SECLBurstMixin:
         finally:
             opt.zero_grad(set_to_none=True)
             self.eval()
+
+    def secl_update(self, item: ReplayItem, buffer, record: dict) -> int:
+        """``steps_per_update`` steps on ``item`` (its ``target`` set) with minibatches drawn from ``buffer`` (a
+        ``secl.replay.ReplayBuffer`` of earlier burst questions; ``secl.replay.update_steps``), then ``item`` joins
+        the buffer with its target recomputed later. ``record["replayed"]``: the indices replayed per step.
+        Returns the forward passes."""
+        cfg = self.secl_config
+        with self.secl_training() as opt:
+            steps, record["replayed"] = update_steps(self, item, buffer, opt, steps=cfg.steps_per_update,
+                                                     alpha_step=cfg.alpha_step, delta=cfg.delta)
+        buffer.add(dataclasses.replace(item, target=None))
+        return steps
 
     def secl_consolidation(self, buffer, record: dict, *, burst: int) -> int:
         """``consolidation_epochs`` over ``buffer`` (a ``secl.replay.ReplayBuffer``) in minibatches of

@@ -52,7 +52,7 @@ from hf_calibration.secl.confidence import (PLAIN_CONFIDENCE_PREFIX, PLAIN_P_TRU
                                             p_true_from_logprobs, verbalized_from_logprobs)
 from hf_calibration.secl.drift import EntropyShiftDetector, gate_state_from_json, gate_state_to_json
 from hf_calibration.secl.mixin import COUNTERS, SECLGenerationMixin, bin_gate_passes, directional_target
-from hf_calibration.secl.replay import ReplayBuffer, ReplayItem, item_confidence, update_steps
+from hf_calibration.secl.replay import ReplayBuffer, ReplayItem, item_confidence
 
 SWAP_MODES = ("update", "burst")
 STATE_FILE = "stream.json"
@@ -335,15 +335,11 @@ class SECLService:
         with self._lock:
             self._activate(stream)
             # c read as the server reads it: the trainer's config is in the "all" scope (module docstring)
-            with tr.secl_training() as opt:
-                steps, record["replayed"] = update_steps(tr, item, stream.replay, opt, steps=cfg.steps_per_update,
-                                                         alpha_step=cfg.alpha_step, delta=cfg.delta)
-            passes += steps
+            passes += tr.secl_update(item, stream.replay, record)
             stream.pending = True
             if self.swap == "burst":  # read locally: the server keeps the old version until the burst ends
                 with torch.no_grad():
                     record["confidence_after"] = float(item_confidence(tr, item)[0][0])
-        stream.replay.add(replace(item, target=None))
         stream.counters["updates"] += 1
         record["updated"] = True
         if self.swap == "update":
