@@ -43,6 +43,11 @@ class ReplayItem:
     target: float | None = None
 
 
+# ReplayItem fields a saved buffer leaves out: the cache (tensors, rebuilt from the token ids when needed) and the
+# fixed target (a kept question's target is recomputed from c* at every step).
+_NOT_SAVED = ("context", "target")
+
+
 class ReplayBuffer:
     """The last ``capacity`` burst questions (oldest dropped first); ``sample`` draws ``batch_size`` of them
     uniformly without replacement (all of them when fewer are kept) from a generator seeded with ``seed``, which
@@ -68,7 +73,7 @@ class ReplayBuffer:
     def state_dict(self) -> dict:
         """The kept questions (without their caches) and the sampler's state, as JSON-serialisable values:
         {"items": [{prompt, answer_ids, restated, c_star, index}], "rng": numpy's bit-generator state}."""
-        keep = ("prompt", "answer_ids", "restated", "c_star", "index")
+        keep = [f.name for f in dataclasses.fields(ReplayItem) if f.name not in _NOT_SAVED]
         return {"items": [{k: getattr(item, k) for k in keep} for item in self.items],
                 "rng": self._rng.bit_generator.state}
 
