@@ -15,6 +15,7 @@ from pathlib import Path
 import hf_calibration
 
 from hf_calibration.cli import Parser, run_parsed
+from hf_calibration.secl.config import SECLConfig
 
 from experiments.calm_config import CALMExperimentConfig
 from experiments.run import ExperimentConfig, run_experiment
@@ -30,7 +31,8 @@ ACCEPTED = {
 }
 EXPERIMENTS = {
     "diagnose": ((ExperimentConfig,), "the generation–discrimination gap of SmolLM2 and Qwen on MMLU, HaluEval, GSM8K"),
-    "secl": ((ExperimentConfig,), "a Qwen stream through SECL with the label-free and supervised baselines"),
+    "secl": ((ExperimentConfig, SECLConfig), "a Qwen stream through SECL with the label-free and supervised "
+             "baselines (SECL's options as hf-calibration secl takes them)"),
     "calm": ((ExperimentConfig, CALMExperimentConfig), "CALM with LoRA against SFT, TS and the other baselines"),
 }
 
@@ -78,4 +80,12 @@ def main(argv=None) -> int:
     if not argv or argv[0] not in parser.commands:
         parser.parse_args(argv)  # the help, or a one-line usage error; exits
         return 2
-    return run_parsed(parser.commands[argv[0]], run_experiment, argv[1:], prog=PROG, our_dirs=_OUR_DIRS)
+    return run_parsed(parser.commands[argv[0]], _run, argv[1:], prog=PROG, our_dirs=_OUR_DIRS)
+
+
+def _run(config: ExperimentConfig, options=None):
+    """``run_experiment`` with the experiment's own options: calm's ``CALMExperimentConfig`` or secl's
+    ``SECLConfig``."""
+    if isinstance(options, SECLConfig):
+        return run_experiment(config, secl=options)
+    return run_experiment(config, options)

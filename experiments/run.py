@@ -35,6 +35,7 @@ from hf_calibration.jobs.diagnose import DATASETS as DIAGNOSE_DATASETS
 from hf_calibration.jobs.diagnose import DiagnoseConfig, run_diagnose
 from hf_calibration.jobs.secl_stream import SECLStreamConfig, check_stream, run_secl_stream
 from hf_calibration.reports import format_cell, format_table, write_json
+from hf_calibration.secl.config import SECLConfig
 from hf_calibration.secl.confidence import SIGNAL_NAMES
 from hf_calibration.secl.stream import STREAM_COLUMNS, WITHIN_DOMAIN, pass_keys, signal_rows, summarize_stream
 
@@ -245,10 +246,25 @@ def secl_table(results: dict) -> str:
 # ------------------------------------------------------------------------------------------ sub-runs
 
 
+_INTERVAL_KEYS = ("value", "low", "high", "baseline")
+
+
+def _nan_intervals(obj):
+    """``obj`` with the NaN that ``write_json`` wrote as null put back in every interval ({value, low, high, …}:
+    a metric undefined on one class), so that a table read back is built as the one computed."""
+    if isinstance(obj, dict):
+        interval = "value" in obj and "low" in obj
+        return {k: (float("nan") if interval and k in _INTERVAL_KEYS and v is None else _nan_intervals(v))
+                for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_nan_intervals(v) for v in obj]
+    return obj
+
+
 def _read_back(path: Path, what: str, progress: bool) -> dict:
     """The results of a finished sub-run (resume)."""
     progress_line(f"{what}: read {path}", progress)
-    return json.loads(path.read_text())
+    return _nan_intervals(json.loads(path.read_text()))
 
 
 def _resolve_models(models) -> None:
@@ -285,7 +301,18 @@ def _diagnose(out: Path, config: ExperimentConfig, progress: bool) -> tuple[dict
     return {"results": results}, {f"{model_alias(m)}/{d}": f for (m, d), f in folders.items()}
 
 
-def _secl(out: Path, config: ExperimentConfig, progress: bool) -> tuple[dict, dict]:
+def _check_read_back_secl(stored: dict, secl: SECLConfig, dest: Path) -> None:
+    """A sub-run read back must have run with the SECL options asked for: ParameterError naming the first that
+    differs (options the sub-run did not record, older than them, are not compared)."""
+    wanted = json.loads(json.dumps(asdict(secl)))
+    for key, value in wanted.items():
+        if key in stored and stored[key] != value:
+            raise ParameterError(key, getattr(secl, key), f"the sub-run in {dest} ran with {{{key}}} "
+                                 f"{stored[key]!r}, got {{{key}}} {value!r}: give --overwrite to run it again with "
+                                 f"these options, or another --output-dir")
+
+
+def _secl(out: Path, config: ExperimentConfig, progress: bool, secl: SECLConfig) -> tuple[dict, dict]:
     models = config.model_names()
     folders = {m: out / model_alias(m) for m in models}
     for folder in folders.values():
@@ -296,6 +323,7 @@ def _secl(out: Path, config: ExperimentConfig, progress: bool) -> tuple[dict, di
         alias = model_alias(model_name)
         if (dest / "metrics.json").exists() and not config.overwrite:
             results[alias] = _read_back(dest / "metrics.json", alias, progress)
+            _check_read_back_secl(results[alias]["run"].get("config", {}), secl, dest)
             summary = results[alias]["summary"]
             if (any("paired" not in s for s in summary.values())
                     or (len(summary) > 2 and not set(WITHIN_DOMAIN.values()) <= set(summary["overall"]["paired"]))):
@@ -313,7 +341,7 @@ def _secl(out: Path, config: ExperimentConfig, progress: bool) -> tuple[dict, di
                                seed=config.seed, device=config.device,
                                n_resamples=config.n_resamples)
         with renamed_parameters(stream="datasets", limit_per_domain="limit", model="models"):
-            res = run_secl_stream(job, progress=progress)
+            res = run_secl_stream(job, secl, progress=progress)
         results[alias] = {"run": res.run, **res.metrics}
     return {"results": results}, {model_alias(m): f for m, f in folders.items()}
 
@@ -322,18 +350,22 @@ def _secl(out: Path, config: ExperimentConfig, progress: bool) -> tuple[dict, di
 
 
 def run_experiment(config: ExperimentConfig, calm: CALMExperimentConfig | None = None, *,
-                   progress: bool = True) -> ExperimentResult:
+                   secl: SECLConfig | None = None, progress: bool = True) -> ExperimentResult:
     """Run the experiment ``config.name`` into ``output_dir`` (default ``results/NAME``) and write its
     ``metrics.json`` (``{"run": run, **metrics}``) and ``table.md``.
 
     calm : the calm experiment's own options (default ``CALMExperimentConfig()``); only for ``name="calm"``.
+    secl : SECL's options for the secl experiment's streams (default ``SECLConfig()``); only for ``name="secl"``.
 
     Every input is checked before the first model loads (sub-run folders, model paths, domains, sizes);
-    ParameterError naming the field of ``config`` or ``calm``. Sub-runs with results are read back unless
-    ``overwrite``. ``progress``: a line per sub-run on stdout, and the progress bars.
+    ParameterError naming the field of ``config``, ``calm`` or ``secl``. Sub-runs with results are read back
+    unless ``overwrite`` (a secl sub-run only when it ran with the same SECL options, else ParameterError naming
+    the first that differs). ``progress``: a line per sub-run on stdout, and the progress bars.
     """
     if calm is not None and config.name != "calm":
         raise ParameterError("calm", calm, f"only the calm experiment takes its options, got name={config.name!r}")
+    if secl is not None and config.name != "secl":
+        raise ParameterError("secl", secl, f"only the secl experiment takes SECL's options, got name={config.name!r}")
     out = check_output_dir(config.output_dir or str(Path("results") / config.name))
     start = time.perf_counter()
     if config.name == "diagnose":
@@ -342,7 +374,7 @@ def run_experiment(config: ExperimentConfig, calm: CALMExperimentConfig | None =
         sub_seconds = sum(r["run"]["wall_seconds"] for per in metrics["results"].values() for r in per.values())
         sizes = config.limits()
     elif config.name == "secl":
-        metrics, folders = _secl(out, config, progress)
+        metrics, folders = _secl(out, config, progress, SECLConfig() if secl is None else secl)
         table = secl_table(metrics["results"])
         sub_seconds = sum(r["run"]["wall_seconds"] for r in metrics["results"].values())
         sizes = config.limits()[config.dataset_names()[0]]

@@ -65,6 +65,31 @@ def test_secl_experiment_table_and_pngs(tiny_model_dir, tmp_path, capsys):
     assert json.loads((out / "metrics.json").read_text())["results"][alias]["run"]["workers"] == 2
 
 
+def test_secl_experiment_takes_secl_options_and_reads_back_only_a_run_with_them(tiny_model_dir, tmp_path, capsys):
+    """SECL's options reach the streams (the consolidation schedule of docs/secl_results.md); a sub-run read back
+    without them is refused with one line naming the first option that differs, nothing overwritten."""
+    out = tmp_path / "secl"
+    argv = ["secl", "--models", str(tiny_model_dir), "--datasets", "halueval_qa_lm", "--limit", "2",
+            "--n-resamples", "20", "--output-dir", str(out)]
+    schedule = ["--restate", "option_text", "--tau-n", "0.05", "--replay-size", "4", "--replay-batch-size", "0",
+                "--consolidation-epochs", "2"]
+    assert main(argv + schedule) == 0
+    alias = tiny_model_dir.name
+    config = json.loads((out / "metrics.json").read_text())["results"][alias]["run"]["config"]
+    assert (config["restate"], config["tau_n"], config["replay_size"], config["consolidation_epochs"]) == (
+        "option_text", 0.05, 4, 2)
+    records = _read_jsonl(out / alias / "records.jsonl")
+    assert all(r["burst"] for r in records)  # the burst at the start takes both questions
+    capsys.readouterr()
+    stamp = (out / alias / "records.jsonl").stat().st_mtime_ns
+    assert main(argv + schedule) == 0 and "read " in capsys.readouterr().out
+    code = main(argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith("experiments: error: --tau-n:"), err
+    assert "0.05" in err[0] and "--overwrite" in err[0]
+    assert (out / alias / "records.jsonl").stat().st_mtime_ns == stamp
+
+
 def test_calm_experiment_smoke(tiny_model_dir, tmp_path, capsys):
     out = tmp_path / "calm"
     sizes = ("--n-train 4 --n-calibration 4 --n-validation 4 --n-test 4 --n-ood 4 --max-steps 1 --train-batch-size 2 "
@@ -137,6 +162,8 @@ def test_calm_splits_are_disjoint_and_each_balanced_on_its_own():
         (["diagnose", "--models", ""], "--models: must not be empty, got ''"),
         (["diagnose", "--datasets", ","], "--datasets: must not be empty, got ','"),
         (["secl", "--n-train", "4"], "--n-train: unknown option"),  # calm's option
+        (["diagnose", "--tau-n", "0.05"], "--tau-n: unknown option"),  # SECL's options are secl's only
+        (["secl", "--consolidation-epochs", "2"], "--consolidation-epochs"),  # needs --replay-size
         # not an option of calm (its --help does not list it): a usage error naming it
         (["calm", "--workers", "2"], "--workers: unknown option"),
         (["secl", "--workers", "4"], "--workers: only secl runs passes in parallel"),
