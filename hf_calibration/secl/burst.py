@@ -186,6 +186,6 @@ class SECLBurstMixin:
         with self.secl_training() as opt:
             passes, steps = consolidate(self, buffer, opt, epochs=cfg.consolidation_epochs,
                                         batch_size=cfg.consolidation_batch_size, alpha_step=cfg.alpha_step,
-                                        delta=cfg.delta, seed=burst)
+                                        delta=cfg.delta, seed=burst, lr_scheduler=cfg.consolidation_lr_scheduler)
         record["consolidation"] = {"questions": len(buffer), "steps": steps, "forward_passes": passes}
         return passes

@@ -18,6 +18,7 @@ from hf_calibration.secl.confidence import CONFIDENCE_TEMPLATE, DEFAULT_TAU_N, P
 CONFIG_NAME = "secl_config.json"
 ADAPTER_SCOPES = ("confidence", "all")
 RESTATEMENTS = ("answer", "option_text")
+CONSOLIDATION_LR_SCHEDULES = ("constant", "linear")
 
 
 @dataclass
@@ -103,6 +104,13 @@ class SECLConfig:
         "help": "Questions per AdamW step of the consolidation epochs (measured: the same passes in minibatches of "
                 "1, 2 and 8 ranked the development stream at AUROC 0.70, 0.61 and 0.58; AdamW's step is about the "
                 "learning rate whatever the batch, so smaller batches move further; docs/secl_results.md)."})
+    consolidation_lr_scheduler: str = field(default="constant", metadata={
+        "help": "Learning rate over the consolidation's steps: 'constant' (learning_rate throughout) or 'linear' "
+                "(torch's LinearLR from learning_rate down to 0 at the last step; the update steps keep "
+                "learning_rate). With minibatches of one question the last steps of a constant rate set the "
+                "confidence level the burst ends with (docs/secl_results.md, 'Where the consolidation leaves the "
+                "level'); a decaying rate averages them.",
+        "choices": list(CONSOLIDATION_LR_SCHEDULES)})
     restate: str = field(default="answer", metadata={
         "help": "What the confidence turn's '{answer}' restates: 'answer' the decoded answer, e.g. the bare "
                 "letter 'A'; 'option_text' for multiple choice the chosen option as 'A. <option text>' (as diagnose "
@@ -197,6 +205,11 @@ def _restate(v, label):
         raise ParameterError(label, v, f"must be 'answer' or 'option_text', got {v!r}")
 
 
+def _consolidation_lr_scheduler(v, label):
+    if v not in CONSOLIDATION_LR_SCHEDULES:
+        raise ParameterError(label, v, f"must be 'constant' or 'linear', got {v!r}")
+
+
 def _prompt_format(v, label):
     if v not in PROMPT_FORMATS:
         raise ParameterError(label, v, f"must be 'auto', 'chat' or 'plain', got {v!r}")
@@ -223,6 +236,7 @@ _CHECKS = {
     **dict.fromkeys(("bin_gate_width", "replay_size", "replay_batch_size", "consolidation_epochs"), _integer(0)),
     "consolidation_batch_size": _integer(1),
     "restate": _restate,
+    "consolidation_lr_scheduler": _consolidation_lr_scheduler,
     **dict.fromkeys(("tau_n", "alpha_step", "delta", "learning_rate"), _number()),
     "ph_threshold": _number(),
     "ema_rate": _number(upper=1.0),

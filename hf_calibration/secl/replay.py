@@ -22,6 +22,7 @@ import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 
 
 @dataclass
@@ -137,18 +138,30 @@ def update_steps(model, current: ReplayItem, buffer: ReplayBuffer, optimizer, *,
 
 
 def consolidate(model, buffer: ReplayBuffer, optimizer, *, epochs: int, batch_size: int, alpha_step: float,
-                delta: float, seed: int = 0) -> tuple[int, int]:
+                delta: float, seed: int = 0, lr_scheduler: str = "constant") -> tuple[int, int]:
     """``epochs`` passes over every question in ``buffer``, each a random permutation (``numpy`` generator seeded
     with ``seed``) cut into minibatches of ``batch_size`` (the last one smaller), one ``minibatch_step`` each,
-    targets recomputed from c* (items' ``target`` is ignored). Returns (forward passes: epochs × len(buffer),
-    optimizer steps: epochs × ⌈len(buffer) / batch_size⌉). An empty buffer costs nothing."""
+    targets recomputed from c* (items' ``target`` is ignored). ``lr_scheduler`` "linear": step k of the S steps
+    runs at (1 − k/S) times the optimizer's learning rate (``torch.optim.lr_scheduler.LinearLR`` down to 0), which
+    is restored afterwards, also on an error; "constant": the rate as it is. Returns (forward passes: epochs ×
+    len(buffer), optimizer steps S = epochs × ⌈len(buffer) / batch_size⌉). An empty buffer costs nothing."""
     rng = np.random.default_rng(seed)
     items = [dataclasses.replace(item, target=None) for item in buffer.items]
+    total = epochs * -(-len(items) // batch_size)
+    rates = [group["lr"] for group in optimizer.param_groups]
+    schedule = (torch.optim.lr_scheduler.LinearLR(optimizer, start_factor=1.0, end_factor=0.0, total_iters=total)
+                if lr_scheduler == "linear" and total else None)
     passes = steps = 0
-    for _ in range(epochs if items else 0):
-        order = rng.permutation(len(items))
-        for start in range(0, len(items), batch_size):
-            _, n = minibatch_step(model, [items[i] for i in order[start:start + batch_size]], optimizer,
-                                  alpha_step=alpha_step, delta=delta)
-            passes, steps = passes + n, steps + 1
+    try:
+        for _ in range(epochs if items else 0):
+            order = rng.permutation(len(items))
+            for start in range(0, len(items), batch_size):
+                _, n = minibatch_step(model, [items[i] for i in order[start:start + batch_size]], optimizer,
+                                      alpha_step=alpha_step, delta=delta)
+                passes, steps = passes + n, steps + 1
+                if schedule is not None:
+                    schedule.step()
+    finally:
+        for group, rate in zip(optimizer.param_groups, rates):
+            group["lr"] = rate
     return passes, steps

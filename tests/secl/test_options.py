@@ -188,6 +188,38 @@ def test_consolidate_counts_and_empty_buffer(tiny_model, tiny_tokenizer):
     assert [i.target for i in buffer.items] == [0.5] * 5  # the buffer's items are not modified
 
 
+def test_consolidate_linear_lr_scheduler_decays_to_zero_and_restores(tiny_model, tiny_tokenizer, monkeypatch):
+    """lr_scheduler "linear": step k of S at (1 - k/S) x the rate (hand values for S = 6), the rate restored
+    afterwards; "constant" leaves every step at the rate; and the config field reaches the burst's consolidation."""
+    secl = apply_secl(tiny_model, tiny_tokenizer, SECLConfig())
+    ids = encode(tiny_tokenizer).input_ids[0].tolist()
+    a = [tiny_tokenizer.convert_tokens_to_ids("A")]
+    buffer = ReplayBuffer(10, 1)
+    for k in range(3):
+        buffer.add(ReplayItem(ids, a, "A", 0.3 * k, index=k))
+    opt = torch.optim.AdamW(secl._secl_adapter_params(), lr=0.06)
+    seen, step = [], replay_module.minibatch_step
+    monkeypatch.setattr(replay_module, "minibatch_step",
+                        lambda model, items, o, **k: (seen.append(o.param_groups[0]["lr"]), step(model, items, o, **k))[1])
+    # 2 epochs x ⌈3 / 1⌉ = 6 steps
+    assert replay_module.consolidate(secl, buffer, opt, epochs=2, batch_size=1, alpha_step=1.0, delta=0.2,
+                                     lr_scheduler="linear") == (6, 6)
+    assert seen == pytest.approx([0.06, 0.05, 0.04, 0.03, 0.02, 0.01])
+    assert opt.param_groups[0]["lr"] == 0.06
+    seen.clear()
+    replay_module.consolidate(secl, buffer, opt, epochs=1, batch_size=2, alpha_step=1.0, delta=0.2)
+    assert seen == [0.06, 0.06]
+    with pytest.raises(ValueError, match="consolidation_lr_scheduler: must be 'constant' or 'linear', got 'cosine'"):
+        SECLConfig(consolidation_lr_scheduler="cosine")
+    calls, consolidate = [], burst_module.consolidate
+    monkeypatch.setattr(burst_module, "consolidate", lambda *a, **k: (calls.append(k["lr_scheduler"]),
+                                                                     consolidate(*a, **k))[1])
+    cfg = SECLConfig(replay_size=4, replay_batch_size=0, consolidation_epochs=1, consolidation_lr_scheduler="linear")
+    secl.secl_config = cfg
+    secl.secl_consolidation(buffer, {}, burst=0)
+    assert calls == ["linear"]
+
+
 def test_service_keeps_a_replay_buffer_per_stream(tiny_model, tiny_tokenizer, tmp_path):
     """The service takes the replay/consolidation/option-text config it used to refuse: each stream gets its own
     buffer of the configured size, emptied when a burst opens (as ``SECLModel.start_burst``), with no server
