@@ -76,11 +76,39 @@ def run_burst(secl, burst: list, seed: int, sets: dict) -> list[dict]:
     return rows
 
 
+def spread(results: list[dict]) -> dict:
+    """Per learning-rate schedule, over the seeds, after the consolidation: mean and sd (ddof 1) of the burst's mean
+    confidence minus its mean c*, of the carried domain's mean confidence, and of each domain's Brier minus its
+    constant-accuracy Brier."""
+    out = {}
+    for scheduler in LR_SCHEDULERS:
+        done = [r for r in results if r["lr_scheduler"] == scheduler and r["point"] == "after the consolidation"]
+        if not done:
+            continue
+        values = {"burst level − mean c*": [r["burst"]["mean_confidence"] - r["burst"]["mean_c_star"] for r in done],
+                  "carry mean conf": [r["carry"]["mean_confidence"] for r in done],
+                  "burst Brier − const.": [r["burst"]["brier"] - r["burst"]["brier_constant"] for r in done],
+                  "carry Brier − const.": [r["carry"]["brier"] - r["carry"]["brier_constant"] for r in done]}
+        out[scheduler] = {"seeds": len(done), "stats": {
+            k: (float(np.mean(v)), float(np.std(v, ddof=1)) if len(v) > 1 else float("nan")) for k, v in values.items()}}
+    return out
+
+
 def format_report(results: list[dict], meta: dict) -> str:
+    table = []
+    for name, v in spread(results).items():
+        if not table:
+            table = ["## Over the seeds, after the consolidation", "",
+                     "| lr schedule | seeds | " + " | ".join(f"{k} (mean ± sd)" for k in v["stats"]) + " |",
+                     "|---|---|" + "---|" * len(v["stats"])]
+        table.append(f"| {name} | {v['seeds']} | " + " | ".join(f"{m:+.3f} ± {sd:.3f}" for m, sd in v["stats"].values())
+                     + " |")
+    if table:
+        table += ["", "## Every run", ""]
     lines = [f"# Where the consolidation leaves the level: {meta['model']}, burst on {meta['burst_domain']}, "
              f"carried into {meta['carry_domain']}", "",
              f"{meta['n']} questions each; schedule {SCHEDULE}; mean confidence vs accuracy and mean c*; Brier "
-             "beside the constant-accuracy Brier of the domain.", "",
+             "beside the constant-accuracy Brier of the domain.", "", *table,
              "| lr schedule | seed | point | burst: mean conf | acc | mean c* | AUROC | Brier | const. Brier | "
              "carry: mean conf | acc | AUROC | Brier | const. Brier |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
@@ -118,6 +146,13 @@ def main(argv=None) -> list[dict]:
     from hf_calibration.secl.mixin import apply_secl
 
     args = parse_args(argv)
+    path = args.output_dir / "results.jsonl"
+    meta = {"model": args.model, "burst_domain": args.burst_domain, "carry_domain": args.carry_domain, "n": args.n}
+    done = {(r["lr_scheduler"], r["seed"]) for r in read_results(path) if r["point"] == "after the consolidation"}
+    if done >= {(s, seed) for s in LR_SCHEDULERS for seed in args.seeds}:  # nothing to run: the report only
+        results = read_results(path)
+        (args.output_dir / "report.md").write_text(format_report(results, meta), encoding="utf-8")
+        return results
     torch.set_num_threads(args.threads)
     args.output_dir.mkdir(parents=True, exist_ok=True)
     model, tokenizer = load_model(MODEL_ALIASES.get(args.model, args.model))
@@ -132,8 +167,6 @@ def main(argv=None) -> list[dict]:
         rows = score_items(secl, items, args.output_dir / name / "items.jsonl", max_new_tokens=8, layers=layers)
         sets[name] = (replay_items(secl, items, rows, list(range(len(rows))), target="teacher", contexts={},
                                    tau_n=base.tau_n), np.array([r["correct"] for r in rows], dtype=int))
-    path = args.output_dir / "results.jsonl"
-    meta = {"model": args.model, "burst_domain": args.burst_domain, "carry_domain": args.carry_domain, "n": args.n}
     if not read_results(path):
         with path.open("a", encoding="utf-8") as f:
             f.write(json.dumps({"lr_scheduler": "none", "seed": -1, "point": "identity", **level_row(secl, sets)}) + "\n")

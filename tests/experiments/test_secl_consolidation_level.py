@@ -37,6 +37,18 @@ def test_rows_steps_and_the_constant_reference(run):
     assert "| linear | 0 | after the consolidation |" in (out / "report.md").read_text()
 
 
+def test_spread_over_seeds_by_hand():
+    def row(seed, level, carry):
+        dom = {"mean_confidence": level, "mean_c_star": 0.4, "brier": 0.3, "brier_constant": 0.25}
+        return {"lr_scheduler": "linear", "seed": seed, "point": "after the consolidation", "burst": dom,
+                "carry": {**dom, "mean_confidence": carry}}
+
+    stats = study.spread([row(0, 0.5, 0.2), row(1, 0.7, 0.4), row(2, 0.6, 0.9)])["linear"]["stats"]
+    assert stats["burst level − mean c*"] == pytest.approx((0.2, 0.1))  # mean of 0.1, 0.3, 0.2; sd (ddof 1) 0.1
+    assert stats["carry mean conf"] == pytest.approx((0.5, np.std([0.2, 0.4, 0.9], ddof=1)))
+    assert stats["burst Brier − const."] == pytest.approx((0.05, 0.0))
+
+
 def test_a_restart_adds_nothing(run):
     out, argv, _ = run
     before = (out / "results.jsonl").read_text()
