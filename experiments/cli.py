@@ -38,11 +38,9 @@ EXPERIMENTS = {
 
 
 class ExperimentParser(Parser):
-    """``hf_calibration.cli.Parser`` with this program's name in its one-line errors."""
+    """``hf_calibration.cli.Parser`` (its one-line wording of argparse's errors) with this program's name in them."""
 
-    def error(self, message):
-        print(f"{PROG}: error: {message}", file=sys.stderr)
-        raise SystemExit(2)
+    error_prog = PROG
 
 
 def _drop_options(parser: argparse.ArgumentParser, names: set) -> None:

@@ -181,13 +181,15 @@ class Parser(TrlParser):
                 examples.append(f"{action.dest}: {value}")
         return ", ".join(examples[:2]) or "field: value"
 
+    error_prog = PROG  # the program named in the one-line errors
+
     def error(self, message):  # one line, exit 2 (argparse's own usage dump is several lines)
         message = _one_line(message)
         named = re.match(r"--([\w-]+): ", message)  # a value --config FILE gave: name the file and the field
         field_ = named and named.group(1).replace("-", "_")
         if field_ in getattr(self, "_from_config", {}):
             message = f"--config: {self._from_config[field_]!r}: {field_}: {message[named.end():]}"
-        print(f"{PROG}: error: {message}", file=sys.stderr)
+        print(f"{self.error_prog}: error: {message}", file=sys.stderr)
         raise SystemExit(2)
 
     def fields(self) -> set:

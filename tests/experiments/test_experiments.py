@@ -163,6 +163,10 @@ def test_calm_splits_are_disjoint_and_each_balanced_on_its_own():
         (["diagnose", "--datasets", ","], "--datasets: must not be empty, got ','"),
         (["secl", "--n-train", "4"], "--n-train: unknown option"),  # calm's option
         (["diagnose", "--tau-n", "0.05"], "--tau-n: unknown option"),  # SECL's options are secl's only
+        # argparse's own messages in the library CLI's wording ("--x: …", not "argument --x/--x_y: …")
+        (["secl", "--consolidation-lr-scheduler", "cosine"], "experiments: error: --consolidation-lr-scheduler: "
+                                                             "invalid choice: 'cosine'"),
+        (["calm", "--open-ended", "nope"], "experiments: error: --open-ended: invalid choice: 'nope'"),
         (["secl", "--consolidation-epochs", "2"], "--consolidation-epochs"),  # needs --replay-size
         # not an option of calm (its --help does not list it): a usage error naming it
         (["calm", "--workers", "2"], "--workers: unknown option"),
