@@ -42,14 +42,14 @@ LR_SCHEDULERS = ("constant", "linear")
 
 def level_row(secl, sets: dict) -> dict:
     """Per domain: mean confidence, accuracy, mean c*, AUROC and Brier of the current adapter's reads."""
-    from sklearn.metrics import roc_auc_score
+    from hf_calibration.metrics import confidence_auroc
 
     out = {}
     for name, (items, y) in sets.items():
         c = read_confidences(secl, items)
         out[name] = {"mean_confidence": float(c.mean()), "accuracy": float(y.mean()),
                      "mean_c_star": float(np.mean([i.c_star for i in items])),
-                     "auroc": float(roc_auc_score(y, c)) if 0 < y.sum() < len(y) else float("nan"),
+                     "auroc": confidence_auroc(y, c),  # NaN on one class
                      "brier": float(np.mean((c - y) ** 2)), "brier_constant": float(y.mean() * (1 - y.mean()))}
     return out
 
