@@ -140,19 +140,26 @@ def parse_args(argv=None):
 
 
 def main(argv=None) -> list[dict]:
+    args = parse_args(argv)
+    path = args.output_dir / "results.jsonl"
+    meta = {"model": args.model, "burst_domain": args.burst_domain, "carry_domain": args.carry_domain, "n": args.n}
+    done = {(r["lr_scheduler"], r["seed"]) for r in read_results(path) if r["point"] == "after the consolidation"}
+    todo = [(s, seed) for s in LR_SCHEDULERS for seed in args.seeds if (s, seed) not in done]
+    if todo:  # else nothing to run (no model loaded): the report only
+        run_all(args, todo, path, meta)
+    results = read_results(path)
+    (args.output_dir / "report.md").write_text(format_report(results, meta), encoding="utf-8")
+    return results
+
+
+def run_all(args, todo: list, path: Path, meta: dict) -> None:
+    """Score both domains (resumed), the identity row once, then each (schedule, seed) of ``todo``, its rows
+    appended to ``path`` and the report rewritten after each."""
     from hf_calibration.modeling import load_model
     from hf_calibration.modeling.streams import build_stream
     from hf_calibration.secl.config import SECLConfig
     from hf_calibration.secl.mixin import apply_secl
 
-    args = parse_args(argv)
-    path = args.output_dir / "results.jsonl"
-    meta = {"model": args.model, "burst_domain": args.burst_domain, "carry_domain": args.carry_domain, "n": args.n}
-    done = {(r["lr_scheduler"], r["seed"]) for r in read_results(path) if r["point"] == "after the consolidation"}
-    if done >= {(s, seed) for s in LR_SCHEDULERS for seed in args.seeds}:  # nothing to run: the report only
-        results = read_results(path)
-        (args.output_dir / "report.md").write_text(format_report(results, meta), encoding="utf-8")
-        return results
     torch.set_num_threads(args.threads)
     args.output_dir.mkdir(parents=True, exist_ok=True)
     model, tokenizer = load_model(MODEL_ALIASES.get(args.model, args.model))
@@ -170,20 +177,13 @@ def main(argv=None) -> list[dict]:
     if not read_results(path):
         with path.open("a", encoding="utf-8") as f:
             f.write(json.dumps({"lr_scheduler": "none", "seed": -1, "point": "identity", **level_row(secl, sets)}) + "\n")
-    for scheduler in LR_SCHEDULERS:
-        for seed in args.seeds:
-            if any(r["lr_scheduler"] == scheduler and r["seed"] == seed for r in read_results(path)):
-                continue
-            secl.secl_config = dataclasses.replace(base, consolidation_lr_scheduler=scheduler)
-            rows = run_burst(secl, sets["burst"][0], seed, sets)
-            with path.open("a", encoding="utf-8") as f:
-                for row in rows:
-                    f.write(json.dumps({"lr_scheduler": scheduler, "seed": seed, **row}) + "\n")
-            (args.output_dir / "report.md").write_text(format_report(read_results(path), meta), encoding="utf-8")
-    results = read_results(path)
-    (args.output_dir / "report.md").write_text(format_report(results, meta), encoding="utf-8")
-    return results
-
+    for scheduler, seed in todo:
+        secl.secl_config = dataclasses.replace(base, consolidation_lr_scheduler=scheduler)
+        rows = run_burst(secl, sets["burst"][0], seed, sets)
+        with path.open("a", encoding="utf-8") as f:
+            for row in rows:
+                f.write(json.dumps({"lr_scheduler": scheduler, "seed": seed, **row}) + "\n")
+        (args.output_dir / "report.md").write_text(format_report(read_results(path), meta), encoding="utf-8")
 
 if __name__ == "__main__":
     main()
