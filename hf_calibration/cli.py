@@ -146,6 +146,14 @@ def _one_line(message: str) -> str:
     return message.replace(">=", "≥").replace("<=", "≤")
 
 
+def _percent_escaped(text):
+    """A field's help as argparse prints it literally: argparse %-formats every help string, so a lone "%" ("−44 %
+    and …") became a format directive and printed the whole argparse action. "%%" and "%(name)s" are kept."""
+    if not isinstance(text, str):
+        return text
+    return re.sub(r"%%|%\(|%", lambda m: m.group(0) if len(m.group(0)) == 2 else "%%", text)
+
+
 class Parser(TrlParser):
     """``TrlParser`` over a command's config dataclasses (none for the top level): no abbreviations (``--lim``
     is an error, not ``--limit``), the dashed spelling of each option first, and one-line errors.
@@ -160,6 +168,7 @@ class Parser(TrlParser):
         self.formatter_class = kwargs["formatter_class"]  # HfArgumentParser sets its own
         for action in self._actions:  # "--limit-per-domain/--limit_per_domain" in help and errors
             action.option_strings.sort(key=lambda s: "_" in s)
+            action.help = _percent_escaped(action.help)
         if self.dataclass_types:
             self.add_argument("--config", metavar="FILE", help="YAML file of option values, keyed by field name "
                               f"({self._config_example()}); options given on the command line override it")

@@ -137,3 +137,13 @@ def test_fit_posthoc_methods_are_the_calibrators():
     from hf_calibration.posthoc import CALIBRATORS
 
     assert sorted(METHODS) == sorted(CALIBRATORS)
+
+
+@pytest.mark.parametrize("command", ["secl", "calm", "evaluate", "diagnose"])
+def test_help_prints_percent_signs_literally(command):
+    """argparse %-formats help strings: SECLConfig's "−44 % and …" printed the whole argparse action as a dict
+    (``{'option_strings': …}``) in ``secl --help``. Every "%" a field's help holds is printed as written."""
+    text = cli.command_parser(command).format_help()
+    assert "option_strings" not in text
+    if command == "secl":
+        assert "−44 %" in " ".join(text.split())
