@@ -28,6 +28,7 @@ from hf_calibration.secl.config import ADAPTER_SCOPES, SECLConfig
 from hf_calibration.secl.confidence import SIGNAL_NAMES
 from hf_calibration.secl.stream import (FINAL_SUFFIX, baseline_pass, final_adapter_pass, format_stream_summary,
                                         secl_field, secl_key, secl_pass, signal_rows, summarize_stream)
+from hf_calibration.secl.stream_checkpoint import StreamCheckpoint
 
 # The labelled Platt/TS rows are 2-fold cross-fitted over the whole stream: each fold needs a question.
 MIN_STREAM_QUESTIONS = 2
@@ -149,7 +150,8 @@ def _secl_pass_worker(job: dict) -> tuple[list, dict, dict | None]:
                              **stream_context(model, tokenizer, model.secl_config, on_overflow=job["on_overflow"],
                                               max_new_tokens=job["options"]["max_new_tokens"]))
     fields = [{"passes": {}} for _ in items]
-    counters = secl_pass(model, items, fields, scope=job["scope"], **job["options"])
+    checkpoint = StreamCheckpoint(*job["checkpoint"]) if job["checkpoint"] is not None else None
+    counters = secl_pass(model, items, fields, scope=job["scope"], checkpoint=checkpoint, **job["options"])
     state = None
     if job["keep"]:
         state = {"adapter": {k: v.detach().cpu().clone() for k, v in model.secl_adapter_state().items()},
@@ -157,7 +159,7 @@ def _secl_pass_worker(job: dict) -> tuple[list, dict, dict | None]:
     return fields, counters, state
 
 
-def _parallel_passes(model, items, config, secl, scopes, options) -> tuple[list, dict]:
+def _parallel_passes(model, items, config, secl, scopes, options, checkpoint) -> tuple[list, dict]:
     """The baseline pass here and the SECL passes of ``scopes`` in ``config.workers - 1`` spawned processes (each
     pass independent, module docstring of ``secl.stream``); → (records as the sequential run builds them, counters
     per scope). ``model`` is left as the last scope's pass leaves it in a sequential run (adapter, gate, open burst,
@@ -175,14 +177,16 @@ def _parallel_passes(model, items, config, secl, scopes, options) -> tuple[list,
     jobs = [[{"model": config.model, "device": config.device, "secl": secl.to_dict(), "initial": initial,
               "stream": config.stream, "limit_per_domain": config.limit_per_domain, "seed": config.seed,
               "balance_gold": config.balance_gold, "on_overflow": config.on_overflow, "scope": s,
-              "options": {**options, "progress": False}, "threads": threads, "keep": s == scopes[-1]} for s in group]
+              "options": {**options, "progress": False}, "threads": threads, "keep": s == scopes[-1],
+              "checkpoint": None if checkpoint is None else (str(checkpoint.folder), checkpoint.key)} for s in group]
             for group in groups]
     own_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
         with ProcessPoolExecutor(max_workers=len(groups), mp_context=multiprocessing.get_context("spawn")) as pool:
             futures = [pool.submit(_run_jobs, group) for group in jobs]
-            records = baseline_pass(model, items, max_new_tokens=config.max_new_tokens, progress=options["progress"])
+            records = baseline_pass(model, items, max_new_tokens=config.max_new_tokens, progress=options["progress"],
+                                    checkpoint=checkpoint)
             done = [f.result() for f in futures]
     finally:
         torch.set_num_threads(own_threads)
@@ -204,19 +208,32 @@ def _run_jobs(group: list) -> list:
     return [_secl_pass_worker(job) for job in group]
 
 
-def _all_passes(model, items, config, secl, scopes, options) -> tuple[list, dict]:
-    """The baseline pass, the SECL pass of each of ``scopes`` (the configured one last), here or in workers, then
-    the configured scope's final-adapter reads (row "secl_final"). → (records, counters per scope)."""
+def _all_passes(model, items, config, secl, scopes, options, checkpoint) -> tuple[list, dict]:
+    """The baseline pass, the SECL pass of each of ``scopes`` (the configured one last), here or in workers, each
+    resuming from ``checkpoint`` (a ``StreamCheckpoint``), then the configured scope's final-adapter reads (row
+    "secl_final"). → (records, counters per scope)."""
     if config.workers == 1:
-        records = baseline_pass(model, items, max_new_tokens=config.max_new_tokens, progress=options["progress"])
-        counters_of = {s: secl_pass(model, items, records, scope=s, **options) for s in scopes}
+        records = baseline_pass(model, items, max_new_tokens=config.max_new_tokens, progress=options["progress"],
+                                checkpoint=checkpoint)
+        counters_of = {s: secl_pass(model, items, records, scope=s, checkpoint=checkpoint, **options) for s in scopes}
     else:
-        records, counters_of = _parallel_passes(model, items, config, secl, scopes, options)
+        records, counters_of = _parallel_passes(model, items, config, secl, scopes, options, checkpoint)
     # the model holds the configured scope's adapter as its pass left it: every answer read again with it
     final_adapter_pass(model, items, records, progress=options["progress"])
     for rec in records:  # what a read with a fixed adapter costs: the verbalized read's passes
         rec["passes"]["secl" + FINAL_SUFFIX] = rec["passes"]["verbalized"]
     return records, counters_of
+
+
+def _stream_checkpoint(out, config, secl, options, items, keys) -> tuple[StreamCheckpoint, dict]:
+    """The run's ``StreamCheckpoint`` beside ``out``, started (a rerun of the same command resumes each pass at the
+    question it stopped at; ``secl/stream_checkpoint.py``), and how many questions each pass has kept."""
+    identity = {"job": "secl", "model": config.model, "stream": config.stream, "seed": config.seed,
+                "limit_per_domain": config.limit_per_domain, "balance_gold": config.balance_gold,
+                "on_overflow": config.on_overflow, "options": options | {"progress": None}, "config": secl.to_dict()}
+    checkpoint = StreamCheckpoint.for_output(out, identity, [item.prompt_ids for item in items])
+    checkpoint.start()
+    return checkpoint, {"baseline": len(checkpoint.baseline()), **{key: checkpoint.kept(key) for key in keys}}
 
 
 def run_secl_stream(config: SECLStreamConfig, secl: SECLConfig | None = None, *,
@@ -228,7 +245,8 @@ def run_secl_stream(config: SECLStreamConfig, secl: SECLConfig | None = None, *,
     answer of the configured scope's pass read again with the adapter that pass ended with (row "secl_final",
     ``secl.stream.final_adapter_pass``: what the calibrated model says once the stream has trained it). Writes
     ``records.jsonl``, ``metrics.json``, the calibrated adapter ``secl_adapter/`` and ``reliability_<domain>.png``
-    per domain into ``output_dir``, atomically.
+    per domain into ``output_dir``, atomically. Each pass keeps every question as it finishes in a hidden folder
+    beside ``output_dir`` (``secl.stream_checkpoint``): a run that stops is resumed by running it again.
 
     Every input is checked before the model loads; ParameterError naming the field. A domain with fewer
     questions than ``limit_per_domain`` is a ParameterWarning; all of its questions are used.
@@ -258,7 +276,8 @@ def run_secl_stream(config: SECLStreamConfig, secl: SECLConfig | None = None, *,
     start = time.perf_counter()
     options = {"max_new_tokens": config.max_new_tokens, "burst_at_start": config.burst_at_start, "progress": progress}
     scopes = ([other] if other is not None else []) + [scope]  # the configured scope last: its adapter is saved
-    records, counters_of = _all_passes(model, items, config, secl, scopes, options)
+    checkpoint, kept = _stream_checkpoint(out, config, secl, options, items, [secl_key(s, scope) for s in scopes])
+    records, counters_of = _all_passes(model, items, config, secl, scopes, options, checkpoint)
     compared = None
     if other is not None:
         compared = {"adapter_scope": other, "key": secl_key(other, scope), "counters": counters_of[other]}
@@ -277,7 +296,8 @@ def run_secl_stream(config: SECLStreamConfig, secl: SECLConfig | None = None, *,
            "max_new_tokens": config.max_new_tokens, "burst_at_start": config.burst_at_start,
            "balance_gold": config.balance_gold, "adapter_scope": scope, "compared": compared,
            "config": secl.to_dict(), "counters": counters, "workers": config.workers,
-           "load_seconds": round(load_s, 1), "wall_seconds": round(wall, 1), "seconds_per_question": seconds}
+           "load_seconds": round(load_s, 1), "wall_seconds": round(wall, 1), "seconds_per_question": seconds,
+           "resumed": kept}
     domains = list(dict.fromkeys(r["domain"] for r in records))
     pngs = {d: f"reliability_{domain_key(d)}.png" for d in domains}
     plotted = PLOTTED_SIGNALS + keys[1:]
@@ -288,13 +308,24 @@ def run_secl_stream(config: SECLStreamConfig, secl: SECLConfig | None = None, *,
         for domain, name in pngs.items():
             _plot_domain(records, domain, config.model.split("/")[-1], plotted).savefig(tmp / name, dpi=100,
                                                                                        bbox_inches="tight")
-    scopes = scope if compared is None else f"{scope}, and {other} as the row {SIGNAL_NAMES[compared['key']]!r}"
-    lines = [f"{config.model} · stream {config.stream} · {config.limit_per_domain}/domain · seed {config.seed} · "
-             f"prompt {model.secl_prompt_format} · SECL adapter scope {scopes} · {wall:.0f} s · "
-             "95% bootstrap intervals",
-             format_stream_summary(summary), f"counters: {json.dumps(counters)}"]
-    if compared is not None:
-        lines.append(f"counters ({other}): {json.dumps(compared['counters'])}")
+    checkpoint.remove()
     paths = {name: out / name for name in ("records.jsonl", "metrics.json", "secl_adapter", *pngs.values())}
-    return SECLStreamResult(metrics={"summary": summary}, run=run, paths=paths, output_dir=out, table="\n".join(lines),
-                            records=records, counters=counters)
+    return SECLStreamResult(metrics={"summary": summary}, run=run, paths=paths, output_dir=out,
+                            table=_stream_table(config, run, summary), records=records, counters=counters)
+
+
+def _stream_table(config: SECLStreamConfig, run: dict, summary: dict) -> str:
+    """The lines ``hf-calibration secl`` prints: the run, the per-domain table, the counters, what was resumed."""
+    compared, scope = run["compared"], run["adapter_scope"]
+    scopes = scope if compared is None else (f"{scope}, and {compared['adapter_scope']} as the row "
+                                             f"{SIGNAL_NAMES[compared['key']]!r}")
+    lines = [f"{config.model} · stream {config.stream} · {config.limit_per_domain}/domain · seed {config.seed} · "
+             f"prompt {run['prompt_format']} · SECL adapter scope {scopes} · {run['wall_seconds']:.0f} s · "
+             "95% bootstrap intervals",
+             format_stream_summary(summary), f"counters: {json.dumps(run['counters'])}"]
+    if compared is not None:
+        lines.append(f"counters ({compared['adapter_scope']}): {json.dumps(compared['counters'])}")
+    if any(run["resumed"].values()):
+        lines.append("resumed (questions an earlier run of this command had finished, per pass): "
+                     + ", ".join(f"{k} {n}" for k, n in run["resumed"].items()))
+    return "\n".join(lines)

@@ -70,15 +70,20 @@ def run_stream(model, items: list, *, max_new_tokens: int = 8, burst_at_start: b
     return records
 
 
-def baseline_pass(model, items: list, *, max_new_tokens: int = 8, progress: bool = True) -> list[dict]:
-    """The baseline pass (module docstring) with the identity adapter: one record per item."""
+def baseline_pass(model, items: list, *, max_new_tokens: int = 8, progress: bool = True,
+                  checkpoint=None) -> list[dict]:
+    """The baseline pass (module docstring) with the identity adapter: one record per item.
+
+    checkpoint : a ``StreamCheckpoint`` (``stream_checkpoint.py``): the records it kept are taken as they are and
+    each new one is kept as it finishes, so a run that stops resumes at its next question."""
     from tqdm.auto import tqdm
 
     from hf_calibration.secl.confidence import dinco_score
 
-    records = []
+    records = [] if checkpoint is None else checkpoint.baseline()[: len(items)]
     model.reset_calibration()
-    for item in tqdm(items, desc="baseline pass", disable=not progress, unit="q"):
+    for item in tqdm(items[len(records):], desc="baseline pass", disable=not progress, unit="q",
+                     initial=len(records), total=len(items)):
         start = time.perf_counter()
         r = _generate(model, item, max_new_tokens=max_new_tokens, update=False)
         # the P(True) reads continue generate's prompt cache (identity adapter: the teacher's weights), so the
@@ -99,6 +104,8 @@ def baseline_pass(model, items: list, *, max_new_tokens: int = 8, progress: bool
                        "norm_p_true": 1 + label["forward_passes"], "dinco": 1 + label["forward_passes"]},
             "baseline_seconds": time.perf_counter() - start,
         })
+        if checkpoint is not None:
+            checkpoint.add_baseline(records[-1])
     return records
 
 
@@ -131,23 +138,29 @@ def _adapter_scope(model, scope: str | None):
 
 
 def secl_pass(model, items: list, records: list[dict], *, scope: str | None = None, max_new_tokens: int = 8,
-              burst_at_start: bool = False, progress: bool = True) -> dict:
+              burst_at_start: bool = False, progress: bool = True, checkpoint=None) -> dict:
     """One SECL pass over ``items`` (module docstring), from the identity adapter with a fresh gate and counters;
     adds its fields to ``records`` (from ``baseline_pass``) and returns its counters.
 
     scope : the pass's ``SECLConfig.adapter_scope``; None → the model's own. The fields are named by
     ``secl_key`` / ``secl_field``. The model keeps its own config afterwards; its adapter, gate and counters are
-    this pass's.
+    this pass's. checkpoint : a ``StreamCheckpoint``: the pass continues from the question and the state it kept
+    and keeps each question as it finishes (``stream_checkpoint.py``).
     """
     from tqdm.auto import tqdm
 
     key = secl_key(scope, model.secl_config.adapter_scope)
     with _adapter_scope(model, scope):
         model.reset_calibration(counters=True)
-        if burst_at_start:
+        kept = [] if checkpoint is None else checkpoint.resume_pass(model, key)
+        for rec, done in zip(records, kept):
+            rec.update(done["fields"])
+            rec["passes"][key] = done["passes"]
+        if burst_at_start and not kept:
             model.start_burst()
-        for item, rec in zip(tqdm(items, desc=f"SECL pass ({model.secl_config.adapter_scope})", disable=not progress,
-                                  unit="q"), records):
+        for i, (item, rec) in enumerate(zip(
+                tqdm(items[len(kept):], desc=f"SECL pass ({model.secl_config.adapter_scope})", disable=not progress,
+                     unit="q", initial=len(kept), total=len(items)), records[len(kept):]), start=len(kept)):
             start = time.perf_counter()
             r = _generate(model, item, max_new_tokens=max_new_tokens, update=True)
             parsed, correct = judge(item, r["text"])
@@ -156,9 +169,11 @@ def secl_pass(model, items: list, records: list[dict], *, scope: str | None = No
                       "alarm": r["alarm"], "burst": r["in_burst"], "updated": r["updated"],
                       "skipped_by_bin_gate": r["skipped_by_bin_gate"], "p_true": r["p_true"],
                       "norm_p_true": r["norm_p_true"], "target": r["target"], "seconds": time.perf_counter() - start}
-            rec[key] = r["confidence"]
-            rec.update({secl_field(key, name): values[name] for name in SECL_PASS_FIELDS})
+            fields = {key: r["confidence"], **{secl_field(key, name): values[name] for name in SECL_PASS_FIELDS}}
+            rec.update(fields)
             rec["passes"][key] = r["forward_passes"]
+            if checkpoint is not None:
+                checkpoint.save_pass(model, key, {"fields": fields, "passes": r["forward_passes"]}, i + 1)
     return dict(model.secl_counters)
 
 

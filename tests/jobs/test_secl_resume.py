@@ -1,0 +1,111 @@
+"""A SECL stream run that stops resumes where it stopped (``secl/stream_checkpoint.py``): a rerun of the same command
+gives the records, counters and adapter of a run that never stopped, and keeps nothing from another run."""
+
+import json
+import math
+
+import pytest
+from safetensors.torch import load_file
+
+import hf_calibration.secl.stream as stream_module
+from hf_calibration.jobs import SECLStreamConfig, run_secl_stream
+from hf_calibration.outputs import partial_path
+from hf_calibration.secl import SECLConfig
+from hf_calibration.secl.stream_checkpoint import StreamCheckpoint
+
+# a burst over the first four questions with a replay buffer and a consolidation when it ends: every piece of state
+# a resumed pass must get back (adapter, AdamW, gate, open burst, counters, replay buffer and its sampler)
+SECL = SECLConfig(burst_size=4, bin_gate_width=0, learning_rate=0.1, replay_size=4, replay_batch_size=1,
+                  consolidation_epochs=1)
+
+
+def _config(tmp_path, name, **kwargs):
+    return SECLStreamConfig(model=str(tmp_path.parent / "model"), stream="mmlu:stem,halueval_qa_lm",
+                            limit_per_domain=3, burst_at_start=True, n_resamples=20,
+                            output_dir=str(tmp_path / name), **kwargs)
+
+
+REAL_GENERATE = stream_module._generate
+
+
+class Stop(Exception):
+    pass
+
+
+def _stopping_after(monkeypatch, calls: int):
+    """``secl.stream._generate`` that raises Stop at its ``calls + 1``-th call (a run killed there)."""
+    real, count = REAL_GENERATE, [0]
+
+    def generate(*args, **kwargs):
+        count[0] += 1
+        if count[0] > calls:
+            raise Stop
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(stream_module, "_generate", generate)
+
+
+def _same(a: dict, b: dict):
+    assert list(a) == list(b) and a["passes"] == b["passes"]
+    for key, value in a.items():
+        if "seconds" in key or key == "passes":
+            continue
+        if isinstance(value, float):  # replayed questions' caches are recomputed on resume: float rounding only
+            assert math.isclose(value, b[key], rel_tol=1e-5, abs_tol=1e-6) or (math.isnan(value) and math.isnan(
+                b[key])), key
+        else:
+            assert value == b[key], key
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_stopped_stream_resumes_where_it_stopped(tiny_model_dir, tmp_path, monkeypatch, workers):
+    (tmp_path.parent / "model").exists() or (tmp_path.parent / "model").symlink_to(tiny_model_dir)
+    whole = run_secl_stream(_config(tmp_path, "whole"), SECL, progress=False)
+    assert whole.run["resumed"] == {"baseline": 0, "secl": 0}
+    assert sum(r["updated"] for r in whole.records) >= 2 and whole.counters["bursts"] == 1
+
+    config = _config(tmp_path, "stopped", workers=workers)
+    folder = partial_path(config.output_dir, "secl").with_suffix("")
+    _stopping_after(monkeypatch, 2)  # in the baseline pass, at its third question
+    with pytest.raises(Stop):
+        run_secl_stream(config, SECL, progress=False)
+    assert len((folder / "baseline.jsonl").read_text().splitlines()) == 2
+    assert not (tmp_path / "stopped" / "records.jsonl").exists()  # the result folder stays as it was
+    if workers == 1:  # (the SECL pass of a worker process does not see this process's patch)
+        _stopping_after(monkeypatch, 4 + 3)  # the baseline's last four, then the SECL pass's fourth question
+        with pytest.raises(Stop):
+            run_secl_stream(config, SECL, progress=False)
+        assert StreamCheckpoint(folder, "").kept("secl") == 3
+    monkeypatch.undo()
+    resumed = run_secl_stream(config, SECL, progress=False)
+    # with a worker, the pool waited for the SECL pass when the baseline pass stopped: it kept all six
+    assert resumed.run["resumed"] == ({"baseline": 6, "secl": 3} if workers == 1 else {"baseline": 2, "secl": 6})
+    assert "resumed (questions an earlier run" in resumed.table
+    assert not folder.exists()  # dropped once the results are in place
+    assert resumed.counters == whole.counters
+    for a, b in zip(whole.records, resumed.records):
+        _same(a, b)
+    weights = [load_file(r.paths["secl_adapter"] / "adapter_model.safetensors") for r in (whole, resumed)]
+    assert all(float((weights[0][k] - weights[1][k]).abs().max()) < 1e-5 for k in weights[0])
+    state = json.loads((resumed.paths["secl_adapter"] / "secl_state.json").read_text())
+    assert state["counters"] == whole.counters
+
+
+def test_another_runs_checkpoint_is_never_mixed_in(tmp_path):
+    ours = StreamCheckpoint.for_output(tmp_path / "out", {"seed": 0}, [[1, 2], [3]])
+    ours.start()
+    ours.add_baseline({"x": 1.5, "nan": float("nan")})
+    with open(ours.folder / "baseline.jsonl", "a") as f:
+        f.write('{"x": 2.')  # a torn last line: the process was killed while writing it
+    again = StreamCheckpoint.for_output(tmp_path / "out", {"seed": 0}, [[1, 2], [3]])
+    again.start()
+    kept = again.baseline()
+    assert len(kept) == 1 and kept[0]["x"] == 1.5 and math.isnan(kept[0]["nan"])
+    again.add_baseline({"x": 3.0})  # appended after the kept line, the torn one gone
+    assert [r["x"] for r in again.baseline()] == [1.5, 3.0]
+    for other in ({"seed": 1}, [[1, 2], [4]]):  # another run, or the same options over other prompts
+        run, prompts = (other, [[1, 2], [3]]) if isinstance(other, dict) else ({"seed": 0}, other)
+        theirs = StreamCheckpoint.for_output(tmp_path / "out", run, prompts)
+        assert theirs.key != ours.key
+    theirs.start()
+    assert theirs.baseline() == []
