@@ -363,12 +363,19 @@ def run_parsed(parser: Parser, job, argv: list[str], *, prog: str = PROG, our_di
     return 0
 
 
+# Commands that keep what they finished as they go, so that running them again continues (secl: every question of
+# each pass, secl/stream_checkpoint.py; secl-serve: every stream's state).
+RESUMABLE = ("secl", "secl-serve")
+
+
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         return _main(argv)
     except KeyboardInterrupt:
-        print(f"{PROG}: interrupted", file=sys.stderr)
+        command = next((a for a in argv if not a.startswith("-")), None)
+        again = "; the same command resumes where it stopped" if command in RESUMABLE else ""
+        print(f"{PROG}: interrupted{again}", file=sys.stderr)
         return 130
 
 

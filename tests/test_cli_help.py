@@ -123,12 +123,16 @@ def test_config_file_type_error_names_the_file(tmp_path, capsys):
 def test_ctrl_c_is_one_line_and_exit_130(monkeypatch, capsys):
     import dataclasses
 
-    def job(config):
+    def job(*configs):
         raise KeyboardInterrupt
 
     monkeypatch.setitem(cli.COMMANDS, "fit-posthoc", dataclasses.replace(cli.COMMANDS["fit-posthoc"], job=job))
     assert main(["fit-posthoc", "--method", "platt", "--predictions", "p", "--output", "o"]) == 130
     assert capsys.readouterr().err == "hf-calibration: interrupted\n"
+    # a command that keeps its finished questions says that running it again continues
+    monkeypatch.setitem(cli.COMMANDS, "secl", dataclasses.replace(cli.COMMANDS["secl"], job=job))
+    assert main(["secl", "--output-dir", "o"]) == 130
+    assert capsys.readouterr().err == "hf-calibration: interrupted; the same command resumes where it stopped\n"
 
 
 def test_fit_posthoc_methods_are_the_calibrators():
