@@ -28,7 +28,7 @@ from hf_calibration.secl.config import ADAPTER_SCOPES, SECLConfig
 from hf_calibration.secl.confidence import SIGNAL_NAMES
 from hf_calibration.secl.stream import (FINAL_SUFFIX, baseline_pass, final_adapter_pass, format_stream_summary,
                                         secl_field, secl_key, secl_pass, signal_rows, summarize_stream)
-from hf_calibration.secl.stream_checkpoint import StreamCheckpoint
+from hf_calibration.secl.stream_checkpoint import StreamCheckpoint, weights_fingerprint
 
 # The labelled Platt/TS rows are 2-fold cross-fitted over the whole stream: each fold needs a question.
 MIN_STREAM_QUESTIONS = 2
@@ -41,7 +41,9 @@ class SECLStreamConfig:
     """Options of ``run_secl_stream`` / ``hf-calibration secl`` besides SECL's own (``SECLConfig``). Checked at
     construction: ParameterError (a ValueError) naming the field and the value."""
 
-    output_dir: str = output_dir_field()
+    output_dir: str = output_dir_field(
+        "Folder for the outputs (created). While the stream runs, every finished question is kept in the hidden "
+        "folder .<name>.secl.partial beside it: run the same command again to resume a run that stopped.")
     model: str = model_field()
     stream: str = field(default="mmlu:stem,mmlu:humanities,halueval_qa", metadata={
         "help": "Comma-separated domains in stream order: mmlu:<category or subject, '+'-joined>, gpqa, halueval_qa, "
@@ -132,6 +134,23 @@ def _plot_domain(records: list, domain: str, title: str, signals: tuple):
     return plot_reliability_diagrams(panels, title=f"{title} · {domain} (n={len(sub)})")
 
 
+def _exit_with_parent(poll_seconds: float = 1.0) -> None:
+    """End this worker process when the process that started it is gone (killed: no one would read its pass, and it
+    would keep writing the run's checkpoint beside a rerun)."""
+    import os
+    import threading
+
+    parent = os.getppid()
+
+    def watch():
+        while True:
+            time.sleep(poll_seconds)
+            if os.getppid() != parent:
+                os._exit(1)
+
+    threading.Thread(target=watch, daemon=True, name="exit-with-parent").start()
+
+
 def _secl_pass_worker(job: dict) -> tuple[list, dict, dict | None]:
     """One SECL pass in a spawned process (``SECLStreamConfig.workers``): the model loaded and wrapped as in the
     parent, its identity adapter set to the parent's (the same LoRA A), the same stream. Returns the pass's record
@@ -140,6 +159,7 @@ def _secl_pass_worker(job: dict) -> tuple[list, dict, dict | None]:
     from hf_calibration.secl.mixin import apply_secl
 
     torch.set_num_threads(job["threads"])
+    _exit_with_parent()
     model, tokenizer = modeling.load_model(job["model"], device=job["device"])
     model = apply_secl(model, tokenizer, SECLConfig(**job["secl"]))
     model.secl_initial_adapter = job["initial"]
@@ -225,12 +245,13 @@ def _all_passes(model, items, config, secl, scopes, options, checkpoint) -> tupl
     return records, counters_of
 
 
-def _stream_checkpoint(out, config, secl, options, items, keys) -> tuple[StreamCheckpoint, dict]:
+def _stream_checkpoint(out, config, secl, options, items, keys, weights: str) -> tuple[StreamCheckpoint, dict]:
     """The run's ``StreamCheckpoint`` beside ``out``, started (a rerun of the same command resumes each pass at the
     question it stopped at; ``secl/stream_checkpoint.py``), and how many questions each pass has kept."""
     identity = {"job": "secl", "model": config.model, "stream": config.stream, "seed": config.seed,
                 "limit_per_domain": config.limit_per_domain, "balance_gold": config.balance_gold,
-                "on_overflow": config.on_overflow, "options": options | {"progress": None}, "config": secl.to_dict()}
+                "on_overflow": config.on_overflow, "options": options | {"progress": None}, "config": secl.to_dict(),
+                "weights": weights}
     checkpoint = StreamCheckpoint.for_output(out, identity, [item.prompt_ids for item in items])
     checkpoint.start()
     return checkpoint, {"baseline": len(checkpoint.baseline()), **{key: checkpoint.kept(key) for key in keys}}
@@ -262,6 +283,7 @@ def run_secl_stream(config: SECLStreamConfig, secl: SECLConfig | None = None, *,
     start = time.perf_counter()
     model, tokenizer = modeling.load_model(config.model, device=config.device)
     load_s = time.perf_counter() - start
+    weights = weights_fingerprint(model)
     from hf_calibration.secl.mixin import apply_secl  # transformers' generation stack: not to read the config
 
     torch.manual_seed(config.seed)  # PEFT draws the LoRA A of the identity adapter: the same one on every rerun
@@ -276,7 +298,8 @@ def run_secl_stream(config: SECLStreamConfig, secl: SECLConfig | None = None, *,
     start = time.perf_counter()
     options = {"max_new_tokens": config.max_new_tokens, "burst_at_start": config.burst_at_start, "progress": progress}
     scopes = ([other] if other is not None else []) + [scope]  # the configured scope last: its adapter is saved
-    checkpoint, kept = _stream_checkpoint(out, config, secl, options, items, [secl_key(s, scope) for s in scopes])
+    checkpoint, kept = _stream_checkpoint(out, config, secl, options, items, [secl_key(s, scope) for s in scopes],
+                                          weights)
     records, counters_of = _all_passes(model, items, config, secl, scopes, options, checkpoint)
     compared = None
     if other is not None:

@@ -109,3 +109,52 @@ def test_another_runs_checkpoint_is_never_mixed_in(tmp_path):
         assert theirs.key != ours.key
     theirs.start()
     assert theirs.baseline() == []
+
+
+def test_a_line_changed_or_a_state_file_cut_is_not_resumed(tmp_path):
+    """A kept line changed by hand ends what is kept there (its hash no longer matches); a SECL pass whose state file
+    cannot be read, or whose lines are fewer than its state covers, starts over instead of failing or mixing."""
+    checkpoint = StreamCheckpoint.for_output(tmp_path / "out", {"seed": 0}, [[1]])
+    checkpoint.start()
+    for x in (0.25, 0.5, 0.75):
+        checkpoint.add_baseline({"verbalized": x})
+    path = checkpoint.folder / "baseline.jsonl"
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join([lines[0], lines[1].replace("0.5", "0.99"), lines[2]]) + "\n")
+    assert checkpoint.baseline() == [{"verbalized": 0.25}]  # the changed line and everything after it dropped
+
+    (checkpoint.folder / "secl.jsonl").write_text("")
+    for content in (b"", b"\x80garbage" * 100):  # emptied, overwritten
+        (checkpoint.folder / "secl.pt").write_bytes(content)
+        assert checkpoint.kept("secl") == 0 and checkpoint.resume_pass(object(), "secl") == []
+        assert not (checkpoint.folder / "secl.pt").exists()
+
+
+def test_fewer_lines_than_the_state_covers_start_the_pass_over(tiny_model_dir, tmp_path):
+    from hf_calibration.modeling import load_model
+    from hf_calibration.secl import apply_secl
+
+    model, tokenizer = load_model(str(tiny_model_dir))
+    model = apply_secl(model, tokenizer, SECL)
+    checkpoint = StreamCheckpoint.for_output(tmp_path / "out", {"seed": 0}, [[1]])
+    checkpoint.start()
+    for i in range(3):
+        checkpoint.save_pass(model, "secl", {"fields": {"secl": 0.5}, "passes": 3}, i + 1)
+    assert checkpoint.kept("secl") == 3
+    lines = (checkpoint.folder / "secl.jsonl").read_text().splitlines()
+    (checkpoint.folder / "secl.jsonl").write_text("\n".join(lines[:2]) + "\n")  # a line lost, the state says 3
+    assert checkpoint.kept("secl") == 0 and checkpoint.resume_pass(model, "secl") == []
+
+
+def test_another_model_under_the_same_path_gets_another_fingerprint(tiny_tokenizer):
+    """A model replaced at the same path resumes nothing of the old one's: the run's fingerprint covers the weights."""
+    import torch
+
+    from hf_calibration.secl.stream_checkpoint import weights_fingerprint
+    from tests.tiny import make_tiny_model
+
+    one, same, other = (make_tiny_model(tiny_tokenizer, seed=s) for s in (0, 0, 1))
+    assert weights_fingerprint(one) == weights_fingerprint(same) != weights_fingerprint(other)
+    with torch.no_grad():
+        next(same.parameters())[0, 0] += 1e-3  # one weight moved
+    assert weights_fingerprint(same) != weights_fingerprint(one)
