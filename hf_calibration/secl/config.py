@@ -145,8 +145,9 @@ class SECLConfig:
             check(getattr(self, name), name)
         if self.consolidation_epochs and not self.replay_size:
             raise ParameterError("consolidation_epochs", self.consolidation_epochs,
-                                 "consolidates the replay buffer, which replay_size 0 turns off: set replay_size > 0 "
-                                 "(e.g. burst_size) or consolidation_epochs 0")
+                                 "consolidates the replay buffer, which {replay_size} 0 turns off: set {replay_size} "
+                                 "> 0 (e.g. {burst_size}) or {consolidation_epochs} 0",
+                                 related=("replay_size", "burst_size"))
         self.target_modules = list(self.target_modules)
         if self.target_layers is not None:
             self.target_layers = list(self.target_layers)

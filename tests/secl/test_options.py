@@ -291,3 +291,18 @@ def test_minibatch_step_is_the_gradient_of_the_mean(tiny_model, tiny_tokenizer):
     replay_module.minibatch_step(secl, items, torch.optim.SGD(params, lr=1.0), alpha_step=1.0, delta=1.0)
     for p, b, g0, g1 in zip(params, before, *grads):
         torch.testing.assert_close(p.detach(), b - (g0 + g1) / 2, rtol=1e-5, atol=1e-6)
+
+
+def test_consolidation_without_a_buffer_names_every_option_one_way():
+    """The refusal names consolidation_epochs, replay_size and burst_size in one spelling: the fields from Python,
+    the options on the command line (it mixed '--consolidation-epochs' with 'replay_size')."""
+    from hf_calibration.cli import command_parser
+
+    with pytest.raises(ParameterError) as err:
+        SECLConfig(consolidation_epochs=1, replay_size=0)
+    assert str(err.value) == ("consolidation_epochs: consolidates the replay buffer, which replay_size 0 turns off: "
+                              "set replay_size > 0 (e.g. burst_size) or consolidation_epochs 0")
+    parser = command_parser("secl")
+    assert err.value.message(parser.option_of) == (
+        "--consolidation-epochs: consolidates the replay buffer, which --replay-size 0 turns off: set --replay-size "
+        "> 0 (e.g. --burst-size) or --consolidation-epochs 0")
