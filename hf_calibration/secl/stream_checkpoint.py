@@ -171,11 +171,9 @@ class StreamCheckpoint:
             return []
         saved, state = loaded
         set_peft_model_state_dict(model.peft_model, saved["adapter"], adapter_name=ADAPTER_NAME)
-        model.secl_adamw = None
-        if saved["optimizer"] is not None:
+        model._secl_load_state({**state, "gate": gate_state_from_json(state["gate"])})  # gate, burst, counters
+        if saved["optimizer"] is not None:  # after it: _secl_load_state drops the optimizer
             model.secl_optimizer().load_state_dict(saved["optimizer"])
-        model.secl_gate.load_state_dict(gate_state_from_json(state["gate"]))
-        model.secl_burst_left, model.secl_counters = state["burst_left"], state["counters"]
         model.secl_replay.load_state_dict(state["replay"])
         return done
 
