@@ -373,8 +373,7 @@ def main(argv=None) -> int:
     try:
         return _main(argv)
     except KeyboardInterrupt:
-        command = next((a for a in argv if not a.startswith("-")), None)
-        again = "; the same command resumes where it stopped" if command in RESUMABLE else ""
+        again = "; the same command resumes where it stopped" if argv[:1] and argv[0] in RESUMABLE else ""
         print(f"{PROG}: interrupted{again}", file=sys.stderr)
         return 130
 
