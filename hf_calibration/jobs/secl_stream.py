@@ -231,7 +231,7 @@ def _run_jobs(group: list) -> list:
 def _all_passes(model, items, config, secl, scopes, options, checkpoint) -> tuple[list, dict]:
     """The baseline pass, the SECL pass of each of ``scopes`` (the configured one last), here or in workers, each
     resuming from ``checkpoint`` (a ``StreamCheckpoint``), then the configured scope's final-adapter reads (row
-    "secl_final"). → (records, counters per scope)."""
+    "secl_final"). → (records, counters per scope, final-adapter reads resumed from ``checkpoint``)."""
     if config.workers == 1:
         records = baseline_pass(model, items, max_new_tokens=config.max_new_tokens, progress=options["progress"],
                                 checkpoint=checkpoint)
@@ -239,10 +239,10 @@ def _all_passes(model, items, config, secl, scopes, options, checkpoint) -> tupl
     else:
         records, counters_of = _parallel_passes(model, items, config, secl, scopes, options, checkpoint)
     # the model holds the configured scope's adapter as its pass left it: every answer read again with it
-    final_adapter_pass(model, items, records, progress=options["progress"])
+    finals = final_adapter_pass(model, items, records, progress=options["progress"], checkpoint=checkpoint)
     for rec in records:  # what a read with a fixed adapter costs: the verbalized read's passes
         rec["passes"]["secl" + FINAL_SUFFIX] = rec["passes"]["verbalized"]
-    return records, counters_of
+    return records, counters_of, finals
 
 
 def _stream_checkpoint(out, config, secl, options, items, keys, weights: str) -> tuple[StreamCheckpoint, dict]:
@@ -300,7 +300,8 @@ def run_secl_stream(config: SECLStreamConfig, secl: SECLConfig | None = None, *,
     scopes = ([other] if other is not None else []) + [scope]  # the configured scope last: its adapter is saved
     checkpoint, kept = _stream_checkpoint(out, config, secl, options, items, [secl_key(s, scope) for s in scopes],
                                           weights)
-    records, counters_of = _all_passes(model, items, config, secl, scopes, options, checkpoint)
+    records, counters_of, kept["secl" + FINAL_SUFFIX] = _all_passes(model, items, config, secl, scopes, options,
+                                                                     checkpoint)
     compared = None
     if other is not None:
         compared = {"adapter_scope": other, "key": secl_key(other, scope), "counters": counters_of[other]}

@@ -177,21 +177,37 @@ def secl_pass(model, items: list, records: list[dict], *, scope: str | None = No
     return dict(model.secl_counters)
 
 
-def final_adapter_pass(model, items: list, records: list[dict], *, key: str = "secl", progress: bool = True) -> None:
+def final_adapter_pass(model, items: list, records: list[dict], *, key: str = "secl", progress: bool = True,
+                       checkpoint=None) -> int:
     """Every question's verbalized confidence read again with the adapter the SECL pass ``key`` ended with (after
     its last burst), as field ``key + FINAL_SUFFIX`` ("secl_final"): what the calibrated model says about the same answers
     once the stream has trained it, where the pass's own ``key`` confidence is read with the adapter the earlier
     questions had produced. Run it right after ``secl_pass`` (the model still holds that pass's adapter and
     config); each read is one forward pass over the follow-up turn (two when "10" is two tokens) on the cache of
-    prompt and answer, the adapter off for that cache in the "confidence" scope, no update."""
+    prompt and answer, the adapter off for that cache in the "confidence" scope, no update. checkpoint : a
+    ``StreamCheckpoint``: each read is kept as it is made and a rerun with the same adapter starts after the last
+    one kept. Returns how many reads were taken from ``checkpoint``."""
     from tqdm.auto import tqdm
 
+    adapter = kept = None
+    if checkpoint is not None:
+        from hf_calibration.secl.stream_checkpoint import adapter_digest
+
+        adapter = adapter_digest(model)
+        kept = checkpoint.finals(key, adapter)
     with _adapter_scope(model, None if key == "secl" else key.removeprefix("secl_")), torch.no_grad():
-        for item, rec in zip(tqdm(items, desc="final-adapter reads", disable=not progress, unit="q"), records):
+        for i, (item, rec) in enumerate(zip(tqdm(items, desc="final-adapter reads", disable=not progress, unit="q"),
+                                            records)):
+            if kept is not None and i < len(kept):
+                rec[key + FINAL_SUFFIX] = kept[i]
+                continue
             answer = rec[secl_field(key, "answer_ids")]
             conf, _, _ = model.secl_verbalized(item.prompt_ids, answer,
                                                restated=model.secl_restated(answer, item.choices))
             rec[key + FINAL_SUFFIX] = float(conf[0])
+            if checkpoint is not None:
+                checkpoint.add_final(key, adapter, rec[key + FINAL_SUFFIX])
+    return len(kept or ())
 
 
 def _cross_fit(conf: np.ndarray, correct: np.ndarray, method: str, seed: int) -> np.ndarray:

@@ -13,6 +13,9 @@ without the ``.jsonl``; a run that stops leaves the result folder as it was):
   open burst, the counters, the replay buffer (``ReplayBuffer.state_dict``) and how many questions it covers,
   written to a temporary file and renamed (atomic). Lines past that count (a question finished after the last
   state was written) are dropped on resume.
+- ``<key>_final.jsonl``: the final-adapter reads (``secl.stream.final_adapter_pass``) after the passes, one line per
+  question, each with the digest of the adapter it was read with (``adapter_digest``); lines read with another
+  adapter (the pass was run again) are dropped.
 
 Each line holds its JSON text and that text's sha256: a line cut or changed after it was written ends what is kept
 there. A state file that cannot be read makes its pass start over. Floats are written as JSON writes Python floats
@@ -193,6 +196,20 @@ class StreamCheckpoint:
         """How many questions the SECL pass ``key`` will resume from (0: it starts over)."""
         return len(self._pass(key)[0])
 
+    # -- the final-adapter reads ---------------------------------------------------------------------------------
+    def finals(self, key: str, adapter: str) -> list[float]:
+        """The final-adapter reads of the SECL pass ``key`` kept for the adapter whose ``adapter_digest`` is
+        ``adapter``, in stream order; [] (the file removed) when they were read with another adapter."""
+        path = self.folder / f"{key}_final.jsonl"
+        kept = _kept_lines(path)
+        if any(not isinstance(line, dict) or line.get("adapter") != adapter for line in kept):
+            path.unlink(missing_ok=True)
+            return []
+        return [line["confidence"] for line in kept]
+
+    def add_final(self, key: str, adapter: str, confidence: float) -> None:
+        _append(self.folder / f"{key}_final.jsonl", {"adapter": adapter, "confidence": confidence})
+
     def save_pass(self, model, key: str, done: dict, n: int) -> None:
         """Keep one more question of the SECL pass ``key``: its fields ``done`` (appended) and the pass's state after
         it, covering the first ``n`` questions (written atomically)."""
@@ -206,6 +223,17 @@ class StreamCheckpoint:
         tmp = path.with_name(path.name + ".tmp")
         torch.save(saved, tmp)
         os.replace(tmp, path)
+
+
+def adapter_digest(model) -> str:
+    """sha256 of the SECL adapter's exact weights (names, shapes, bytes): the final-adapter reads kept for one adapter
+    are never taken for another's."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.secl_adapter_state().items()):
+        value = tensor.detach().cpu().contiguous()
+        digest.update(f"{name}|{tuple(value.shape)}|{value.dtype};".encode())
+        digest.update(value.numpy().tobytes())
+    return digest.hexdigest()
 
 
 def weights_fingerprint(model) -> str:

@@ -61,7 +61,7 @@ def _same(a: dict, b: dict):
 def test_a_stopped_stream_resumes_where_it_stopped(tiny_model_dir, tmp_path, monkeypatch, workers):
     (tmp_path.parent / "model").exists() or (tmp_path.parent / "model").symlink_to(tiny_model_dir)
     whole = run_secl_stream(_config(tmp_path, "whole"), SECL, progress=False)
-    assert whole.run["resumed"] == {"baseline": 0, "secl": 0}
+    assert whole.run["resumed"] == {"baseline": 0, "secl": 0, "secl_final": 0}
     assert sum(r["updated"] for r in whole.records) >= 2 and whole.counters["bursts"] == 1
 
     config = _config(tmp_path, "stopped", workers=workers)
@@ -79,7 +79,8 @@ def test_a_stopped_stream_resumes_where_it_stopped(tiny_model_dir, tmp_path, mon
     monkeypatch.undo()
     resumed = run_secl_stream(config, SECL, progress=False)
     # with a worker, the pool waited for the SECL pass when the baseline pass stopped: it kept all six
-    assert resumed.run["resumed"] == ({"baseline": 6, "secl": 3} if workers == 1 else {"baseline": 2, "secl": 6})
+    assert resumed.run["resumed"] == ({"baseline": 6, "secl": 3, "secl_final": 0} if workers == 1
+                                      else {"baseline": 2, "secl": 6, "secl_final": 0})
     assert "resumed (questions an earlier run" in resumed.table
     assert not folder.exists()  # dropped once the results are in place
     assert resumed.counters == whole.counters
@@ -89,6 +90,34 @@ def test_a_stopped_stream_resumes_where_it_stopped(tiny_model_dir, tmp_path, mon
     assert all(float((weights[0][k] - weights[1][k]).abs().max()) < 1e-5 for k in weights[0])
     state = json.loads((resumed.paths["secl_adapter"] / "secl_state.json").read_text())
     assert state["counters"] == whole.counters
+
+
+def test_a_run_stopped_in_the_final_adapter_reads_keeps_them(tiny_model_dir, tmp_path, monkeypatch):
+    """Stopped after 4 of the 6 final-adapter reads, the rerun takes those 4 and reads the other 2 with the adapter the
+    SECL pass saved: the records equal an unstopped run's. Reads kept for another adapter are never used."""
+    (tmp_path.parent / "model").exists() or (tmp_path.parent / "model").symlink_to(tiny_model_dir)
+    whole = run_secl_stream(_config(tmp_path, "whole"), SECL, progress=False)
+    config = _config(tmp_path, "stopped")
+    real, count = StreamCheckpoint.add_final, [0]
+
+    def add_final(self, *args):
+        real(self, *args)
+        count[0] += 1
+        if count[0] == 4:
+            raise Stop
+
+    monkeypatch.setattr(StreamCheckpoint, "add_final", add_final)
+    with pytest.raises(Stop):
+        run_secl_stream(config, SECL, progress=False)
+    monkeypatch.undo()
+    folder = partial_path(config.output_dir, "secl").with_suffix("")
+    kept = StreamCheckpoint(folder, "")
+    lines = (folder / "secl_final.jsonl").read_text().splitlines()
+    assert len(lines) == 4 and kept.finals("secl", "another adapter") == []  # and the file is gone
+    (folder / "secl_final.jsonl").write_text("\n".join(lines) + "\n")
+    resumed = run_secl_stream(config, SECL, progress=False)
+    assert resumed.run["resumed"] == {"baseline": 6, "secl": 6, "secl_final": 4}
+    assert [r["secl_final"] for r in resumed.records] == [r["secl_final"] for r in whole.records]
 
 
 def test_another_runs_checkpoint_is_never_mixed_in(tmp_path):
