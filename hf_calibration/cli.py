@@ -171,7 +171,7 @@ class Parser(TrlParser):
             action.help = _percent_escaped(action.help)
         if self.dataclass_types:
             self.add_argument("--config", metavar="FILE", help="YAML file of option values, keyed by field name "
-                              f"({self._config_example()}); options given on the command line override it")
+                              f"({self._config_example()}); options given on the command line override it.")
         if shown is not None:
             hidden = [a for a in self._actions if a.option_strings and a.dest not in shown | {"help", "config"}]
             for action in hidden:
