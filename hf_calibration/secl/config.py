@@ -19,6 +19,7 @@ CONFIG_NAME = "secl_config.json"
 ADAPTER_SCOPES = ("confidence", "all")
 RESTATEMENTS = ("answer", "option_text")
 CONSOLIDATION_LR_SCHEDULES = ("constant", "linear")
+REPLAY_SCOPES = ("burst", "stream")
 
 
 @dataclass
@@ -56,8 +57,8 @@ class SECLConfig:
     target_modules: list[str] = field(default_factory=lambda: ["q_proj", "v_proj"], metadata={
         "help": "Projections that get LoRA adapters (paper: query and value)."})
     target_layers: list[int] | None = field(default=None, metadata={
-        "help": "Layer indices with adapters; None = the upper half, 'intermediate-to-late' (paper; exact layers "
-                "reconstruction)."})
+        "help": "Layer indices with adapters (default: none given, the upper half of the layers, "
+                "'intermediate-to-late' as the paper says; the exact layers are a reconstruction)."})
     adapter_scope: str = field(default="confidence", metadata={
         "help": "Where the LoRA adapter acts. 'confidence' (product default, docs/methods.md): only on the follow-up turn "
                 "that reads the verbalized confidence; answers, their beam-search alternatives and the P(True)Norm "
@@ -80,6 +81,15 @@ class SECLConfig:
                 "−δ, δ). Default 0 (see consolidation_epochs for why the schedule the study picked is opt-in); 50 "
                 "with replay_batch_size 7, steps_per_update 4, restate 'option_text' and tau_n 0.05 ranks better "
                 "still (SmolLM2 QA-LM: AUROC 0.74 against 0.60), at about 10 passes per question."})
+    replay_scope: str = field(default="burst", metadata={
+        "help": "Which questions the replay buffer keeps: 'burst' (the buffer is emptied when a burst opens, so "
+                "replay and consolidation train on the open burst's questions only) or 'stream' (kept across "
+                "bursts, the oldest dropped once replay_size are kept: each consolidation also rehearses earlier "
+                "bursts' questions, their targets recomputed from their own c*, so a later burst where the "
+                "teacher ranks poorly does not overwrite what an earlier one taught; set replay_size to a "
+                "multiple of burst_size). Extension, not in the paper (docs/methods.md, 'consolidation'). "
+                "Default 'burst' (docs/secl_results.md, 'A second burst after the first').",
+        "choices": list(REPLAY_SCOPES)})
     replay_batch_size: int = field(default=4, metadata={
         "help": "Earlier burst questions drawn (uniformly, without replacement, seeded) from the replay buffer "
                 "for each update step, beside the current question (used only when replay_size > 0). Each costs "
@@ -87,19 +97,13 @@ class SECLConfig:
                 "question alone, as the paper's, and the buffer serves only consolidation_epochs (the study's "
                 "pick)."})
     consolidation_epochs: int = field(default=0, metadata={
-        "help": "Epochs over the replay buffer when a burst ends (its last question is read): every kept burst "
-                "question, in seeded random minibatches of consolidation_batch_size, the target recomputed as for "
-                "replay (docs/methods.md, 'consolidation'). Costs epochs x buffer forward passes with their "
-                "backward, once per burst. Needs replay_size > 0 (extension: not in the paper). The schedule study "
-                "(experiments/secl_schedule.py, docs/secl_results.md; SmolLM2, HaluEval QA-LM, 200 questions) picks "
-                "3 epochs with consolidation_batch_size 1, replay_size 50, replay_batch_size 0, restate "
-                "'option_text' and tau_n 0.05 by its pre-registered rule (4.47 passes per question): AUROC over the "
-                "test stream 0.60 against the paper's one step per question's 0.46 (+0.14 [0.05, 0.24] paired; "
-                "Qwen-0.5B: the adapter the burst ends with ranks at 0.90, Brier below the constant's). Default 0 "
-                "(opt-in), measured: as the default on the four-domain stream (SmolLM2, 200 per domain) it raised "
-                "the confidence where the teacher ranks poorly (summarization) and carried it into the next domain "
-                "(MMLU STEM: Brier 0.27 above the constant's); within domains no ECE cut and Brier +0.084 above "
-                "each domain's constant, against −44 % and +0.015 with one step per question."})
+        "help": "Epochs over the replay buffer when a burst ends (its last question is read): every kept question, "
+                "in seeded random minibatches of consolidation_batch_size, the target recomputed as for replay "
+                "(docs/methods.md, 'consolidation'; extension, not in the paper). Costs epochs x buffer forward "
+                "passes with their backward, once per burst; needs replay_size > 0. Default 0 (opt-in). The "
+                "schedule study's pick (docs/secl_results.md): 3 epochs, consolidation_batch_size 1, replay_size 50, "
+                "replay_batch_size 0, restate 'option_text', tau_n 0.05 (SmolLM2 QA-LM AUROC 0.60 against 0.46 with "
+                "one step per question); on the four-domain stream see consolidation_lr_scheduler."})
     consolidation_batch_size: int = field(default=1, metadata={
         "help": "Questions per AdamW step of the consolidation epochs (measured: the same passes in minibatches of "
                 "1, 2 and 8 ranked the development stream at AUROC 0.70, 0.61 and 0.58; AdamW's step is about the "
@@ -113,7 +117,7 @@ class SECLConfig:
                 "consolidation schedule (docs/secl_results.md, 'The decaying consolidation rate on the four-domain "
                 "stream'): 'linear' removed the level the constant rate carried into the next domain (MMLU STEM Brier "
                 "+0.010 above the constant's against +0.271) and ranked best within domains (ΔAUROC +0.087 against "
-                "+0.062 constant, +0.010 one-step), Brier as the one-step default's. Default 'constant' (the rate as "
+                "+0.062 constant, +0.010 one-step), ECE −35 % (one-step −44 %) and Brier as the one-step default's. Default 'constant' (the rate as "
                 "studied); the schedule with 'linear' is the candidate default once Qwen's four-domain stream "
                 "confirms it.",
         "choices": list(CONSOLIDATION_LR_SCHEDULES)})
@@ -217,6 +221,11 @@ def _consolidation_lr_scheduler(v, label):
         raise ParameterError(label, v, f"must be 'constant' or 'linear', got {v!r}")
 
 
+def _replay_scope(v, label):
+    if v not in REPLAY_SCOPES:
+        raise ParameterError(label, v, f"must be 'burst' or 'stream', got {v!r}")
+
+
 def _prompt_format(v, label):
     if v not in PROMPT_FORMATS:
         raise ParameterError(label, v, f"must be 'auto', 'chat' or 'plain', got {v!r}")
@@ -244,6 +253,7 @@ _CHECKS = {
     "consolidation_batch_size": _integer(1),
     "restate": _restate,
     "consolidation_lr_scheduler": _consolidation_lr_scheduler,
+    "replay_scope": _replay_scope,
     **dict.fromkeys(("tau_n", "alpha_step", "delta", "learning_rate"), _number()),
     "ph_threshold": _number(),
     "ema_rate": _number(upper=1.0),

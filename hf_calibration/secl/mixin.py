@@ -190,7 +190,8 @@ class SECLGenerationMixin(SECLBurstMixin):
         """Open a calibration burst now, as an alarm would (e.g. at a known domain boundary)."""
         if self.secl_burst_left == 0:
             self.secl_counters["bursts"] += 1
-            self.secl_replay.clear()  # replay stays within one burst
+            if self.secl_config.replay_scope == "burst":
+                self.secl_replay.clear()  # replay stays within one burst
         self.secl_burst_left = self.secl_config.burst_size
 
     # -- saving ---------------------------------------------------------------------------------

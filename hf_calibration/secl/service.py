@@ -242,7 +242,8 @@ class SECLService:
         stream = self.open_stream(name)
         if stream.burst_left == 0:
             stream.counters["bursts"] += 1
-            stream.replay.clear()  # replay stays within one burst (SECLModel.start_burst)
+            if self.config.replay_scope == "burst":
+                stream.replay.clear()  # replay stays within one burst (SECLModel.start_burst)
         stream.burst_left = self.config.burst_size
 
     # -- one question -------------------------------------------------------------------------

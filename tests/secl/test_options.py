@@ -36,6 +36,7 @@ def answer_a(model, tokenizer, **kwargs):
     # without a replay buffer (the default replay_size 0) there is nothing to consolidate
     (dict(consolidation_epochs=2), "consolidation_epochs"),
     (dict(learning_rate=0), "learning_rate"), (dict(delta=0), "delta"), (dict(replay_size=True), "replay_size"),
+    (dict(replay_scope="all"), "replay_scope"),
 ])
 def test_bad_values_name_the_field(kwargs, name):
     with pytest.raises(ParameterError, match=name):
@@ -121,6 +122,37 @@ def test_replay_buffer_capacity_batch_and_new_burst(tiny_model, tiny_tokenizer, 
     secl.start_burst()  # a new burst starts with an empty buffer
     answer_a(secl, tiny_tokenizer, secl_choices=[CHOICES])
     assert calls[-1] == [4] and secl.secl_records[0]["replayed"] == [[]]
+
+
+@pytest.mark.parametrize("scope, consolidated", [("stream", [0, 1, 2, 3]), ("burst", [2, 3])])
+def test_replay_scope_stream_keeps_earlier_bursts_for_the_consolidation(tiny_model, tiny_tokenizer, monkeypatch,
+                                                                        scope, consolidated):
+    """replay_scope 'stream': a new burst keeps the earlier burst's questions, so its consolidation trains on both
+    bursts (2 + 2 questions, 1 epoch of minibatches of 1: 4 steps); 'burst' empties the buffer (2 steps)."""
+    calls = _spy_steps(monkeypatch)
+    secl, _ = _burst(tiny_model, tiny_tokenizer, 2, replay_size=4, replay_batch_size=0, steps_per_update=1,
+                     consolidation_epochs=1, replay_scope=scope)
+    secl.start_burst()
+    for _ in range(2):
+        answer_a(secl, tiny_tokenizer, secl_choices=[CHOICES])
+    # burst 1: steps on 0, 1, consolidation of 0, 1; burst 2: steps on 2, 3, then the consolidation
+    assert calls[:2] == [[0], [1]] and sorted(sum(calls[2:4], [])) == [0, 1] and calls[4:6] == [[2], [3]]
+    assert sorted(sum(calls[6:], [])) == consolidated
+    assert secl.secl_records[0]["consolidation"]["questions"] == len(consolidated)
+
+
+@pytest.mark.parametrize("scope, kept", [("stream", 1), ("burst", 0)])
+def test_service_replay_scope_across_bursts(tiny_model, tiny_tokenizer, tmp_path, scope, kept):
+    """SECLService.start_burst empties a stream's buffer only in the 'burst' scope, as SECLModel.start_burst."""
+    from hf_calibration.secl.service import SECLService
+
+    secl = apply_secl(tiny_model, tiny_tokenizer, SECLConfig(replay_size=4, replay_scope=scope))
+    service = SECLService(None, secl, tmp_path)  # no server: start_burst touches only the stream's state
+    service.start_burst("s")
+    service.streams["s"].replay.add(ReplayItem([1], [2], "A", 0.5, index=0))
+    service.streams["s"].burst_left = 0  # the burst ended
+    service.start_burst("s")
+    assert len(service.streams["s"].replay) == kept and service.streams["s"].counters["bursts"] == 2
 
 
 def test_gated_out_questions_are_replayed(tiny_model, tiny_tokenizer, monkeypatch):
