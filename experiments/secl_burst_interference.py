@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from experiments.secl_consolidation_level import level_row
+from experiments.secl_consolidation_level import add_run_arguments, check_seeds, level_row
 from experiments.secl_learnability import MODEL_ALIASES, probe_layers, read_results, replay_items, score_items
 
 # the four-domain stream's schedule with the decaying consolidation rate (docs/secl_results.md, ninth session)
@@ -138,18 +138,12 @@ def parse_args(argv=None):
                     help="the second burst's MCQA domain (weak teacher)")
     ap.add_argument("--burst", type=int, default=50, help="questions per burst (the stream's burst_size)")
     ap.add_argument("--held-out", type=int, default=150, help="questions of the first domain never trained on")
-    ap.add_argument("--seeds", type=lambda s: [int(x) for x in s.split(",")], default=[0, 1, 2],
-                    help="consolidation seeds (the order of its minibatches)")
-    ap.add_argument("--stream-seed", type=int, default=1, help="which questions (build_stream's seed)")
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--output-dir", type=Path, required=True)
+    add_run_arguments(ap, seeds=[0, 1, 2])
     args = ap.parse_args(argv)
-    if args.burst < 2:
-        ap.error(f"--burst: must be at least 2, got {args.burst}")
-    if args.held_out < 2:
-        ap.error(f"--held-out: must be at least 2, got {args.held_out}")
-    if not args.seeds or min(args.seeds) < 0:
-        ap.error(f"--seeds: must be non-negative integers, got {args.seeds}")
+    for name, value in (("--burst", args.burst), ("--held-out", args.held_out)):
+        if value < 2:
+            ap.error(f"{name}: must be at least 2, got {value}")
+    check_seeds(ap, args)
     return args
 
 

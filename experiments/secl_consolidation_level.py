@@ -126,17 +126,27 @@ def parse_args(argv=None):
     ap.add_argument("--burst-domain", default="halueval_summarization_lm", help="the burst's MCQA domain")
     ap.add_argument("--carry-domain", default="mmlu:stem", help="the domain read with the adapter the burst leaves")
     ap.add_argument("--n", type=int, default=50, help="questions of each domain (the burst takes all of its own)")
-    ap.add_argument("--seeds", type=lambda s: [int(x) for x in s.split(",")], default=[0, 1],
+    add_run_arguments(ap, seeds=[0, 1])
+    args = ap.parse_args(argv)
+    if args.n < 2:
+        ap.error(f"--n: must be at least 2, got {args.n}")
+    check_seeds(ap, args)
+    return args
+
+
+def add_run_arguments(ap, *, seeds: list[int]) -> None:
+    """--seeds (the consolidations' orders), --stream-seed, --threads and --output-dir, as the consolidation studies
+    take them."""
+    ap.add_argument("--seeds", type=lambda s: [int(x) for x in s.split(",")], default=seeds,
                     help="consolidation seeds (the order of its minibatches)")
     ap.add_argument("--stream-seed", type=int, default=1, help="which questions (build_stream's seed)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--output-dir", type=Path, required=True)
-    args = ap.parse_args(argv)
-    if args.n < 2:
-        ap.error(f"--n: must be at least 2, got {args.n}")
+
+
+def check_seeds(ap, args) -> None:
     if not args.seeds or min(args.seeds) < 0:
         ap.error(f"--seeds: must be non-negative integers, got {args.seeds}")
-    return args
 
 
 def main(argv=None) -> list[dict]:
