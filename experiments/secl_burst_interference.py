@@ -14,9 +14,9 @@ the first burst as the stream runs it (one update step per question on ĉ = c + 
 ``SECLBurstMixin.secl_consolidation``), read; then from that same state (adapter and AdamW restored) two arms of
 the second burst:
 
-- "cleared": the buffer emptied when the burst opens (``SECLConfig.replay_across_bursts`` False, the stream's
-  behaviour so far), the consolidation over the second burst only;
-- "kept": the first burst's questions stay in the buffer (``replay_across_bursts`` True, ``replay_size`` 2 ×
+- "cleared": the buffer emptied when the burst opens (``SECLConfig.replay_scope`` "burst", the default), the
+  consolidation over the second burst only;
+- "kept": the first burst's questions stay in the buffer (``replay_scope`` "stream", ``replay_size`` 2 ×
   ``--burst``), the consolidation over both bursts (twice its passes).
 
 After each point the held-out questions of the first domain and both bursts' own are read: mean confidence against

@@ -75,7 +75,7 @@ class SECLConfig:
                 "consolidation_epochs buys the steps within it."})
     replay_size: int = field(default=0, metadata={
         "help": "Replay buffer: how many burst questions (their answer's cache and pseudo-label c*) are kept for "
-                "the update steps and the consolidation epochs; the buffer is emptied when a burst opens. 0 (the "
+                "the update steps and the consolidation epochs (which bursts' questions: replay_scope). 0 (the "
                 "paper's one step on the current question, nothing kept) turns replay and consolidation off; a "
                 "replayed question's target is recomputed from its current confidence, ĉ = c + α_step·clip(c* − c, "
                 "−δ, δ). Default 0 (see consolidation_epochs for why the schedule the study picked is opt-in); 50 "
@@ -84,14 +84,14 @@ class SECLConfig:
     replay_scope: str = field(default="burst", metadata={
         "help": "Which questions the replay buffer keeps: 'burst' (the buffer is emptied when a burst opens, so "
                 "replay and consolidation train on the open burst's questions only) or 'stream' (kept across "
-                "bursts, the oldest dropped once replay_size are kept: each consolidation also rehearses earlier "
-                "bursts' questions, their targets recomputed from their own c*, so a later burst where the "
-                "teacher ranks poorly does not overwrite what an earlier one taught; set replay_size to a "
-                "multiple of burst_size). Extension, not in the paper (docs/methods.md, 'consolidation'). "
+                "bursts, the oldest dropped once replay_size are kept: each consolidation, and each update step "
+                "when replay_batch_size > 0, also draws earlier bursts' questions, their targets recomputed from "
+                "their own c*, so a later burst where the teacher ranks poorly need not overwrite what an earlier "
+                "one taught; needs replay_size > 0, e.g. a multiple of burst_size). Extension, not in the paper (docs/methods.md, 'consolidation'). "
                 "Default 'burst' (docs/secl_results.md, 'A second burst after the first').",
         "choices": list(REPLAY_SCOPES)})
     replay_batch_size: int = field(default=4, metadata={
-        "help": "Earlier burst questions drawn (uniformly, without replacement, seeded) from the replay buffer "
+        "help": "Earlier questions drawn (uniformly, without replacement, seeded) from the replay buffer "
                 "for each update step, beside the current question (used only when replay_size > 0). Each costs "
                 "one forward pass with its backward per step (reconstruction). 0: the steps take the current "
                 "question alone, as the paper's, and the buffer serves only consolidation_epochs (the study's "
@@ -151,6 +151,11 @@ class SECLConfig:
             raise ParameterError("consolidation_epochs", self.consolidation_epochs,
                                  "consolidates the replay buffer, which {replay_size} 0 turns off: set {replay_size} "
                                  "> 0 (e.g. {burst_size}) or {consolidation_epochs} 0",
+                                 related=("replay_size", "burst_size"))
+        if self.replay_scope == "stream" and not self.replay_size:
+            raise ParameterError("replay_scope", self.replay_scope,
+                                 "keeps the replay buffer across bursts, which {replay_size} 0 turns off: set "
+                                 "{replay_size} > 0 (e.g. a multiple of {burst_size}) or {replay_scope} 'burst'",
                                  related=("replay_size", "burst_size"))
         self.target_modules = list(self.target_modules)
         if self.target_layers is not None:

@@ -84,7 +84,7 @@ from hf_calibration.secl.replay import ReplayBuffer, directional_target  # noqa:
 # which PeftModel.from_pretrained(base, folder) would not find.
 ADAPTER_NAME = "default"
 STATE_NAME = "secl_state.json"
-FORMAT_VERSION = 1  # of secl_state.json; bump when the saved layout changes
+FORMAT_VERSION = 2  # of secl_state.json (2: the replay buffer; 1 is read as an empty one); bump when the layout changes
 PAPER_URL = "https://arxiv.org/abs/2604.09624"
 COUNTERS = ("questions", "alarms", "bursts", "burst_questions", "updates", "skipped_by_bin_gate", "forward_passes")
 
@@ -198,8 +198,10 @@ class SECLGenerationMixin(SECLBurstMixin):
     def save_pretrained(self, save_directory, **kwargs) -> None:
         """Write the calibrated adapter with ``PeftModel.save_pretrained`` (PEFT's adapter folder:
         ``adapter_model.safetensors`` and ``adapter_config.json``, loadable by ``peft.PeftModel.from_pretrained``
-        and pushable to the Hub like any adapter) plus ``secl_config.json`` and ``secl_state.json`` (gate, burst,
-        counters) beside it. ``kwargs`` go to ``PeftModel.save_pretrained``."""
+        and pushable to the Hub like any adapter) plus ``secl_config.json`` and ``secl_state.json`` (gate, open burst,
+        counters and the replay buffer's questions without their caches: a stream with ``replay_scope`` "stream"
+        or a burst left open continues after ``from_pretrained`` as it would have) beside it. ``kwargs`` go to
+        ``PeftModel.save_pretrained``."""
         from hf_calibration.hub import save_artifact
 
         save_artifact(self.peft_model, save_directory, self._secl_save_state, **kwargs)
@@ -209,7 +211,7 @@ class SECLGenerationMixin(SECLBurstMixin):
         gate = gate_state_to_json(self.secl_gate)
         (folder / STATE_NAME).write_text(json.dumps(
             {"format_version": FORMAT_VERSION, "gate": gate, "burst_left": self.secl_burst_left,
-             "counters": self.secl_counters}, indent=2) + "\n",
+             "counters": self.secl_counters, "replay": self.secl_replay.state_dict()}, indent=2) + "\n",
             encoding="utf-8")
 
     def load_calibration(self, folder) -> None:
@@ -231,6 +233,8 @@ class SECLGenerationMixin(SECLBurstMixin):
         self.secl_burst_left = state["burst_left"]
         self.secl_counters = state["counters"]
         self.secl_adamw = None
+        if "replay" in state:  # format 1 had none: the buffer is left as it is (empty after a load)
+            self.secl_replay.load_state_dict(state["replay"])
 
     def push_to_hub(self, repo_id: str, *, metrics: dict | None = None, token: str | None = None,
                     private: bool = False, base_model: str | None = None) -> str:

@@ -194,7 +194,7 @@ def final_adapter_pass(model, items: list, records: list[dict], *, key: str = "s
         from hf_calibration.secl.stream_checkpoint import adapter_digest
 
         adapter = adapter_digest(model)
-        kept = checkpoint.finals(key, adapter)
+        kept = checkpoint.finals(key, adapter, len(items))
     with _adapter_scope(model, None if key == "secl" else key.removeprefix("secl_")), torch.no_grad():
         for i, (item, rec) in enumerate(zip(tqdm(items, desc="final-adapter reads", disable=not progress, unit="q"),
                                             records)):
@@ -206,7 +206,7 @@ def final_adapter_pass(model, items: list, records: list[dict], *, key: str = "s
                                                restated=model.secl_restated(answer, item.choices))
             rec[key + FINAL_SUFFIX] = float(conf[0])
             if checkpoint is not None:
-                checkpoint.add_final(key, adapter, rec[key + FINAL_SUFFIX])
+                checkpoint.add_final(key, adapter, i, rec[key + FINAL_SUFFIX])
     return len(kept or ())
 
 

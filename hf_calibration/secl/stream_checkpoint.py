@@ -174,10 +174,10 @@ class StreamCheckpoint:
             return []
         saved, state = loaded
         set_peft_model_state_dict(model.peft_model, saved["adapter"], adapter_name=ADAPTER_NAME)
-        model._secl_load_state({**state, "gate": gate_state_from_json(state["gate"])})  # gate, burst, counters
+        # gate, open burst, counters, replay buffer
+        model._secl_load_state({**state, "gate": gate_state_from_json(state["gate"])})
         if saved["optimizer"] is not None:  # after it: _secl_load_state drops the optimizer
             model.secl_optimizer().load_state_dict(saved["optimizer"])
-        model.secl_replay.load_state_dict(state["replay"])
         return done
 
     def _pass(self, key: str) -> tuple[list, tuple | None]:
@@ -197,18 +197,28 @@ class StreamCheckpoint:
         return len(self._pass(key)[0])
 
     # -- the final-adapter reads ---------------------------------------------------------------------------------
-    def finals(self, key: str, adapter: str) -> list[float]:
+    def finals(self, key: str, adapter: str, n: int) -> list[float]:
         """The final-adapter reads of the SECL pass ``key`` kept for the adapter whose ``adapter_digest`` is
-        ``adapter``, in stream order; [] (the file removed) when they were read with another adapter."""
+        ``adapter``, in stream order, at most ``n`` (the stream's length); [] (the file removed) when they were read
+        with another adapter. A line that is not the next question's read (its index) or whose confidence is not a
+        number in [0, 1] ends what is kept, as a torn line does (the file is cut there)."""
         path = self.folder / f"{key}_final.jsonl"
-        kept = _kept_lines(path)
+        kept = _kept_lines(path, n)
         if any(not isinstance(line, dict) or line.get("adapter") != adapter for line in kept):
             path.unlink(missing_ok=True)
             return []
-        return [line["confidence"] for line in kept]
+        out = []
+        for i, line in enumerate(kept):
+            c = line.get("confidence")
+            if line.get("index") != i or isinstance(c, bool) or not isinstance(c, (int, float)) or not 0 <= c <= 1:
+                break
+            out.append(float(c))
+        if len(out) < len(kept):
+            path.write_text("".join(_line(line) + "\n" for line in kept[: len(out)]), encoding="utf-8")
+        return out
 
-    def add_final(self, key: str, adapter: str, confidence: float) -> None:
-        _append(self.folder / f"{key}_final.jsonl", {"adapter": adapter, "confidence": confidence})
+    def add_final(self, key: str, adapter: str, index: int, confidence: float) -> None:
+        _append(self.folder / f"{key}_final.jsonl", {"adapter": adapter, "index": index, "confidence": confidence})
 
     def save_pass(self, model, key: str, done: dict, n: int) -> None:
         """Keep one more question of the SECL pass ``key``: its fields ``done`` (appended) and the pass's state after

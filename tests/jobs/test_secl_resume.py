@@ -113,11 +113,30 @@ def test_a_run_stopped_in_the_final_adapter_reads_keeps_them(tiny_model_dir, tmp
     folder = partial_path(config.output_dir, "secl").with_suffix("")
     kept = StreamCheckpoint(folder, "")
     lines = (folder / "secl_final.jsonl").read_text().splitlines()
-    assert len(lines) == 4 and kept.finals("secl", "another adapter") == []  # and the file is gone
+    assert len(lines) == 4 and kept.finals("secl", "another adapter", 6) == []  # and the file is gone
     (folder / "secl_final.jsonl").write_text("\n".join(lines) + "\n")
     resumed = run_secl_stream(config, SECL, progress=False)
     assert resumed.run["resumed"] == {"baseline": 6, "secl": 6, "secl_final": 4}
     assert [r["secl_final"] for r in resumed.records] == [r["secl_final"] for r in whole.records]
+
+
+@pytest.mark.parametrize("bad, kept", [
+    ({"adapter": "a", "index": 2, "confidence": "x"}, 2), ({"adapter": "a", "index": 2}, 2),
+    ({"adapter": "a", "index": 2, "confidence": 1.5}, 2), ({"adapter": "a", "index": 2, "confidence": True}, 2),
+    ({"adapter": "a", "index": 5, "confidence": 0.5}, 2), ({"adapter": "a", "index": 2, "confidence": 0.5}, 4)])
+def test_final_reads_keep_only_the_next_questions_numbers(tmp_path, bad, kept):
+    """A final-adapter line whose hash is right but whose content is not the next question's read (index) or not a
+    confidence in [0, 1] ends what is kept, and the file is cut there so the next read follows the kept ones; no
+    more reads than questions are taken."""
+    from hf_calibration.secl.stream_checkpoint import _line
+
+    path = tmp_path / "secl_final.jsonl"
+    good = [{"adapter": "a", "index": i, "confidence": c} for i, c in enumerate([0.25, 1])]
+    path.write_text("".join(_line(x) + "\n" for x in good + [bad, {"adapter": "a", "index": 3, "confidence": 0.5}]))
+    checkpoint = StreamCheckpoint(tmp_path, "")
+    assert checkpoint.finals("secl", "a", 6) == [0.25, 1.0, 0.5, 0.5][:kept]
+    assert len(path.read_text().splitlines()) == kept
+    assert checkpoint.finals("secl", "a", 1) == [0.25]  # capped at the stream's length
 
 
 def test_another_runs_checkpoint_is_never_mixed_in(tmp_path):

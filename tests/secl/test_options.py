@@ -37,6 +37,8 @@ def answer_a(model, tokenizer, **kwargs):
     (dict(consolidation_epochs=2), "consolidation_epochs"),
     (dict(learning_rate=0), "learning_rate"), (dict(delta=0), "delta"), (dict(replay_size=True), "replay_size"),
     (dict(replay_scope="all"), "replay_scope"),
+    # a buffer kept across bursts needs a buffer
+    (dict(replay_scope="stream"), "replay_scope"),
 ])
 def test_bad_values_name_the_field(kwargs, name):
     with pytest.raises(ParameterError, match=name):
@@ -139,6 +141,35 @@ def test_replay_scope_stream_keeps_earlier_bursts_for_the_consolidation(tiny_mod
     assert calls[:2] == [[0], [1]] and sorted(sum(calls[2:4], [])) == [0, 1] and calls[4:6] == [[2], [3]]
     assert sorted(sum(calls[6:], [])) == consolidated
     assert secl.secl_records[0]["consolidation"]["questions"] == len(consolidated)
+
+
+def test_save_pretrained_keeps_the_replay_buffer(tiny_model, tiny_tokenizer, tmp_path, monkeypatch):
+    """A 'stream'-scope buffer (or an open burst's) survives save_pretrained/from_pretrained: the next burst's
+    consolidation rehearses the saved questions as it would have without the save; a format-1 secl_state.json
+    (no buffer) still loads, with an empty one."""
+    import json
+
+    from hf_calibration.secl.mixin import STATE_NAME, SECLModel
+    from tests.tiny import make_tiny_model
+
+    secl, _ = _burst(tiny_model, tiny_tokenizer, 2, replay_size=4, replay_batch_size=0, steps_per_update=1,
+                     consolidation_epochs=1, replay_scope="stream")
+    secl.save_pretrained(tmp_path)
+    loaded = SECLModel.from_pretrained(make_tiny_model(tiny_tokenizer), tiny_tokenizer, tmp_path)
+    assert [i.index for i in loaded.secl_replay.items] == [0, 1]
+    assert [(i.prompt, i.answer_ids, i.restated, i.c_star) for i in loaded.secl_replay.items] == [
+        (i.prompt, i.answer_ids, i.restated, i.c_star) for i in secl.secl_replay.items]
+    calls = _spy_steps(monkeypatch)
+    loaded.start_burst()
+    for _ in range(2):
+        answer_a(loaded, tiny_tokenizer, secl_choices=[CHOICES])
+    assert sorted(sum(calls[2:], [])) == [0, 1, 2, 3]  # the saved burst is consolidated with the new one
+    state = json.loads((tmp_path / STATE_NAME).read_text())
+    del state["replay"]
+    state["format_version"] = 1
+    (tmp_path / STATE_NAME).write_text(json.dumps(state))
+    old = SECLModel.from_pretrained(make_tiny_model(tiny_tokenizer), tiny_tokenizer, tmp_path)
+    assert len(old.secl_replay) == 0 and old.secl_counters == secl.secl_counters
 
 
 @pytest.mark.parametrize("scope, kept", [("stream", 1), ("burst", 0)])
