@@ -9,6 +9,7 @@ import warnings
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -28,7 +29,7 @@ from hf_calibration.secl.config import ADAPTER_SCOPES, SECLConfig
 from hf_calibration.secl.confidence import SIGNAL_NAMES
 from hf_calibration.secl.stream import (FINAL_SUFFIX, baseline_pass, final_adapter_pass, format_stream_summary,
                                         secl_field, secl_key, secl_pass, signal_rows, summarize_stream)
-from hf_calibration.secl.stream_checkpoint import StreamCheckpoint, weights_fingerprint
+from hf_calibration.secl.stream_checkpoint import RunLock, StreamCheckpoint, weights_fingerprint
 
 # The labelled Platt/TS rows are 2-fold cross-fitted over the whole stream: each fold needs a question.
 MIN_STREAM_QUESTIONS = 2
@@ -269,7 +270,8 @@ def run_secl_stream(config: SECLStreamConfig, secl: SECLConfig | None = None, *,
     per domain into ``output_dir``, atomically. Each pass keeps every question as it finishes in a hidden folder
     beside ``output_dir`` (``secl.stream_checkpoint``): a run that stops is resumed by running it again.
 
-    Every input is checked before the model loads; ParameterError naming the field. A domain with fewer
+    Every input is checked before the model loads; ParameterError naming the field, also naming output_dir when
+    another run is writing into the same folder (``secl.stream_checkpoint.RunLock``). A domain with fewer
     questions than ``limit_per_domain`` is a ParameterWarning; all of its questions are used.
 
     With ``workers`` > 1 the SECL passes run in processes started by ``multiprocessing``'s "spawn" method, which
@@ -280,6 +282,15 @@ def run_secl_stream(config: SECLStreamConfig, secl: SECLConfig | None = None, *,
     out = check_output_dir(config.output_dir)
     check_result_folder(out, "secl", ("records.jsonl", "metrics.json", "secl_adapter"), overwrite=config.overwrite)
     modeling.resolve_model_path(config.model)
+    lock = RunLock(out)  # before the model loads: a second run into the same folder stops at once
+    try:
+        return _run_secl_stream(config, secl, out, progress)
+    finally:
+        lock.release()
+
+
+def _run_secl_stream(config: SECLStreamConfig, secl: SECLConfig, out: Path, progress: bool) -> SECLStreamResult:
+    """``run_secl_stream`` once its inputs are checked and the output folder is locked."""
     start = time.perf_counter()
     model, tokenizer = modeling.load_model(config.model, device=config.device)
     load_s = time.perf_counter() - start

@@ -11,7 +11,7 @@ import hf_calibration.secl.stream as stream_module
 from hf_calibration.jobs import SECLStreamConfig, run_secl_stream
 from hf_calibration.outputs import partial_path
 from hf_calibration.secl import SECLConfig
-from hf_calibration.secl.stream_checkpoint import StreamCheckpoint
+from hf_calibration.secl.stream_checkpoint import RunLock, StreamCheckpoint
 
 # a burst over the first four questions with a replay buffer and a consolidation when it ends: every piece of state
 # a resumed pass must get back (adapter, AdamW, gate, open burst, counters, replay buffer and its sampler)
@@ -137,6 +137,29 @@ def test_final_reads_keep_only_the_next_questions_numbers(tmp_path, bad, kept):
     assert checkpoint.finals("secl", "a", 6) == [0.25, 1.0, 0.5, 0.5][:kept]
     assert len(path.read_text().splitlines()) == kept
     assert checkpoint.finals("secl", "a", 1) == [0.25]  # capped at the stream's length
+
+
+def test_a_second_run_into_the_same_folder_stops_before_loading_the_model(tiny_model_dir, tmp_path, monkeypatch):
+    """While one run holds the folder's lock a second one is refused (ParameterError naming output_dir and the
+    holder's process id) before the model loads; once the first releases it (or its process ends) a run may start."""
+    import os
+
+    import hf_calibration.modeling as modeling
+
+    (tmp_path.parent / "model").exists() or (tmp_path.parent / "model").symlink_to(tiny_model_dir)
+    config = _config(tmp_path, "out")
+    first = RunLock(config.output_dir)
+    loads = []
+    monkeypatch.setattr(modeling, "load_model", lambda *a, **k: loads.append(a) or (_ for _ in ()).throw(Stop))
+    with pytest.raises(ValueError, match=rf"^output_dir: another run \(process {os.getpid()}\) is writing into"):
+        run_secl_stream(config, SECL, progress=False)
+    assert loads == [] and first.path.is_file()
+    first.release()
+    assert not first.path.exists()
+    with pytest.raises(Stop):  # the lock is free: the run gets as far as loading the model
+        run_secl_stream(config, SECL, progress=False)
+    assert len(loads) == 1 and not first.path.exists()  # a run that stops releases the lock
+    RunLock(config.output_dir).release()
 
 
 def test_another_runs_checkpoint_is_never_mixed_in(tmp_path):
