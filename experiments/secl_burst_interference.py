@@ -120,6 +120,7 @@ def format_report(results: list[dict], meta: dict) -> str:
                      f"{stat(lambda r: r['second burst']['auroc'])} | "
                      f"{stat(lambda r: r['second burst']['brier'] - r['second burst']['brier_constant'])} | "
                      f"{np.mean([r.get('passes', 0) for r in done]):.0f} |")
+    lines += _difference_lines(results, meta)
     lines += ["", "## Every row", "", "| arm | seed | " + " | ".join(
         f"{s}: mean conf | acc | mean c* | AUROC | Brier | const." for s in sets) + " |",
               "|---|---|" + "---|" * (6 * len(sets))]
@@ -128,6 +129,43 @@ def format_report(results: list[dict], meta: dict) -> str:
                  f"{r[s]['auroc']:.3f} | {r[s]['brier']:.4f} | {r[s]['brier_constant']:.4f}" for s in sets]
         lines.append(f"| {r['arm']} | {r['seed']} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def auroc_se(auc: float, n_pos: int, n_neg: int) -> float:
+    """The standard error of an AUROC from ``n_pos`` positives and ``n_neg`` negatives (Hanley & McNeil 1982,
+    eq. 2): SE² = [A(1−A) + (n₊−1)(Q₁−A²) + (n₋−1)(Q₂−A²)] / (n₊n₋), Q₁ = A/(2−A), Q₂ = 2A²/(1+A); NaN
+    with one class or a NaN AUROC."""
+    if not n_pos or not n_neg or not np.isfinite(auc):
+        return float("nan")
+    q1, q2 = auc / (2 - auc), 2 * auc ** 2 / (1 + auc)
+    return float(np.sqrt((auc * (1 - auc) + (n_pos - 1) * (q1 - auc ** 2) + (n_neg - 1) * (q2 - auc ** 2))
+                         / (n_pos * n_neg)))
+
+
+def _difference_lines(results: list[dict], meta: dict) -> list[str]:
+    """Held-out AUROC, each arm against "cleared": the seeds' mean difference and a 95 % interval that adds each
+    arm's Hanley–McNeil variance (the held-out questions, treated as independent samples: wider than a paired
+    interval) to the seeds' variance of the difference over their number."""
+    base = {r["seed"]: r["held-out"]["auroc"] for r in results if r["arm"] == "cleared"}
+    n = meta["held_out"]
+    lines = ["", "## Held-out AUROC against 'cleared' (95 % interval: Hanley–McNeil SE of each arm, unpaired, plus "
+             "the seeds' variance of the difference)", "", "| arm | seeds | held-out AUROC − cleared | interval |",
+             "|---|---|---|---|"]
+    for arm in ("identity", "first burst only", "kept"):
+        rows = [r for r in results if r["arm"] == arm]
+        seeds = [r["seed"] for r in rows if r["seed"] in base] if arm != "identity" else list(base)
+        if not rows or not seeds:
+            continue
+        auc = {s: next(r for r in rows if arm == "identity" or r["seed"] == s)["held-out"]["auroc"] for s in seeds}
+        diffs = np.array([auc[s] - base[s] for s in seeds])
+        pos = round(rows[0]["held-out"]["accuracy"] * n)
+        var = np.mean([auroc_se(auc[s], pos, n - pos) ** 2 + auroc_se(base[s], pos, n - pos) ** 2 for s in seeds])
+        if len(diffs) > 1:
+            var += np.var(diffs, ddof=1) / len(diffs)
+        half = 1.96 * np.sqrt(var)
+        lines.append(f"| {arm} | {len(seeds)} | {diffs.mean():+.3f} | [{diffs.mean() - half:+.3f}, "
+                     f"{diffs.mean() + half:+.3f}] |")
+    return lines
 
 
 def parse_args(argv=None):

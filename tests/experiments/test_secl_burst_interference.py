@@ -51,3 +51,19 @@ def test_bad_arguments_name_the_option(capsys, argv, message):
     with pytest.raises(SystemExit) as exit_:
         study.parse_args([*argv, "--output-dir", "x"])
     assert exit_.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_auroc_se_by_hand():
+    # A = 0.5, 10 and 10: Q1 = Q2 = 1/3, SE² = [0.25 + 9/12 + 9/12] / 100 = 0.0175
+    assert study.auroc_se(0.5, 10, 10) == pytest.approx(np.sqrt(0.0175))
+    # A = 0.8, 4 and 6: Q1 = 0.8/1.2, Q2 = 1.28/1.8; SE² = [0.16 + 3(Q1 − 0.64) + 5(Q2 − 0.64)] / 24
+    q1, q2 = 0.8 / 1.2, 1.28 / 1.8
+    assert study.auroc_se(0.8, 4, 6) == pytest.approx(np.sqrt((0.16 + 3 * (q1 - 0.64) + 5 * (q2 - 0.64)) / 24))
+
+
+def test_report_states_the_difference_against_cleared(run):
+    out, _, results = run
+    report = (out / "report.md").read_text()
+    cleared, kept = results[2]["held-out"]["auroc"], results[3]["held-out"]["auroc"]
+    assert f"| kept | 1 | {kept - cleared:+.3f} |" in report  # "+nan" when the 3 held-out answers are one class
+    assert study.auroc_se(0.7, 0, 5) != study.auroc_se(0.7, 0, 5)  # one class: NaN
