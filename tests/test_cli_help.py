@@ -151,3 +151,24 @@ def test_help_prints_percent_signs_literally(command):
     assert "option_strings" not in text
     if command == "secl":
         assert "−44 %" in " ".join(text.split())
+
+
+def test_every_docs_section_an_option_help_cites_exists():
+    """An option's help that cites "docs/<file>.md, '<section>'" names a heading of that file (the replay_scope help
+    cited a section that had not been written)."""
+    import re
+    from pathlib import Path
+
+    from hf_calibration.cli import COMMANDS, command_parser
+
+    root = Path(__file__).resolve().parents[1]
+    cited = set()
+    for command in COMMANDS:
+        for action in command_parser(command)._actions:
+            text = " ".join((action.help or "").split())
+            cited |= set(re.findall(r"(docs/[\w/]+\.md), '([^']+)'", text))
+    assert ("docs/secl_results.md", "A second burst after the first") in cited  # the scan sees the helps
+    for doc, section in sorted(cited):
+        headings = [line.lower() for line in (root / doc).read_text(encoding="utf-8").splitlines()
+                    if line.startswith("#")]
+        assert any(section.lower() in h for h in headings), f"{doc}: no heading with {section!r}"
