@@ -199,9 +199,8 @@ class SECLGenerationMixin(SECLBurstMixin):
         """Write the calibrated adapter with ``PeftModel.save_pretrained`` (PEFT's adapter folder:
         ``adapter_model.safetensors`` and ``adapter_config.json``, loadable by ``peft.PeftModel.from_pretrained``
         and pushable to the Hub like any adapter) plus ``secl_config.json`` and ``secl_state.json`` (gate, open burst,
-        counters and the replay buffer's questions without their caches: a stream with ``replay_scope`` "stream"
-        or a burst left open continues after ``from_pretrained`` as it would have) beside it. ``kwargs`` go to
-        ``PeftModel.save_pretrained``."""
+        counters, the replay buffer's questions without caches: an open burst or a "stream" replay_scope goes on
+        after ``from_pretrained`` as it would have) beside it. ``kwargs`` go to ``PeftModel.save_pretrained``."""
         from hf_calibration.hub import save_artifact
 
         save_artifact(self.peft_model, save_directory, self._secl_save_state, **kwargs)

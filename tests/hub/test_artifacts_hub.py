@@ -123,7 +123,7 @@ def test_secl_push_then_load_from_the_hub(fake_hub, tiny_model, tiny_tokenizer):
     for text in ("library_name: hf-calibration", f"base_model: {BASE}", "SECL", "https://arxiv.org/abs/2604.09624",
                  "| conf_ece | 0.1000 |"):
         assert text in card, text
-    assert json.loads(stored[mixin.STATE_NAME])["format_version"] == 1
+    assert json.loads(stored[mixin.STATE_NAME])["format_version"] == mixin.FORMAT_VERSION
 
     loaded = mixin.SECLModel.from_pretrained(make_tiny_model(tiny_tokenizer), tiny_tokenizer, repo_id)
     assert loaded.secl_counters == model.secl_counters
@@ -180,9 +180,10 @@ def test_secl_bad_input(fake_hub, tiny_model, tiny_tokenizer, tmp_path):
         model.push_to_hub("bad//id", token=fake_hub.token, base_model=BASE)
     model.save_pretrained(tmp_path)
     state = tmp_path / mixin.STATE_NAME
-    state.write_text(json.dumps({**json.loads(state.read_text()), "format_version": 2}))
+    future = mixin.FORMAT_VERSION + 1  # written by a newer release
+    state.write_text(json.dumps({**json.loads(state.read_text()), "format_version": future}))
     push_folder_to_hub(tmp_path, f"{fake_hub.user}/secl-future", token=fake_hub.token)
-    with pytest.raises(ValueError, match="format_version 2"):
+    with pytest.raises(ValueError, match=f"format_version {future}"):
         mixin.SECLModel.from_pretrained(make_tiny_model(tiny_tokenizer), tiny_tokenizer, f"{fake_hub.user}/secl-future")
     state.unlink()
     push_folder_to_hub(tmp_path, f"{fake_hub.user}/secl-no-state", token=fake_hub.token)
