@@ -153,10 +153,13 @@ def _difference_lines(results: list[dict], meta: dict) -> list[str]:
              "|---|---|---|---|"]
     for arm in ("identity", "first burst only", "kept"):
         rows = [r for r in results if r["arm"] == arm]
-        seeds = [r["seed"] for r in rows if r["seed"] in base] if arm != "identity" else list(base)
-        if not rows or not seeds:
+        if arm == "identity":  # one row, compared with every seed's cleared arm
+            auc = {s: rows[0]["held-out"]["auroc"] for s in base} if rows else {}
+        else:
+            auc = {r["seed"]: r["held-out"]["auroc"] for r in rows if r["seed"] in base}
+        if not auc:
             continue
-        auc = {s: next(r for r in rows if arm == "identity" or r["seed"] == s)["held-out"]["auroc"] for s in seeds}
+        seeds = list(auc)
         diffs = np.array([auc[s] - base[s] for s in seeds])
         pos = round(rows[0]["held-out"]["accuracy"] * n)
         var = np.mean([auroc_se(auc[s], pos, n - pos) ** 2 + auroc_se(base[s], pos, n - pos) ** 2 for s in seeds])

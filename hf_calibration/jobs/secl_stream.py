@@ -176,7 +176,8 @@ def _secl_pass_worker(job: dict) -> tuple[list, dict, dict | None]:
     state = None
     if job["keep"]:
         state = {"adapter": {k: v.detach().cpu().clone() for k, v in model.secl_adapter_state().items()},
-                 "gate": model.secl_gate.state_dict(), "burst_left": model.secl_burst_left, "counters": counters}
+                 "gate": model.secl_gate.state_dict(), "burst_left": model.secl_burst_left, "counters": counters,
+                 "replay": model.secl_replay.state_dict()}
     return fields, counters, state
 
 

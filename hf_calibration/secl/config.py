@@ -87,8 +87,8 @@ class SECLConfig:
                 "bursts, the oldest dropped once replay_size are kept: each consolidation, and each update step "
                 "when replay_batch_size > 0, also draws earlier bursts' questions, their targets recomputed from "
                 "their own c*, so a later burst where the teacher ranks poorly need not overwrite what an earlier "
-                "one taught; needs replay_size > 0, e.g. a multiple of burst_size). Extension, not in the paper (docs/methods.md, 'consolidation'). "
-                "Default 'burst': measured on two bursts only (SmolLM2, QA-LM then summarization-LM, answers fixed), "
+                "one taught; needs replay_size > 0, e.g. a multiple of burst_size). Extension, not in the paper "
+                "(docs/methods.md, 'consolidation'). Default 'burst': measured on two bursts only (SmolLM2, QA-LM then summarization-LM, answers fixed), "
                 "'stream' kept the first domain's held-out AUROC at 0.746 against 0.601 (+0.145 [+0.014, +0.277]) "
                 "for twice the second consolidation's passes; no whole stream has run with it (docs/secl_results.md, "
                 "'A second burst after the first').",

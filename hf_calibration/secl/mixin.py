@@ -232,8 +232,7 @@ class SECLGenerationMixin(SECLBurstMixin):
         self.secl_burst_left = state["burst_left"]
         self.secl_counters = state["counters"]
         self.secl_adamw = None
-        if "replay" in state:  # format 1 had none: the buffer is left as it is (empty after a load)
-            self.secl_replay.load_state_dict(state["replay"])
+        self.secl_replay.load_state_dict(state["replay"])
 
     def push_to_hub(self, repo_id: str, *, metrics: dict | None = None, token: str | None = None,
                     private: bool = False, base_model: str | None = None) -> str:
@@ -520,6 +519,7 @@ def read_secl_state(folder) -> dict:
     state = json.loads(path.read_text(encoding="utf-8"))
     check_artifact_config(state, kind="SECL state", max_format_version=FORMAT_VERSION, source=str(path))
     state["gate"] = gate_state_from_json(state["gate"])  # JSON has no infinity: save_pretrained writes None
+    state.setdefault("replay", ReplayBuffer(0, 0).state_dict())  # format 1 kept no buffer: an empty one
     return state
 
 

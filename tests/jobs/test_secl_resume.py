@@ -90,6 +90,9 @@ def test_a_stopped_stream_resumes_where_it_stopped(tiny_model_dir, tmp_path, mon
     assert all(float((weights[0][k] - weights[1][k]).abs().max()) < 1e-5 for k in weights[0])
     state = json.loads((resumed.paths["secl_adapter"] / "secl_state.json").read_text())
     assert state["counters"] == whole.counters
+    # the saved replay buffer is the pass's, also when a worker process ran it (the hand-over carries it)
+    kept = json.loads((whole.paths["secl_adapter"] / "secl_state.json").read_text())["replay"]["items"]
+    assert len(kept) == 4 and [i["index"] for i in state["replay"]["items"]] == [i["index"] for i in kept]
 
 
 def test_a_run_stopped_in_the_final_adapter_reads_keeps_them(tiny_model_dir, tmp_path, monkeypatch):
