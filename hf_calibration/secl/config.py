@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from hf_calibration.errors import ParameterError
+from hf_calibration.errors import ParameterError, ParameterWarning
 from hf_calibration.modeling.prompts import PROMPT_FORMATS
 from hf_calibration.secl.confidence import CONFIDENCE_TEMPLATE, DEFAULT_TAU_N, P_TRUE_TEMPLATE, check_template
 
@@ -87,7 +88,8 @@ class SECLConfig:
                 "bursts, the oldest dropped once replay_size are kept: each consolidation, and each update step "
                 "when replay_batch_size > 0, also draws earlier bursts' questions, their targets recomputed from "
                 "their own c*, so a later burst where the teacher ranks poorly need not overwrite what an earlier "
-                "one taught; needs replay_size > 0, e.g. a multiple of burst_size). Extension, not in the paper "
+                "one taught; needs replay_size > 0, and above burst_size for a consolidation to see an earlier burst: "
+                "2 x burst_size keeps the last two). Extension, not in the paper "
                 "(docs/methods.md, 'consolidation'). Default 'burst': measured on two bursts only (SmolLM2, QA-LM then summarization-LM, answers fixed), "
                 "'stream' kept the first domain's held-out AUROC at 0.746 against 0.601 (+0.145 [+0.014, +0.277]) "
                 "for twice the second consolidation's passes; no whole stream has run with it (docs/secl_results.md, "
@@ -162,6 +164,13 @@ class SECLConfig:
                                  "keeps the replay buffer across bursts, which {replay_size} 0 turns off: set "
                                  "{replay_size} > 0 (e.g. a multiple of {burst_size}) or {replay_scope} 'burst'",
                                  related=("replay_size", "burst_size"))
+        if self.replay_scope == "stream" and self.replay_size <= self.burst_size and not self.replay_batch_size:
+            warnings.warn(ParameterWarning(
+                "replay_scope", self.replay_scope,
+                f"{{replay_scope}} 'stream' with {{replay_size}} {self.replay_size} <= {{burst_size}} "
+                f"{self.burst_size}: when a full burst ends the buffer holds only its own questions, so the "
+                "consolidation is the same as with 'burst'; set {replay_size} to a multiple of {burst_size} to "
+                "rehearse earlier bursts", related=("replay_size", "burst_size", "replay_batch_size")), stacklevel=3)
         self.target_modules = list(self.target_modules)
         if self.target_layers is not None:
             self.target_layers = list(self.target_layers)

@@ -45,6 +45,28 @@ def test_bad_values_name_the_field(kwargs, name):
         SECLConfig(**kwargs)
 
 
+@pytest.mark.parametrize("kwargs, warns", [
+    # a buffer of one burst holds only that burst when it ends: the consolidation is the 'burst' scope's
+    (dict(replay_size=50, burst_size=50, replay_batch_size=0), True),
+    (dict(replay_size=30, burst_size=50, replay_batch_size=0), True),
+    (dict(replay_size=100, burst_size=50, replay_batch_size=0), False),
+    # update steps early in a burst still draw the earlier burst's questions
+    (dict(replay_size=50, burst_size=50, replay_batch_size=4), False),
+])
+def test_stream_scope_that_keeps_no_earlier_burst_warns(kwargs, warns):
+    import warnings
+
+    from hf_calibration.errors import ParameterWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        SECLConfig(replay_scope="stream", **kwargs)
+    ours = [w.message for w in caught if isinstance(w.message, ParameterWarning)]
+    assert len(ours) == int(warns)
+    if warns:
+        assert ours[0].parameter == "replay_scope" and f"replay_size {kwargs['replay_size']}" in str(ours[0])
+
+
 def test_every_option_has_help():
     import dataclasses
 
