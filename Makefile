@@ -69,12 +69,12 @@ demo: setup
 
 # tests/serving/ start a real vLLM server from $(VENV_VLLM) (HF_CALIBRATION_VLLM_VENV overrides the path)
 test: setup-test setup-vllm
-	HF_CALIBRATION_VLLM_VENV=$(abspath $(VENV_VLLM)) $(PY) -m pytest -q tests
+	HF_CALIBRATION_VLLM_VENV=$(abspath $(VENV_VLLM)) $(PY) -m pytest -q -rs tests
 
 # The tests whose floats depend on the CPU's kernels, again with torch's portable kernels: a machine of
 # another kind (AVX2, AVX-512, ARM) rounds differently, and tolerances must hold there too.
 test-portable: setup-test
-	ATEN_CPU_CAPABILITY=default $(PY) -m pytest -q -m numerics tests
+	ATEN_CPU_CAPABILITY=default $(PY) -m pytest -q -rs -m numerics tests
 
 clean:
 	rm -rf $(VENV) $(VENV_VLLM) outputs
