@@ -92,8 +92,11 @@ class SECLConfig:
                 "2 x burst_size keeps the last two). Extension, not in the paper "
                 "(docs/methods.md, 'consolidation'). Default 'burst': measured on two bursts only (SmolLM2, QA-LM then summarization-LM, answers fixed), "
                 "'stream' kept the first domain's held-out AUROC at 0.746 against 0.601 (+0.145 [+0.014, +0.277]) "
-                "for twice the second consolidation's passes; no whole stream has run with it (docs/secl_results.md, "
-                "'A second burst after the first').",
+                "for twice the second consolidation's passes (docs/secl_results.md, 'A second burst after the first'); on "
+                "SmolLM2's four-domain stream (replay_size 100) the adapter it ends with ranks QA-LM at 0.714 against "
+                "0.525, but the rehearsed bursts' higher level is carried into the next domain (MMLU STEM Brier +0.120 "
+                "above the constant's against +0.010; docs/secl_results.md, 'The four-domain stream with the earlier "
+                "bursts rehearsed').",
         "choices": list(REPLAY_SCOPES)})
     replay_batch_size: int = field(default=4, metadata={
         "help": "Earlier questions drawn (uniformly, without replacement, seeded) from the replay buffer "
