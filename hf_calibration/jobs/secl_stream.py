@@ -162,10 +162,10 @@ def _secl_pass_worker(job: dict) -> tuple[list, dict, dict | None]:
     torch.set_num_threads(job["threads"])
     _exit_with_parent()
     model, tokenizer = modeling.load_model(job["model"], device=job["device"])
-    model = apply_secl(model, tokenizer, SECLConfig(**job["secl"]))
-    model.secl_initial_adapter = job["initial"]
-    with warnings.catch_warnings():  # the parent warned about the prompts cut to fit, if any
+    with warnings.catch_warnings():  # the parent warned about the settings and the prompts cut to fit, if any
         warnings.simplefilter("ignore", ParameterWarning)
+        model = apply_secl(model, tokenizer, SECLConfig(**job["secl"]))
+        model.secl_initial_adapter = job["initial"]
         items = build_stream(tokenizer, job["stream"], limit_per_domain=job["limit_per_domain"], seed=job["seed"],
                              balance_gold=job["balance_gold"], prompt_format=model.secl_config.prompt_format,
                              **stream_context(model, tokenizer, model.secl_config, on_overflow=job["on_overflow"],
@@ -255,7 +255,7 @@ def _stream_checkpoint(out, config, secl, options, items, keys, weights: str) ->
                 "on_overflow": config.on_overflow, "options": options | {"progress": None}, "config": secl.to_dict(),
                 "weights": weights}
     checkpoint = StreamCheckpoint.for_output(out, identity, [item.prompt_ids for item in items])
-    checkpoint.start()
+    checkpoint.start(overwrite=config.overwrite)
     return checkpoint, {"baseline": len(checkpoint.baseline()), **{key: checkpoint.kept(key) for key in keys}}
 
 

@@ -41,7 +41,7 @@ import copy
 import json
 import os
 import threading
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -164,7 +164,7 @@ class SECLService:
         self.backend, self.trainer, self.swap, self.max_new_tokens = backend, trainer, swap, max_new_tokens
         self.config = trainer.secl_config
         self.adapter_scope = self.config.adapter_scope
-        trainer.secl_config = replace(self.config, adapter_scope="all")  # the read the server computes
+        trainer.secl_config = self.config.replaced(adapter_scope="all")  # the read the server computes
         self.state_dir = Path(state_dir)
         self.lora = LoRAAdmin(backend)
         self.streams: dict[str, StreamState] = {}

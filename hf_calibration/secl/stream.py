@@ -22,7 +22,6 @@ confidence, fitted by 2-fold cross-fitting over the stream (each half calibrated
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import time
 
 import numpy as np
@@ -130,7 +129,7 @@ def secl_field(key: str, name: str) -> str:
 def _adapter_scope(model, scope: str | None):
     own = model.secl_config
     if scope is not None:
-        model.secl_config = dataclasses.replace(own, adapter_scope=scope)
+        model.secl_config = own.replaced(adapter_scope=scope)
     try:
         yield
     finally:

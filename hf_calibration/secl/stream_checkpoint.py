@@ -5,8 +5,9 @@
 without the ``.jsonl``; a run that stops leaves the result folder as it was):
 
 - ``run.json``: the run's fingerprint (``modeling.backends.checkpoint.fingerprint`` of the model, stream, sizes,
-  seed, SECL config, … and the exact token-id prompts). A folder with another fingerprint is emptied when a run
-  starts: nothing from another run is ever mixed in.
+  seed, SECL config, … and the exact token-id prompts). Nothing from another run is ever mixed in: a folder with
+  another fingerprint is emptied when a run starts, and if it keeps finished questions the run is refused unless
+  ``overwrite`` (``StreamCheckpoint.start``).
 - ``baseline.jsonl``: one baseline-pass record per finished question, appended as it finishes.
 - ``<key>.jsonl`` and ``<key>.pt`` per SECL pass (``secl_key``): the fields the pass added to each finished question
   (appended), and after each question the pass's state: the adapter's weights, AdamW's state, the entropy gate, the
@@ -167,8 +168,12 @@ class StreamCheckpoint:
         identity (JSON-serialisable); prompts : the stream's token-id prompts, in order."""
         return cls(partial_path(output_dir, "secl").with_suffix(""), fingerprint(run, [list(p) for p in prompts], []))
 
-    def start(self) -> None:
-        """Keep the folder if it is this run's, else empty it and mark it as this run's."""
+    def start(self, overwrite: bool = False) -> None:
+        """Keep the folder if it is this run's, else empty it and mark it as this run's.
+
+        Raises ParameterError (naming ``output_dir`` and ``overwrite``) instead of emptying it when it keeps
+        finished questions of another run (another model, stream or setting) and ``overwrite`` is False: a rerun
+        with one option changed would otherwise drop hours of another run's progress without a word."""
         path = self.folder / RUN_FILE
         try:
             ours = json.loads(path.read_text(encoding="utf-8")).get("fingerprint") == self.key
@@ -176,6 +181,12 @@ class StreamCheckpoint:
             ours = False
         if ours:
             return
+        kept = len(_kept_lines(self.folder / BASELINE_FILE)) if self.folder.is_dir() else 0
+        if kept and not overwrite:
+            raise ParameterError("output_dir", str(self.folder.parent), f"{str(self.folder)!r} beside {{output_dir}} "
+                                 f"keeps {kept} finished questions of another run (another model, stream or "
+                                 "setting): rerun that run's command to resume it, or pass {overwrite} to drop them",
+                                 related=("overwrite",))
         try:
             if self.folder.is_file() or self.folder.is_symlink():
                 self.folder.unlink()

@@ -8,6 +8,7 @@ import pytest
 from safetensors.torch import load_file
 
 import hf_calibration.secl.stream as stream_module
+from hf_calibration.errors import ParameterError
 from hf_calibration.jobs import SECLStreamConfig, run_secl_stream
 from hf_calibration.outputs import partial_path
 from hf_calibration.secl import SECLConfig
@@ -181,8 +182,14 @@ def test_another_runs_checkpoint_is_never_mixed_in(tmp_path):
         run, prompts = (other, [[1, 2], [3]]) if isinstance(other, dict) else ({"seed": 0}, other)
         theirs = StreamCheckpoint.for_output(tmp_path / "out", run, prompts)
         assert theirs.key != ours.key
-    theirs.start()
+    with pytest.raises(ParameterError, match=r"^output_dir: .* keeps 2 finished questions of another run .* "
+                                             r"pass overwrite to drop them"):
+        theirs.start()  # refused: the other run's progress is kept
+    assert len(ours.baseline()) == 2
+    theirs.start(overwrite=True)
     assert theirs.baseline() == []
+    StreamCheckpoint.for_output(tmp_path / "empty", {"seed": 0}, [[1]]).start()  # nothing kept: nothing refused
+    assert StreamCheckpoint.for_output(tmp_path / "empty", {"seed": 1}, [[1]]).start() is None
 
 
 def test_a_line_changed_or_a_state_file_cut_is_not_resumed(tmp_path):

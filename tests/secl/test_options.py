@@ -45,26 +45,37 @@ def test_bad_values_name_the_field(kwargs, name):
         SECLConfig(**kwargs)
 
 
-@pytest.mark.parametrize("kwargs, warns", [
+@pytest.mark.parametrize("kwargs, warned", [
     # a buffer of one burst holds only that burst when it ends: the consolidation is the 'burst' scope's
-    (dict(replay_size=50, burst_size=50, replay_batch_size=0), True),
-    (dict(replay_size=30, burst_size=50, replay_batch_size=0), True),
-    (dict(replay_size=100, burst_size=50, replay_batch_size=0), False),
+    (dict(replay_scope="stream", replay_size=50, burst_size=50, replay_batch_size=0, consolidation_epochs=1),
+     "replay_scope"),
+    (dict(replay_scope="stream", replay_size=30, burst_size=50, replay_batch_size=0, consolidation_epochs=1),
+     "replay_scope"),
+    (dict(replay_scope="stream", replay_size=100, burst_size=50, replay_batch_size=0, consolidation_epochs=1), None),
     # update steps early in a burst still draw the earlier burst's questions
-    (dict(replay_size=50, burst_size=50, replay_batch_size=4), False),
+    (dict(replay_scope="stream", replay_size=50, burst_size=50, replay_batch_size=4), None),
+    # a buffer that neither the steps nor a consolidation reads, in either scope
+    (dict(replay_size=50, replay_batch_size=0), "replay_size"),
+    (dict(replay_scope="stream", replay_size=100, burst_size=50, replay_batch_size=0), "replay_size"),
+    (dict(replay_size=50, replay_batch_size=0, consolidation_epochs=3), None),
+    (dict(), None),
 ])
-def test_stream_scope_that_keeps_no_earlier_burst_warns(kwargs, warns):
+def test_replay_settings_that_change_nothing_warn(kwargs, warned):
     import warnings
 
     from hf_calibration.errors import ParameterWarning
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        SECLConfig(replay_scope="stream", **kwargs)
+        config = SECLConfig(**kwargs)
     ours = [w.message for w in caught if isinstance(w.message, ParameterWarning)]
-    assert len(ours) == int(warns)
-    if warns:
-        assert ours[0].parameter == "replay_scope" and f"replay_size {kwargs['replay_size']}" in str(ours[0])
+    assert [w.parameter for w in ours] == ([warned] if warned else [])
+    if warned:
+        assert f"replay_size {kwargs['replay_size']}" in str(ours[0])
+    with warnings.catch_warnings(record=True) as caught:  # a copy for another adapter scope does not warn again
+        warnings.simplefilter("always")
+        copy = config.replaced(adapter_scope="all")
+    assert not caught and copy.adapter_scope == "all" and copy.replay_size == config.replay_size
 
 
 def test_every_option_has_help():
