@@ -9,8 +9,7 @@ from __future__ import annotations
 import json
 import math
 import warnings
-import dataclasses
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from hf_calibration.errors import ParameterError, ParameterWarning
@@ -192,7 +191,7 @@ class SECLConfig:
         when it was made (a pass that reads with another ``adapter_scope`` copies the config)."""
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ParameterWarning)
-            return dataclasses.replace(self, **changes)
+            return replace(self, **changes)
 
     def layers_for(self, num_layers: int) -> list[int]:
         """The layer indices that get adapters in a model with ``num_layers`` layers."""
