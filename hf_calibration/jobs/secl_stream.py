@@ -128,6 +128,16 @@ def _warn_short_domains(items, limit: int) -> None:
                                            f"questions of {domain}; using all {n}"), stacklevel=3)
 
 
+def _warn_unfinished_burst(items, secl: SECLConfig, burst_at_start: bool) -> None:
+    """A ParameterWarning when the burst opened at the start outlasts the stream: its consolidation never runs."""
+    if burst_at_start and secl.consolidation_epochs and len(items) < secl.burst_size:
+        warnings.warn(ParameterWarning(
+            "burst_size", secl.burst_size,
+            f"{{burst_size}} {secl.burst_size} is longer than the stream's {len(items)} questions: the burst opened "
+            "at the start never ends, so its consolidation ({consolidation_epochs}) never runs; set {burst_size} "
+            f"<= {len(items)} or give a longer stream", related=("consolidation_epochs",)), stacklevel=3)
+
+
 def _plot_domain(records: list, domain: str, title: str, signals: tuple):
     sub = [r for r in records if r["domain"] == domain]
     panels = {SIGNAL_NAMES[s]: (np.array([r[secl_field(s, "correct") if s.startswith("secl") else "correct"]
@@ -305,6 +315,7 @@ def _run_secl_stream(config: SECLStreamConfig, secl: SECLConfig, out: Path, prog
                          **stream_context(model, tokenizer, secl, max_new_tokens=config.max_new_tokens,
                                           on_overflow=config.on_overflow))
     _warn_short_domains(items, config.limit_per_domain)
+    _warn_unfinished_burst(items, secl, config.burst_at_start)
     scope = secl.adapter_scope
     other = next(s for s in ADAPTER_SCOPES if s != scope) if config.compare_adapter_scopes else None
     start = time.perf_counter()

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import math
 import warnings
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 from hf_calibration.errors import ParameterError, ParameterWarning
@@ -182,9 +182,34 @@ class SECLConfig:
                 "own questions, so the consolidation is the same as with 'burst'; set {replay_size} above "
                 "{burst_size} (e.g. 2 x {burst_size}) to rehearse the burst before it",
                 related=("replay_size", "burst_size", "replay_batch_size")), stacklevel=3)
+        self._warn_without_effect()
         self.target_modules = list(self.target_modules)
         if self.target_layers is not None:
             self.target_layers = list(self.target_layers)
+
+    def _warn_without_effect(self) -> None:
+        """A ParameterWarning for each consolidation or replay option set to a value the others keep from acting."""
+        defaults = {f.name: f.default for f in fields(self)}
+        if not self.consolidation_epochs:
+            for name in ("consolidation_batch_size", "consolidation_lr_scheduler"):
+                if getattr(self, name) != defaults[name]:
+                    warnings.warn(ParameterWarning(
+                        name, getattr(self, name),
+                        f"{{{name}}} {getattr(self, name)!r} has no effect: {{consolidation_epochs}} 0 runs no "
+                        f"consolidation; set {{consolidation_epochs}} above 0 or leave {{{name}}} at "
+                        f"{defaults[name]!r}", related=("consolidation_epochs",)), stacklevel=4)
+        if self.replay_size and self.replay_batch_size > self.replay_size:
+            warnings.warn(ParameterWarning(
+                "replay_batch_size", self.replay_batch_size,
+                f"{{replay_batch_size}} {self.replay_batch_size} is above {{replay_size}} {self.replay_size}: an "
+                f"update step draws at most the {self.replay_size} kept questions; set {{replay_batch_size}} <= "
+                "{replay_size}", related=("replay_size",)), stacklevel=4)
+        if self.consolidation_epochs and self.consolidation_batch_size > self.replay_size > 0:
+            warnings.warn(ParameterWarning(
+                "consolidation_batch_size", self.consolidation_batch_size,
+                f"{{consolidation_batch_size}} {self.consolidation_batch_size} is above {{replay_size}} "
+                f"{self.replay_size}: each consolidation epoch is one step on all {self.replay_size} kept questions; "
+                "set {consolidation_batch_size} <= {replay_size}", related=("replay_size",)), stacklevel=4)
 
     def replaced(self, **changes) -> "SECLConfig":
         """A copy with ``changes`` (``dataclasses.replace``) that does not repeat the warnings this config gave

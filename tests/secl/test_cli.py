@@ -143,6 +143,22 @@ def test_secl_limit_above_domain_size_warns(tiny_dir, tmp_path, capsys, monkeypa
     assert [r["domain"] for r in records] == ["mmlu:stem"] * 2 + ["gsm8k"] * 3
 
 
+def test_secl_options_without_effect_warn_once_by_their_option_names(tiny_dir, tmp_path, capsys):
+    out = tmp_path / "secl"
+    # a burst longer than the 3-question stream never ends, so its consolidation never runs; a replay minibatch of
+    # 5 from a buffer of 4 draws 4
+    argv = ["secl", "--model", tiny_dir, "--stream", "mmlu:stem", "--limit-per-domain", "3", "--n-resamples", "20",
+            "--burst-at-start", "--burst-size", "5", "--replay-size", "4", "--replay-batch-size", "5",
+            "--consolidation-epochs", "1", "--output-dir", str(out)]
+    assert main(argv) == 0
+    warnings = [w for w in capsys.readouterr().err.splitlines()
+                if w.startswith("hf-calibration: warning: --burst-size") or w.startswith("hf-calibration: warning: --replay")]
+    assert len(warnings) == 2, warnings
+    assert warnings[0].startswith("hf-calibration: warning: --replay-batch-size 5 is above --replay-size 4")
+    assert warnings[1].startswith("hf-calibration: warning: --burst-size 5 is longer than the stream's 3 questions")
+    assert "--consolidation-epochs" in warnings[1] and (out / "records.jsonl").exists()
+
+
 @pytest.mark.parametrize("argv, fragments", [
     (["--stream", "mmlu:stem", "--limit-per-domain", "1"], ["--limit-per-domain 1", "at least 2"]),
     (["--stream", "gsm8k", "--limit-per-domain", "1"], ["--limit-per-domain 1", "at least 2"]),

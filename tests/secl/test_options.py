@@ -59,6 +59,16 @@ def test_bad_values_name_the_field(kwargs, name):
     (dict(replay_scope="stream", replay_size=100, burst_size=50, replay_batch_size=0), "replay_size"),
     (dict(replay_size=50, replay_batch_size=0, consolidation_epochs=3), None),
     (dict(), None),
+    # consolidation options without a consolidation
+    (dict(consolidation_batch_size=4), "consolidation_batch_size"),
+    (dict(consolidation_lr_scheduler="linear"), "consolidation_lr_scheduler"),
+    (dict(replay_size=50, replay_batch_size=0, consolidation_epochs=3, consolidation_batch_size=4,
+          consolidation_lr_scheduler="linear"), None),
+    # minibatches larger than the buffer: capped at what it keeps
+    (dict(replay_size=3, replay_batch_size=4), "replay_batch_size"),
+    (dict(replay_size=4, replay_batch_size=4), None),
+    (dict(replay_size=4, replay_batch_size=0, consolidation_epochs=1, consolidation_batch_size=8),
+     "consolidation_batch_size"),
 ])
 def test_replay_settings_that_change_nothing_warn(kwargs, warned):
     import warnings
@@ -71,7 +81,7 @@ def test_replay_settings_that_change_nothing_warn(kwargs, warned):
     ours = [w.message for w in caught if isinstance(w.message, ParameterWarning)]
     assert [w.parameter for w in ours] == ([warned] if warned else [])
     if warned:
-        assert f"replay_size {kwargs['replay_size']}" in str(ours[0])
+        assert f"{warned} {kwargs[warned]!r}" in str(ours[0])
     with warnings.catch_warnings(record=True) as caught:  # a copy for another adapter scope does not warn again
         warnings.simplefilter("always")
         copy = config.replaced(adapter_scope="all")
@@ -262,7 +272,8 @@ def test_consolidation_trains_every_burst_question_when_the_burst_ends(tiny_mode
 
 def test_no_consolidation_before_the_burst_ends(tiny_model, tiny_tokenizer, monkeypatch):
     calls = _spy_steps(monkeypatch)
-    secl = apply_secl(tiny_model, tiny_tokenizer, SECLConfig(burst_size=3, replay_size=3, consolidation_epochs=1))
+    secl = apply_secl(tiny_model, tiny_tokenizer,
+                      SECLConfig(burst_size=3, replay_size=3, replay_batch_size=3, consolidation_epochs=1))
     secl.start_burst()
     for _ in range(2):
         answer_a(secl, tiny_tokenizer, secl_choices=[CHOICES])
