@@ -112,7 +112,9 @@ def _served_checkpoint(config: DiagnoseConfig, out):
     run = {"job": "diagnose", "model": config.model, "served_model": config.served_model or config.model,
            "dataset": config.dataset, "subjects": config.subjects, "limit": config.limit, "seed": config.seed,
            "balance_gold": config.balance_gold, "prompt_format": config.prompt_format, **custom_data_options(config)}
-    return ScoreCheckpoint(partial_path(out, "diagnose"), run)
+    checkpoint = ScoreCheckpoint(partial_path(out, "diagnose"), run)
+    checkpoint.claim(overwrite=config.overwrite)
+    return checkpoint
 
 
 def _diagnose_mcqa(config: DiagnoseConfig, model, tokenizer, out, run: dict, progress: bool):

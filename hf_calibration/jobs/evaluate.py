@@ -65,7 +65,9 @@ def _checkpoint(config: EvaluateConfig, out):
     run = {"job": "evaluate", "model": config.model, "served_model": config.served_model or config.model,
            "dataset": config.dataset, "subjects": config.subjects, "limit": config.limit, "seed": config.seed,
            "prompt_format": config.prompt_format, **custom_data_options(config)}
-    return ScoreCheckpoint(partial_path(out, "evaluate"), run)
+    checkpoint = ScoreCheckpoint(partial_path(out, "evaluate"), run)
+    checkpoint.claim(overwrite=config.overwrite)
+    return checkpoint
 
 
 def _score_served(config: EvaluateConfig, dataset, checkpoint):

@@ -90,20 +90,33 @@ def test_dead_server_keeps_the_scored_questions_and_the_rerun_resumes(serve, tin
     np.testing.assert_allclose(result.scores.probs, local.scores.probs, atol=1e-5)
 
 
-def test_another_runs_checkpoint_is_never_mixed_in(serve, tiny_model_dir, tmp_path):
+def test_another_runs_checkpoint_is_refused_and_never_mixed_in(serve, tiny_model_dir, tmp_path):
+    from hf_calibration.errors import ParameterError
+
     out = tmp_path / "run"
     serve(alive=3)
     with pytest.raises(ServerError):
         run_evaluate(_config(tiny_model_dir, out, seed=1), progress=False)
+    kept = partial_path(out, "evaluate")
+    before = kept.read_text()
+    refused = serve()
+    with pytest.raises(ParameterError) as err:  # other questions, same folder: the kept scores are not dropped
+        run_evaluate(_config(tiny_model_dir, out, seed=2), progress=False)
+    assert err.value.parameter == "output_dir" and "overwrite" in err.value.related
+    assert "keeps 3 scored prompts of another run" in str(err.value)
+    assert refused.sent == 0 and kept.read_text() == before
     other = serve()
-    run_evaluate(_config(tiny_model_dir, out, seed=2), progress=False)  # other questions, same folder
-    assert other.sent == LIMIT and not partial_path(out, "evaluate").exists()
+    run_evaluate(_config(tiny_model_dir, out, seed=2, overwrite=True), progress=False)
+    assert other.sent == LIMIT and not kept.exists()
     serve(alive=3)
     with pytest.raises(ServerError):
         run_evaluate(_config(tiny_model_dir, out, limit=LIMIT - 1), progress=False)
+    with pytest.raises(ParameterError):  # same questions, another prompt
+        run_evaluate(_config(tiny_model_dir, out, limit=LIMIT - 1, prompt_format="plain"), progress=False)
     again = serve()
-    run_evaluate(_config(tiny_model_dir, out, limit=LIMIT - 1, prompt_format="plain"), progress=False)
-    assert again.sent == LIMIT - 1  # same questions, another prompt: the other run's scores are discarded
+    run_evaluate(_config(tiny_model_dir, out, limit=LIMIT - 1, prompt_format="plain", overwrite=True),
+                 progress=False)
+    assert again.sent == LIMIT - 1  # the other run's scores dropped, none mixed in
 
 
 def test_diagnose_resumes_inside_a_later_pass(serve, tiny_model_dir, tmp_path):

@@ -8,7 +8,8 @@ the backend's retries) re-raises it saying how many prompts are kept and that th
 
 The fingerprints cover the run's identity the job records (model, served model, dataset, subjects, limit, seed,
 prompt format, …) and, per pass, a hash of the exact token-id prompts and read ids, so a file from any other run, or from
-the same options over other data or another tokenizer, is discarded, never mixed in.
+the same options over other data or another tokenizer, is never mixed in. ``claim`` refuses to start over a file
+that keeps another run's scores unless told to drop them (``overwrite``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Sequence
 
 import numpy as np
 
+from hf_calibration.errors import ParameterError
 from hf_calibration.modeling.backends.base import TokenLogprobs
 from hf_calibration.modeling.backends.server import ServerError
 
@@ -58,6 +60,27 @@ class ScoreCheckpoint:
         except (ValueError, IndexError, AttributeError):
             ours = False
         return lines if ours else []
+
+    def claim(self, *, overwrite: bool = False) -> None:
+        """Check, before any prompt is sent, that the file at ``path`` is this run's or holds nothing.
+
+        Raises ParameterError naming ``output_dir`` and ``overwrite`` when it keeps scored prompts of another run
+        (another model, data or setting) and ``overwrite`` is False: a rerun with one option changed would
+        otherwise drop the other run's server time without a word. With ``overwrite`` that file is deleted.
+        """
+        if not self.path.is_file() or self._lines():
+            return
+        try:
+            lines = self.path.read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError):
+            lines = []
+        kept = sum(1 for line in lines[1:] if line.strip())
+        if kept and not overwrite:
+            raise ParameterError("output_dir", str(self.path.parent), f"{str(self.path)!r} beside {{output_dir}} "
+                                 f"keeps {kept} scored prompts of another run (another model, data or setting): "
+                                 "rerun that run's command to resume it, or pass {overwrite} to drop them",
+                                 related=("overwrite",))
+        self.path.unlink(missing_ok=True)
 
     def kept(self, key: str) -> dict[int, tuple[list[float], int, float]]:
         """Prompt index → (log-probabilities, top id, top log-probability) kept for the pass fingerprinted ``key``;
