@@ -37,8 +37,9 @@ from experiments.secl_claims import PASS_BUDGET
 from experiments.secl_learnability import MODEL_ALIASES, format_interval as _ci, metric_row as _metric_row
 from experiments.secl_learnability import paired_difference as _paired, read_results as _read
 
-# The base every schedule changes, pinned: SECLConfig's defaults (the paper's one step per question, the decoded
-# answer restated), which "default" below names and the saved results and the report's paired table are keyed by.
+# The base every schedule changes, pinned: SECLConfig's defaults when the study ran (the paper's one step per
+# question, the decoded answer restated; restate's default is "option_text" since 2026-12-03), which "default" below
+# names and the saved results and the report's paired table are keyed by.
 ONE_STEP = {"restate": "answer", "replay_size": 0, "replay_batch_size": 4, "consolidation_epochs": 0, "tau_n": 0.2}
 # name → SECLConfig fields changed from ONE_STEP; the buffer of 50 holds a whole default burst
 SCHEDULES = {
