@@ -79,10 +79,10 @@ def _parsed(line: str):
     return json.loads(wrapped["value"])
 
 
-def _kept_lines(path: Path, n: int | None = None) -> list:
+def _kept_lines(path: Path, n: int | None = None, *, trim: bool = True) -> list:
     """The lines of ``path`` up to the first one that does not parse or whose hash does not match (a torn last line
-    of a killed run, a line changed by hand), at most ``n``; the file is rewritten to hold exactly those, so the
-    lines appended next follow them."""
+    of a killed run, a line changed by hand), at most ``n``; with ``trim`` the file is rewritten to hold exactly
+    those, so the lines appended next follow them (without: read only, to count another run's lines)."""
     if not path.is_file():
         return []
     lines = path.read_text(encoding="utf-8").splitlines()
@@ -92,7 +92,7 @@ def _kept_lines(path: Path, n: int | None = None) -> list:
             out.append(_parsed(line))
         except ValueError:
             break
-    if len(out) < len(lines):
+    if trim and len(out) < len(lines):
         path.write_text("".join(line + "\n" for line in lines[: len(out)]), encoding="utf-8")
     return out
 
@@ -181,7 +181,7 @@ class StreamCheckpoint:
             ours = False
         if ours:
             return
-        kept = len(_kept_lines(self.folder / BASELINE_FILE)) if self.folder.is_dir() else 0
+        kept = len(_kept_lines(self.folder / BASELINE_FILE, trim=False)) if self.folder.is_dir() else 0
         if kept and not overwrite:
             raise ParameterError("output_dir", str(self.folder.parent), f"{str(self.folder)!r} beside {{output_dir}} "
                                  f"keeps {kept} finished questions of another run (another model, stream or "

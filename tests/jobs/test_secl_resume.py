@@ -182,9 +182,13 @@ def test_another_runs_checkpoint_is_never_mixed_in(tmp_path):
         run, prompts = (other, [[1, 2], [3]]) if isinstance(other, dict) else ({"seed": 0}, other)
         theirs = StreamCheckpoint.for_output(tmp_path / "out", run, prompts)
         assert theirs.key != ours.key
+    with open(ours.folder / "baseline.jsonl", "a") as f:
+        f.write('{"x": 4.')  # torn again: the refusal below only counts, it leaves the other run's file as it is
+    before = (ours.folder / "baseline.jsonl").read_bytes()
     with pytest.raises(ParameterError, match=r"^output_dir: .* keeps 2 finished questions of another run .* "
                                              r"pass overwrite to drop them"):
         theirs.start()  # refused: the other run's progress is kept
+    assert (ours.folder / "baseline.jsonl").read_bytes() == before
     assert len(ours.baseline()) == 2
     theirs.start(overwrite=True)
     assert theirs.baseline() == []
