@@ -169,6 +169,8 @@ class Parser(TrlParser):
         for action in self._actions:  # "--limit-per-domain/--limit_per_domain" in help and errors
             action.option_strings.sort(key=lambda s: "_" in s)
             action.help = _percent_escaped(action.help)
+            if action.nargs == "?" and action.const is True:  # a bool field: "--overwrite [true|false]", not
+                action.metavar = "true|false"                 # HfArgumentParser's "--overwrite [OVERWRITE]"
         if self.dataclass_types:
             self.add_argument("--config", metavar="FILE", help="YAML file of option values, keyed by field name "
                               f"({self._config_example()}); options given on the command line override it.")

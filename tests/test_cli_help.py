@@ -172,3 +172,12 @@ def test_every_docs_section_an_option_help_cites_exists():
         headings = [line.lower() for line in (root / doc).read_text(encoding="utf-8").splitlines()
                     if line.startswith("#")]
         assert any(section.lower() in h for h in headings), f"{doc}: no heading with {section!r}"
+
+
+@pytest.mark.parametrize("command", ["secl", "evaluate", "diagnose"])
+def test_bool_options_show_the_values_they_take(command):
+    """HfArgumentParser shows a bool field as "--overwrite [OVERWRITE]"; the help says what goes there."""
+    import re
+
+    text = cli.command_parser(command).format_help()
+    assert "--overwrite [true|false]" in text and not re.search(r"\[[A-Z_]+\]", text)
