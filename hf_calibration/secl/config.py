@@ -173,21 +173,6 @@ class SECLConfig:
                                  "keeps the replay buffer across bursts, which {replay_size} 0 turns off: set "
                                  "{replay_size} > 0 (e.g. a multiple of {burst_size}) or {replay_scope} 'burst'",
                                  related=("replay_size", "burst_size"))
-        if self.replay_size and not self.replay_batch_size and not self.consolidation_epochs:
-            warnings.warn(ParameterWarning(
-                "replay_size", self.replay_size,
-                f"{{replay_size}} {self.replay_size} keeps questions nothing uses: {{replay_batch_size}} 0 and "
-                "{consolidation_epochs} 0 turn off both the replay in the update steps and the consolidation; set "
-                "one of them above 0, or {replay_size} 0", related=("replay_batch_size", "consolidation_epochs")),
-                stacklevel=3)
-        elif self.replay_scope == "stream" and self.replay_size <= self.burst_size and not self.replay_batch_size:
-            warnings.warn(ParameterWarning(
-                "replay_scope", self.replay_scope,
-                f"{{replay_scope}} 'stream' with {{replay_size}} {self.replay_size} <= {{burst_size}} "
-                f"{self.burst_size} and {{replay_batch_size}} 0: when a full burst ends the buffer holds only its "
-                "own questions, so the consolidation is the same as with 'burst'; set {replay_size} above "
-                "{burst_size} (e.g. 2 x {burst_size}) to rehearse the burst before it",
-                related=("replay_size", "burst_size", "replay_batch_size")), stacklevel=3)
         self._warn_without_effect()
         self.target_modules = list(self.target_modules)
         if self.target_layers is not None:
@@ -195,6 +180,21 @@ class SECLConfig:
 
     def _warn_without_effect(self) -> None:
         """A ParameterWarning for each consolidation or replay option set to a value the others keep from acting."""
+        if self.replay_size and not self.replay_batch_size and not self.consolidation_epochs:
+            warnings.warn(ParameterWarning(
+                "replay_size", self.replay_size,
+                f"{{replay_size}} {self.replay_size} keeps questions nothing uses: {{replay_batch_size}} 0 and "
+                "{consolidation_epochs} 0 turn off both the replay in the update steps and the consolidation; set "
+                "one of them above 0, or {replay_size} 0", related=("replay_batch_size", "consolidation_epochs")),
+                stacklevel=4)
+        elif self.replay_scope == "stream" and self.replay_size <= self.burst_size and not self.replay_batch_size:
+            warnings.warn(ParameterWarning(
+                "replay_scope", self.replay_scope,
+                f"{{replay_scope}} 'stream' with {{replay_size}} {self.replay_size} <= {{burst_size}} "
+                f"{self.burst_size} and {{replay_batch_size}} 0: when a full burst ends the buffer holds only its "
+                "own questions, so the consolidation is the same as with 'burst'; set {replay_size} above "
+                "{burst_size} (e.g. 2 x {burst_size}) to rehearse the burst before it",
+                related=("replay_size", "burst_size", "replay_batch_size")), stacklevel=4)
         defaults = {f.name: f.default for f in fields(self)}
         if not self.consolidation_epochs:
             for name in ("consolidation_batch_size", "consolidation_lr_scheduler"):

@@ -55,11 +55,14 @@ class ScoreCheckpoint:
         if not self.path.is_file():
             return []
         lines = self.path.read_text(encoding="utf-8").splitlines()
+        return lines if self._is_ours(lines) else []
+
+    def _is_ours(self, lines: list[str]) -> bool:
+        """Whether ``lines`` (a file's) start with this run's header."""
         try:
-            ours = json.loads(lines[0]).get("fingerprint") == self.key
+            return json.loads(lines[0]).get("fingerprint") == self.key
         except (ValueError, IndexError, AttributeError):
-            ours = False
-        return lines if ours else []
+            return False
 
     def claim(self, *, overwrite: bool = False) -> None:
         """Check, before any prompt is sent, that the file at ``path`` is this run's or holds nothing.
@@ -68,12 +71,14 @@ class ScoreCheckpoint:
         (another model, data or setting) and ``overwrite`` is False: a rerun with one option changed would
         otherwise drop the other run's server time without a word. With ``overwrite`` that file is deleted.
         """
-        if not self.path.is_file() or self._lines():
+        if not self.path.is_file():
             return
         try:
             lines = self.path.read_text(encoding="utf-8").splitlines()
         except (OSError, UnicodeDecodeError):
             lines = []
+        if self._is_ours(lines):
+            return
         kept = sum(1 for line in lines[1:] if line.strip())
         if kept and not overwrite:
             raise ParameterError("output_dir", str(self.path.parent), f"{str(self.path)!r} beside {{output_dir}} "
