@@ -266,7 +266,7 @@ def _stream_checkpoint(out, config, secl, options, items, keys, weights: str) ->
                 "weights": weights}
     checkpoint = StreamCheckpoint.for_output(out, identity, [item.prompt_ids for item in items])
     checkpoint.start(overwrite=config.overwrite)
-    return checkpoint, {"baseline": len(checkpoint.baseline()), **{key: checkpoint.kept(key) for key in keys}}
+    return checkpoint, checkpoint.kept_counts(keys, hold_passes=config.workers == 1)
 
 
 def run_secl_stream(config: SECLStreamConfig, secl: SECLConfig | None = None, *,

@@ -161,6 +161,7 @@ class StreamCheckpoint:
 
     def __init__(self, folder, key: str):
         self.folder, self.key = Path(folder), key
+        self._held: dict = {}  # what ``kept_counts`` read, for the first ``baseline``/``resume_pass`` to take
 
     @classmethod
     def for_output(cls, output_dir, run: dict, prompts) -> "StreamCheckpoint":
@@ -202,9 +203,25 @@ class StreamCheckpoint:
         """Drop the folder (the run's results are in place)."""
         shutil.rmtree(self.folder, ignore_errors=True)
 
+    def kept_counts(self, keys, *, hold_passes: bool = True) -> dict:
+        """How many questions the baseline pass and each SECL pass of ``keys`` will resume from ({"baseline": n,
+        key: n, …}), each file read once: what is read here is held for this object's first ``baseline`` and
+        ``resume_pass(…, key)`` to take instead of reading the files again (the run's start-up). hold_passes : False
+        where the SECL passes run in other processes (they read their own), so their states are not held here."""
+        self._held = {"baseline": _kept_lines(self.folder / BASELINE_FILE)}
+        counts = {"baseline": len(self._held["baseline"])}
+        for key in keys:
+            done, loaded = self._pass(key)
+            counts[key] = len(done)
+            if hold_passes:
+                self._held[key] = (done, loaded)
+        return counts
+
     # -- the baseline pass ----------------------------------------------------------------------------------------
     def baseline(self) -> list[dict]:
         """The baseline records kept, in stream order."""
+        if "baseline" in self._held:
+            return self._held.pop("baseline")
         return _kept_lines(self.folder / BASELINE_FILE)
 
     def add_baseline(self, record: dict) -> None:
@@ -220,7 +237,7 @@ class StreamCheckpoint:
 
         from hf_calibration.secl.mixin import ADAPTER_NAME
 
-        done, loaded = self._pass(key)
+        done, loaded = self._held.pop(key) if key in self._held else self._pass(key)
         if not done:
             return []
         saved, state = loaded

@@ -96,6 +96,27 @@ def test_a_stopped_stream_resumes_where_it_stopped(tiny_model_dir, tmp_path, mon
     assert len(kept) == 4 and [i["index"] for i in state["replay"]["items"]] == [i["index"] for i in kept]
 
 
+def test_a_resumed_run_reads_each_kept_file_once(tiny_model_dir, tmp_path, monkeypatch):
+    """At start-up the run counts what each pass kept and the passes then take it: the baseline records and the SECL
+    pass's state are read once, not once to count and once more to resume."""
+    import hf_calibration.secl.stream_checkpoint as kept_module
+
+    (tmp_path.parent / "model").exists() or (tmp_path.parent / "model").symlink_to(tiny_model_dir)
+    config = _config(tmp_path, "stopped")
+    _stopping_after(monkeypatch, 6 + 3)  # the whole baseline pass, then the SECL pass's fourth question
+    with pytest.raises(Stop):
+        run_secl_stream(config, SECL, progress=False)
+    monkeypatch.undo()
+    reads = []
+    real_lines, real_state = kept_module._kept_lines, kept_module._load_state
+    monkeypatch.setattr(kept_module, "_kept_lines", lambda path, *a, **k: reads.append(path.name) or real_lines(
+        path, *a, **k))
+    monkeypatch.setattr(kept_module, "_load_state", lambda path: reads.append(path.name) or real_state(path))
+    resumed = run_secl_stream(config, SECL, progress=False)
+    assert resumed.run["resumed"] == {"baseline": 6, "secl": 3, "secl_final": 0}
+    assert reads.count("baseline.jsonl") == 1 and reads.count("secl.pt") == 1 and reads.count("secl.jsonl") == 1
+
+
 def test_a_run_stopped_in_the_final_adapter_reads_keeps_them(tiny_model_dir, tmp_path, monkeypatch):
     """Stopped after 4 of the 6 final-adapter reads, the rerun takes those 4 and reads the other 2 with the adapter the
     SECL pass saved: the records equal an unstopped run's. Reads kept for another adapter are never used."""
