@@ -428,7 +428,7 @@ def check_artifact_config(cfg: Mapping, *, kind: str, max_format_version: int, s
         raise ValueError(f"cfg: the {kind} config{where} must be a JSON object, got {type(cfg).__name__}")
     version = cfg.get(FORMAT_VERSION_KEY, 1)
     if isinstance(version, bool) or not isinstance(version, int) or version < 1:
-        raise ValueError(f"{FORMAT_VERSION_KEY}: the {kind} config{where} has {version!r}; expected an integer >= 1")
+        raise ValueError(f"{FORMAT_VERSION_KEY}: the {kind} config{where} has {version!r}; expected an integer ≥ 1")
     if version > max_format_version:
         raise ValueError(
             f"{FORMAT_VERSION_KEY}: the {kind} config{where} has format_version {version}, but hf-calibration "

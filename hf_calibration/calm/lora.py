@@ -16,6 +16,6 @@ def default_lora_config(r: int = 8):
     from peft import LoraConfig
 
     if isinstance(r, bool) or not isinstance(r, int) or r < 1:
-        raise ParameterError("r", r, f"must be an integer >= 1, got {r!r}")
+        raise ParameterError("r", r, f"must be an integer ≥ 1, got {r!r}")
     return LoraConfig(r=r, lora_alpha=2 * r, lora_dropout=0.0, target_modules=list(ATTENTION_PROJECTIONS),
                       task_type="CAUSAL_LM")

@@ -135,7 +135,7 @@ def _warn_unfinished_burst(items, secl: SECLConfig, burst_at_start: bool) -> Non
             "burst_size", secl.burst_size,
             f"{{burst_size}} {secl.burst_size} is longer than the stream's {len(items)} questions: the burst opened "
             "at the start never ends, so its consolidation ({consolidation_epochs}) never runs; set {burst_size} "
-            f"<= {len(items)} or give a longer stream", related=("consolidation_epochs",)), stacklevel=3)
+            f"≤ {len(items)} or give a longer stream", related=("consolidation_epochs",)), stacklevel=3)
 
 
 def _plot_domain(records: list, domain: str, title: str, signals: tuple):

@@ -170,13 +170,13 @@ def prepare(
     if prob.ndim == 2 and prob.shape[1] < 2:
         raise ValueError(
             f"y_prob has shape {prob.shape}; pass confidences as a 1-D array of shape (n,) "
-            "or probabilities as (n, K) with K >= 2"
+            "or probabilities as (n, K) with K ≥ 2"
         )
     if prob.shape[0] == 0:
         if not allow_empty:
             raise ValueError(f"y_prob is empty (shape {prob.shape}); at least one prediction is needed")
     elif multiclass is True and prob.ndim != 2:
-        raise ValueError(f"y_prob must be probabilities of shape (n, K) with K >= 2, got shape {prob.shape}")
+        raise ValueError(f"y_prob must be probabilities of shape (n, K) with K ≥ 2, got shape {prob.shape}")
     elif multiclass is False and prob.ndim != 1:
         raise ValueError(f"y_prob must be confidences of shape (n,), got shape {prob.shape}")
     if prob.dtype.kind != "f" or (prob.ndim == 1 and prob.dtype != np.float64):

@@ -43,7 +43,7 @@ def _check_bootstrap_args(n_resamples, confidence_level, seed, method="BCa") -> 
     if isinstance(n_resamples, bool) or not isinstance(n_resamples, (int, np.integer)):
         raise ParameterTypeError("n_resamples", n_resamples, f"must be an int, got {n_resamples!r}")
     if n_resamples < 1:
-        raise ParameterError("n_resamples", n_resamples, f"must be >= 1, got {n_resamples}")
+        raise ParameterError("n_resamples", n_resamples, f"must be ≥ 1, got {n_resamples}")
     if not isinstance(confidence_level, (float, int, np.floating)) or not 0 < confidence_level < 1:
         raise ParameterError("confidence_level", confidence_level, f"must be in (0, 1), got {confidence_level!r}")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
@@ -346,11 +346,11 @@ def stratified_bootstrap(
     _check_bootstrap_args(n_resamples, confidence_level, seed, method)
     sizes = [int(n) for n in sizes]
     if not sizes or min(sizes) < 1:
-        raise ParameterError("sizes", sizes, f"must be one or more stratum sizes >= 1, got {sizes!r}")
+        raise ParameterError("sizes", sizes, f"must be one or more stratum sizes ≥ 1, got {sizes!r}")
     w = np.ones(len(sizes)) if weights is None else np.asarray(weights, dtype=float)
     if w.shape != (len(sizes),) or not np.all(np.isfinite(w)) or np.any(w < 0) or w.sum() <= 0:
         raise ParameterError("weights", weights,
-                             f"must be {len(sizes)} finite values >= 0 with a positive sum, got {weights!r}")
+                             f"must be {len(sizes)} finite values ≥ 0 with a positive sum, got {weights!r}")
     w = w / w.sum()
     whole = [float(statistic(k, np.arange(n))) for k, n in enumerate(sizes)]
     estimate = float(sum(wk * v for wk, v in zip(w, whole)))

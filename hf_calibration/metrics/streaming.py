@@ -193,7 +193,7 @@ def _check_n_classes(n_classes, classwise: bool) -> int | None:
     if isinstance(n_classes, bool) or not isinstance(n_classes, (int, np.integer)):
         raise TypeError(f"n_classes must be an int, got {n_classes!r} ({type(n_classes).__name__})")
     if n_classes < 2:
-        raise ValueError(f"n_classes must be an integer >= 2, got {n_classes}")
+        raise ValueError(f"n_classes must be an integer ≥ 2, got {n_classes}")
     if not classwise:
         raise ValueError(f"n_classes={n_classes} is only meaningful with classwise=True")
     return int(n_classes)

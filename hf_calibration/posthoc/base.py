@@ -83,7 +83,7 @@ def _check_confidence(confidence, input_format="probability", name="confidence")
         what = "finite and in [0, 1]"
     elif input_format == "log_probability":
         bad |= arr > 0.0
-        what = "finite log-probabilities <= 0 (input_format='log_probability')"
+        what = "finite log-probabilities ≤ 0 (input_format='log_probability')"
     else:
         what = "finite log-odds (input_format='log_odds')"
     if bad.any():
@@ -147,7 +147,7 @@ def _check_int_param(value, name, low):
     if isinstance(value, bool) or not isinstance(value, Integral):
         raise ParameterTypeError(name, value, f"must be an int, got {_short(value)}")
     if value < low:
-        raise ParameterError(name, value, f"must be >= {low}, got {value}")
+        raise ParameterError(name, value, f"must be ≥ {low}, got {value}")
 
 
 def _check_real_param(value, name, *, positive):
@@ -155,7 +155,7 @@ def _check_real_param(value, name, *, positive):
         raise ParameterTypeError(name, value, f"must be a real number, got {_short(value)}")
     value = float(value)
     if not np.isfinite(value) or (value <= 0 if positive else value < 0):
-        raise ParameterError(name, value, f"must be finite and {'> 0' if positive else '>= 0'}, got {value}")
+        raise ParameterError(name, value, f"must be finite and {'> 0' if positive else '≥ 0'}, got {value}")
 
 
 def _lbfgs(fun, x0, *, max_iter, name, bounds=None):

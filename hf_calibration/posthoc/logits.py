@@ -223,7 +223,7 @@ class TemperatureScalingLogitsProcessor(LogitsProcessor):
         if not np.issubdtype(ids.dtype, np.integer):
             raise ParameterTypeError("token_ids", token_ids, f"must be integers, got dtype {ids.dtype} ({_short(token_ids)})")
         if (ids < 0).any():
-            raise ParameterError("token_ids", token_ids, f"must be >= 0, got {int(ids[ids < 0][0])}")
+            raise ParameterError("token_ids", token_ids, f"must be ≥ 0, got {int(ids[ids < 0][0])}")
         self.token_ids = torch.as_tensor(np.unique(ids), dtype=torch.long)
 
     @classmethod

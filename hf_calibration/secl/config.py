@@ -190,7 +190,7 @@ class SECLConfig:
         elif self.replay_scope == "stream" and self.replay_size <= self.burst_size and not self.replay_batch_size:
             warnings.warn(ParameterWarning(
                 "replay_scope", self.replay_scope,
-                f"{{replay_scope}} 'stream' with {{replay_size}} {self.replay_size} <= {{burst_size}} "
+                f"{{replay_scope}} 'stream' with {{replay_size}} {self.replay_size} ≤ {{burst_size}} "
                 f"{self.burst_size} and {{replay_batch_size}} 0: when a full burst ends the buffer holds only its "
                 "own questions, so the consolidation is the same as with 'burst'; set {replay_size} above "
                 "{burst_size} (e.g. 2 x {burst_size}) to rehearse the burst before it",
@@ -208,14 +208,14 @@ class SECLConfig:
             warnings.warn(ParameterWarning(
                 "replay_batch_size", self.replay_batch_size,
                 f"{{replay_batch_size}} {self.replay_batch_size} is above {{replay_size}} {self.replay_size}: an "
-                f"update step draws at most the {self.replay_size} kept questions; set {{replay_batch_size}} <= "
+                f"update step draws at most the {self.replay_size} kept questions; set {{replay_batch_size}} ≤ "
                 "{replay_size}", related=("replay_size",)), stacklevel=4)
         if self.consolidation_epochs and self.consolidation_batch_size > self.replay_size > 0:
             warnings.warn(ParameterWarning(
                 "consolidation_batch_size", self.consolidation_batch_size,
                 f"{{consolidation_batch_size}} {self.consolidation_batch_size} is above {{replay_size}} "
                 f"{self.replay_size}: each consolidation epoch is one step on all {self.replay_size} kept questions; "
-                "set {consolidation_batch_size} <= {replay_size}", related=("replay_size",)), stacklevel=4)
+                "set {consolidation_batch_size} ≤ {replay_size}", related=("replay_size",)), stacklevel=4)
 
     def replaced(self, **changes) -> "SECLConfig":
         """A copy with ``changes`` (``dataclasses.replace``) that does not repeat the warnings this config gave
@@ -252,7 +252,7 @@ class SECLConfig:
 def _integer(minimum: int):
     def check(v, label):
         if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
-            raise ParameterError(label, v, f"must be an integer >= {minimum}, got {v!r}")
+            raise ParameterError(label, v, f"must be an integer ≥ {minimum}, got {v!r}")
 
     return check
 
@@ -263,9 +263,9 @@ def _number(*, lower_open: float | None = 0.0, lower_closed: float | None = None
             raise ParameterError(label, v, f"must be a finite number, got {v!r}")
         if (lower_open is not None and v <= lower_open) or (lower_closed is not None and v < lower_closed) or (
                 upper is not None and v > upper):
-            bound = f"> {lower_open:g}" if lower_open is not None else f">= {lower_closed:g}"
+            bound = f"> {lower_open:g}" if lower_open is not None else f"≥ {lower_closed:g}"
             raise ParameterError(label, v, f"must be a finite number {bound}"
-                                 f"{f' and <= {upper:g}' if upper is not None else ''}, got {v!r}")
+                                 f"{f' and ≤ {upper:g}' if upper is not None else ''}, got {v!r}")
 
     return check
 

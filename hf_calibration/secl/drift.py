@@ -20,7 +20,7 @@ _MODES = ("up", "down", "both")
 def _check_positive(name, value, *, allow_zero=False):
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
     if not ok or value < 0 or (value == 0 and not allow_zero):
-        raise ParameterError(name, value, f"must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
+        raise ParameterError(name, value, f"must be {'≥ 0' if allow_zero else '> 0'}, got {value!r}")
 
 
 class PageHinkley:
@@ -126,7 +126,7 @@ class EntropyShiftDetector:
         if not (isinstance(ema_rate, (int, float)) and 0 < ema_rate <= 1):
             raise ParameterError("ema_rate", ema_rate, f"must be in (0, 1], got {ema_rate!r}")
         if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 2:
-            raise ParameterError("warmup", warmup, f"must be an integer >= 2, got {warmup!r}")
+            raise ParameterError("warmup", warmup, f"must be an integer ≥ 2, got {warmup!r}")
         self.ema_rate, self.warmup = float(ema_rate), warmup
         self.ph = PageHinkley(delta=delta, threshold=threshold, min_instances=min_instances, alpha=1.0)
         self.reset()

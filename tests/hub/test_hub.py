@@ -175,7 +175,7 @@ def test_check_artifact_config_versions():
     with pytest.raises(ValueError, match=r"format_version: the CALM config in x/y has format_version 3, "
                                          r"but hf-calibration .* reads at most 2"):
         check_artifact_config({"format_version": 3}, kind="CALM", max_format_version=2, source="x/y")
-    with pytest.raises(ValueError, match="expected an integer >= 1"):
+    with pytest.raises(ValueError, match="expected an integer ≥ 1"):
         check_artifact_config({"format_version": "2"}, kind="CALM", max_format_version=2)
 
 

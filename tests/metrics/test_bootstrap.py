@@ -101,7 +101,7 @@ def test_partial_and_arbitrary_callables():
 
 
 def test_bootstrap_argument_errors():
-    with pytest.raises(ValueError, match="n_resamples: must be >= 1, got 0"):
+    with pytest.raises(ValueError, match="n_resamples: must be ≥ 1, got 0"):
         bootstrap(brier_score, [1], [0.5], n_resamples=0)
     with pytest.raises(ValueError, match=r"confidence_level: must be in \(0, 1\), got 95"):
         bootstrap(brier_score, [1], [0.5], confidence_level=95)
@@ -228,7 +228,7 @@ def test_stratified_bootstrap_spread_of_a_mean_matches_the_stratified_standard_e
     (dict(sizes=[3], weights=[1, 1]), "weights: must be 1 finite"),
     (dict(sizes=[3, 3], weights=[-1, 2]), "weights: must be 2 finite"),
     (dict(sizes=[3, 3], weights=[0, 0]), "weights: must be 2 finite"),
-    (dict(sizes=[3], n_resamples=0), "n_resamples: must be >= 1"),
+    (dict(sizes=[3], n_resamples=0), "n_resamples: must be ≥ 1"),
 ])
 def test_stratified_bootstrap_names_bad_arguments(kwargs, message):
     with pytest.raises(ValueError, match=message):

@@ -165,7 +165,7 @@ def test_classwise_state_without_k_explains_how_to_get_a_tensor():
 @pytest.mark.parametrize(
     "kwargs, exc, message",
     [
-        (dict(classwise=True, n_classes=1), ValueError, "n_classes must be an integer >= 2, got 1"),
+        (dict(classwise=True, n_classes=1), ValueError, "n_classes must be an integer ≥ 2, got 1"),
         (dict(classwise=True, n_classes=2.0), TypeError, r"n_classes must be an int, got 2.0 \(float\)"),
         (dict(classwise=True, n_classes=True), TypeError, r"n_classes must be an int, got True \(bool\)"),
         (dict(n_classes=3), ValueError, "n_classes=3 is only meaningful with classwise=True"),

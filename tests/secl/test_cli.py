@@ -96,13 +96,13 @@ def no_model_load(monkeypatch):
 
 
 @pytest.mark.parametrize("option, value, field, expected", [
-    ("--burst-size", "0", "burst_size", "must be an integer >= 1, got 0"),
-    ("--num-distractors", "-2", "num_distractors", "must be an integer >= 1, got -2"),
-    ("--bin-gate-width", "-1", "bin_gate_width", "must be an integer >= 0, got -1"),
+    ("--burst-size", "0", "burst_size", "must be an integer ≥ 1, got 0"),
+    ("--num-distractors", "-2", "num_distractors", "must be an integer ≥ 1, got -2"),
+    ("--bin-gate-width", "-1", "bin_gate_width", "must be an integer ≥ 0, got -1"),
     ("--tau-n", "0", "tau_n", "got 0.0"),
-    ("--ema-rate", "1.5", "ema_rate", "<= 1, got 1.5"),
+    ("--ema-rate", "1.5", "ema_rate", "≤ 1, got 1.5"),
     ("--learning-rate", "nan", "learning_rate", "got nan"),
-    ("--ph-delta", "-0.5", "ph_delta", ">= 0, got -0.5"),
+    ("--ph-delta", "-0.5", "ph_delta", "≥ 0, got -0.5"),
     ("--ph-threshold", "inf", "ph_threshold", "must be a finite number, got inf"),  # PageHinkley needs a finite λ
     ("--ph-threshold", "0", "ph_threshold", "> 0, got 0.0"),
     ("--alpha-step", "inf", "alpha_step", "got inf"),
