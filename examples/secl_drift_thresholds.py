@@ -129,7 +129,7 @@ def main(argv=None):
     for spec in args.per_domain_of:
         name, _, n = spec.partition("=")
         if name not in sizes_of or not n.isdigit() or int(n) < 2:
-            p.error(f"--per-domain-of: {spec!r} is not DOMAIN=N with DOMAIN one of {labels} and N >= 2")
+            p.error(f"--per-domain-of: {spec!r} is not DOMAIN=N with DOMAIN one of {labels} and N ≥ 2")
         sizes_of[name] = int(n)
     asked = data.setdefault("asked", {})  # a domain smaller than asked (length-matched QA: 332) is complete too
     missing = [d for d in labels
