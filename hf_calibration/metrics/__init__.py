@@ -34,6 +34,7 @@ torch is never imported by this package unless a torch tensor is passed or
 :func:`paired_differences`                ΔECE, ΔAUROC, ΔBrier of two confidences on the same items, paired
 :func:`paired_strata_difference`          a difference within each stratum, averaged, stratified interval
 :func:`interval_verdict`                  whether an interval of a difference lies below / above 0
+:func:`consistency_resampling`            a statistic's null distribution under calibration (Bröcker & Smith 2007)
 :class:`BinnedCalibrationState`           streaming / distributed accumulator for uniform-bin metrics
 :mod:`hf_calibration.metrics.registry`     where a metric registers its batched form for the bootstrap
 ========================================  ==============================================================
@@ -42,6 +43,7 @@ torch is never imported by this package unless a torch tensor is passed or
 from hf_calibration.metrics.binning import ReliabilityTable, reliability_diagram, top_label, uniform_bin_index
 from hf_calibration.metrics.bootstrap import (BootstrapResult, bootstrap, bootstrap_interval, calibration_report,
                                               paired_bootstrap, stratified_bootstrap)
+from hf_calibration.metrics.consistency import ConsistencyResult, consistency_resampling, draw_calibrated_labels
 from hf_calibration.metrics.paired import interval_verdict, paired_differences, paired_strata_difference
 from hf_calibration.metrics.ece import adaptive_calibration_error, classwise_ece, expected_calibration_error
 from hf_calibration.metrics.scores import (
@@ -58,6 +60,7 @@ from hf_calibration.metrics.streaming import BinnedCalibrationState
 __all__ = [
     "BinnedCalibrationState",
     "BootstrapResult",
+    "ConsistencyResult",
     "ReliabilityTable",
     "adaptive_calibration_error",
     "aurc",
@@ -71,6 +74,8 @@ __all__ = [
     "classwise_ece",
     "confidence_auprc",
     "confidence_auroc",
+    "consistency_resampling",
+    "draw_calibrated_labels",
     "expected_calibration_error",
     "interval_verdict",
     "negative_log_likelihood",

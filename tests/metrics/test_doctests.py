@@ -15,6 +15,7 @@ LIBRARY_MODULES = [
     "hf_calibration.metrics",
     "hf_calibration.metrics.binning",
     "hf_calibration.metrics.bootstrap",
+    "hf_calibration.metrics.consistency",
     "hf_calibration.metrics.ece",
     "hf_calibration.metrics.scores",
     "hf_calibration.metrics.semantic",
