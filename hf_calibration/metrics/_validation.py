@@ -4,7 +4,7 @@ Two input forms exist (docs/methods.md, notation):
 
 * the "conf" view: ``y_prob`` of shape (n,) holds confidences in [0, 1] and ``y_true`` of shape (n,)
   holds 0/1 correctness;
-* the multiclass view: ``y_prob`` of shape (n, K), K >= 2, holds probability rows and ``y_true`` holds
+* the multiclass view: ``y_prob`` of shape (n, K), K ≥ 2, holds probability rows and ``y_true`` holds
   integer labels in [0, K). An (n, 2) array is multiclass with K = 2, never a binary positive-class
   column.
 

@@ -172,7 +172,7 @@ def classwise_ece(y_true, y_prob, *, n_bins: int = 15) -> float:
     ----------
     y_true : array-like of shape (n,)
         Integer labels in [0, K).
-    y_prob : array-like of shape (n, K), K >= 2
+    y_prob : array-like of shape (n, K), K ≥ 2
         Probability rows summing to 1 (tolerance as in :func:`expected_calibration_error`).
     n_bins : int, default 15
         Equal-width bins per class (> 0).

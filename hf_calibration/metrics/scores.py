@@ -86,7 +86,7 @@ def negative_log_likelihood(y_true, y_prob) -> float:
     Returns
     -------
     float
-        >= 0.
+        ≥ 0.
 
     Raises
     ------

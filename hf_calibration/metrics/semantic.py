@@ -79,7 +79,7 @@ def lexical_equivalent(a: str, b: str) -> bool:
 
 
 class EmbeddingEquivalence:
-    """``equivalent(a, b)``: cosine similarity of all-MiniLM-L6-v2 sentence embeddings >= ``threshold``.
+    """``equivalent(a, b)``: cosine similarity of all-MiniLM-L6-v2 sentence embeddings ≥ ``threshold``.
 
     Parameters
     ----------

@@ -26,7 +26,7 @@ class BinnedCalibrationState:
         False: top-label bins (conf-ECE). True: one row of bins per class, class k binning
         ``y_prob[:, k]`` against 1[label = k] (cw-ECE; needs (n, K) probabilities).
     n_classes : int, optional
-        K of a classwise state (>= 2), known up front: the state then has its (zero) sums, and a
+        K of a classwise state (≥ 2), known up front: the state then has its (zero) sums, and a
         :meth:`to_tensor` for the all-reduce, before any data arrives, so a process whose shard is
         empty still takes part. Without it K is taken from the first non-empty batch. Only valid with
         ``classwise=True``.

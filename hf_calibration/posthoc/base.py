@@ -47,7 +47,7 @@ def _first_bad(arr, mask):
 
 
 def _check_logits(logits, name="logits"):
-    """float64 array of shape (n, K) with K >= 2, n >= 1, all finite."""
+    """float64 array of shape (n, K) with K ≥ 2, n ≥ 1, all finite."""
     arr = to_numpy(logits, name)
     if arr.dtype == bool:
         raise ParameterTypeError(name, logits, f"must be real-valued logits, got dtype bool")

@@ -114,7 +114,7 @@ class VectorScaler(_PosthocCalibrator):
     Parameters
     ----------
     l2 : float, default 0.0
-        Penalty strength (>= 0).
+        Penalty strength (≥ 0).
     max_iter : int, default 1000
         L-BFGS iteration cap; a ``ConvergenceWarning`` is raised when it is reached.
 

@@ -41,7 +41,7 @@ class SECLConfig:
                 "decisively on a development split, docs/secl_results.md)."})
     n_bins: int = field(default=10, metadata={"help": "Equal-width confidence bins of the bin gate (reconstruction)."})
     bin_gate_width: int = field(default=0, metadata={
-        "help": "Skip the update when |bin(c) − bin(c*)| <= this many bins (paper: 1). Default 0, chosen on a "
+        "help": "Skip the update when |bin(c) − bin(c*)| ≤ this many bins (paper: 1). Default 0, chosen on a "
                 "development stream (docs/secl_results.md): at 1, 8 of the 50 start-burst questions of HaluEval "
                 "QA-LM passed (4 percent of the domain trained, below the paper's 6-26 percent); at 0, 31 of 50 would."})
     ema_rate: float = field(default=0.02, metadata={
