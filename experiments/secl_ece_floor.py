@@ -25,8 +25,9 @@ SIGNALS = ("verbalized", "secl", "secl_final", "norm_p_true")
 
 
 def floor_rows(records: list[dict], *, target_cut: float = 0.56, n_resamples: int = 2000, seed: int = 0) -> list[dict]:
-    """One dict per (domain, signal) present: n, accuracy, mean, sd, auroc, ece, ece_debiased, null_mean,
-    null_low, null_high, p_value, target_ece, target_quantile (share of the null ≤ target_ece)."""
+    """One dict per (domain, signal) present on every question of the domain: n, accuracy, mean, sd, auroc, ece,
+    ece_debiased, null_mean, null_low, null_high, p_value, target_ece, target_quantile (share of the null ≤
+    target_ece). SECL's signals are scored on SECL's answers (``secl_correct``) where the records have them."""
     from hf_calibration.metrics import confidence_auroc, consistency_resampling, expected_calibration_error
 
     rows = []
@@ -35,12 +36,13 @@ def floor_rows(records: list[dict], *, target_cut: float = 0.56, n_resamples: in
         base_y = np.array([bool(r["correct"]) for r in items], dtype=float)
         verbalized_ece = expected_calibration_error(base_y, np.array([r["verbalized"] for r in items], float))
         target = (1.0 - target_cut) * verbalized_ece
+        own = all("secl_correct" in r for r in items)
         for signal in SIGNALS:
             if any(r.get(signal) is None for r in items):
                 continue
             p = np.array([r[signal] for r in items], dtype=float)
-            own = signal.startswith("secl") and all("secl_correct" in r for r in items)
-            y = np.array([bool(r["secl_correct"]) for r in items], float) if own else base_y
+            y = np.array([bool(r["secl_correct"]) for r in items], float) if signal.startswith("secl") and own \
+                else base_y
             res, null = consistency_resampling(expected_calibration_error, p, y, n_resamples=n_resamples, seed=seed,
                                                return_draws=True)
             rows.append(dict(
@@ -53,6 +55,10 @@ def floor_rows(records: list[dict], *, target_cut: float = 0.56, n_resamples: in
     return rows
 
 
+def _p(value: float) -> str:
+    return "< 0.001" if value < 0.001 else f"{value:.3f}"
+
+
 def format_rows(rows: list[dict], target_cut: float) -> str:
     lines = ["| domain | signal | n | acc | mean conf | sd | AUROC | ECE | debiased ECE | ECE if calibrated: mean "
              f"[95 % range] | p (calibrated) | ECE {target_cut:.0%} below verbalized | share of calibrated draws ≤ it |",
@@ -61,13 +67,50 @@ def format_rows(rows: list[dict], target_cut: float) -> str:
         lines.append(
             f"| {r['domain']} | {r['signal']} | {r['n']} | {r['accuracy']:.3f} | {r['mean']:.2f} | {r['sd']:.3f} | "
             f"{r['auroc']:.3f} | {r['ece']:.3f} | {r['ece_debiased']:.3f} | {r['null_mean']:.3f} "
-            f"[{r['null_low']:.3f}, {r['null_high']:.3f}] | {r['p_value']:.3f} | {r['target_ece']:.3f} | "
+            f"[{r['null_low']:.3f}, {r['null_high']:.3f}] | {_p(r['p_value'])} | {r['target_ece']:.3f} | "
             f"{r['target_quantile']:.3f} |")
     return "\n".join(lines)
 
 
+REQUIRED = ("domain", "correct", "verbalized")
+
+
+def read_records(path: Path) -> list[dict]:
+    """The records of ``path`` (JSON lines), checked for what :func:`floor_rows` reads; ValueError naming the line
+    and the field otherwise."""
+    records = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"records: {path} line {number} is not JSON ({err.msg})") from None
+        if not isinstance(record, dict):
+            raise ValueError(f"records: {path} line {number} is not a JSON object: {line[:60]!r}")
+        missing = [k for k in REQUIRED if k not in record]
+        if missing:
+            raise ValueError(f"records: {path} line {number} has no field {missing[0]!r} (a stream run's "
+                             "records.jsonl has domain, correct, verbalized and the SECL signals)")
+        for key in SIGNALS:
+            value = record.get(key)
+            if value is None and key != "verbalized":
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+                raise ValueError(f"records: {path} line {number}: {key} must be a confidence in [0, 1], got {value!r}")
+        records.append(record)
+    if not records:
+        raise ValueError(f"records: {path} holds no records")
+    return records
+
+
 def main(argv=None) -> list[dict]:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    from hf_calibration.cli import Parser
+
+    class _Parser(Parser):
+        error_prog = "python -m experiments.secl_ece_floor"
+
+    ap = _Parser(prog=_Parser.error_prog, description=__doc__.splitlines()[0])
     ap.add_argument("records", type=Path, help="a stream run's records.jsonl")
     ap.add_argument("--domain", default=None, help="only this domain's questions")
     ap.add_argument("--target-cut", type=float, default=0.56, help="the ECE cut asked for, in (0, 1) (default 0.56)")
@@ -80,12 +123,28 @@ def main(argv=None) -> list[dict]:
         ap.error(f"--target-cut: must be in (0, 1), got {args.target_cut}")
     if args.n_resamples < 1:
         ap.error(f"--n-resamples: must be ≥ 1, got {args.n_resamples}")
-    records = [json.loads(x) for x in args.records.read_text(encoding="utf-8").splitlines() if x.strip()]
+    if args.seed < 0:
+        ap.error(f"--seed: must be ≥ 0, got {args.seed}")
+    try:
+        records = read_records(args.records)
+    except ValueError as err:
+        ap.error(str(err))
     records = [r for r in records if args.domain is None or r["domain"] == args.domain]
     if not records:
         ap.error(f"--domain: no question of domain {args.domain!r} in {args.records}")
+    partial = sorted({r["domain"] for r in records if "secl_correct" in r}
+                     & {r["domain"] for r in records if "secl_correct" not in r})
+    if partial:
+        ap.error(f"records: secl_correct is on some questions of {partial[0]!r} and not on others; SECL's rows "
+                 "would mix two passes' answers")
     rows = floor_rows(records, target_cut=args.target_cut, n_resamples=args.n_resamples, seed=args.seed)
     print(format_rows(rows, args.target_cut))
+    for domain in dict.fromkeys(r["domain"] for r in records):
+        shown = {row["signal"] for row in rows if row["domain"] == domain}
+        left = [k for k in SIGNALS if k not in shown and any(r.get(k) is not None for r in records
+                                                                if r["domain"] == domain)]
+        if left:
+            print(f"({domain}: {', '.join(left)} left out: missing on some of its questions)")
     return rows
 
 

@@ -48,6 +48,8 @@ def _check_bootstrap_args(n_resamples, confidence_level, seed, method="BCa") -> 
         raise ParameterError("confidence_level", confidence_level, f"must be in (0, 1), got {confidence_level!r}")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
         raise ParameterTypeError("seed", seed, f"must be an int or None, got {seed!r}")
+    if seed is not None and seed < 0:
+        raise ParameterError("seed", seed, f"must be ≥ 0 or None, got {seed}")
     check_choice(method, "method", METHODS)
 
 

@@ -3,26 +3,27 @@
 Method and source: docs/methods.md, "Consistency resampling" (Bröcker & Smith 2007, "Increasing the reliability of
 reliability diagrams", Weather and Forecasting 22(3), §3). A binned ECE of n items is positive even for perfectly
 calibrated confidences, and how positive depends on n, the bins and how spread the confidences are: at n = 100 a
-calibrated read spread over several bins shows an ECE near 0.1, a constant one near 0. Drawing the labels from the
-confidences themselves gives that floor for the very confidences at hand, so an observed ECE (or a cut in it) can be
-read against it.
+calibrated read spread over several of 15 bins shows an ECE of about 0.09–0.12, a constant one about 0.04. Drawing
+the labels from the confidences themselves gives that floor for the very confidences at hand, so an observed ECE
+(or a cut in it) can be read against it.
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import Callable, NamedTuple
 
 import numpy as np
 
-from hf_calibration.errors import ParameterError
-from hf_calibration.metrics._validation import prepare
+from hf_calibration.errors import ParameterError, ParameterTypeError
+from hf_calibration.metrics._validation import prepare, to_numpy
 from hf_calibration.metrics.bootstrap import _check_bootstrap_args, _resolve_metric
 
 
 class ConsistencyResult(NamedTuple):
     """``observed``: the statistic on the given labels (None without them); ``null_mean``, ``low``, ``high``: the
     mean and the central ``confidence_level`` range of the statistic over labels drawn from the confidences;
-    ``p_value``: (1 + #{draws ≥ observed}) / (1 + draws), None without labels."""
+    ``p_value``: (1 + #{draws ≥ observed}) / (1 + draws), None without labels, NaN where ``observed`` is."""
 
     observed: float | None
     null_mean: float
@@ -31,15 +32,62 @@ class ConsistencyResult(NamedTuple):
     p_value: float | None
 
 
-def draw_calibrated_labels(y_prob: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """Labels drawn so that ``y_prob`` is calibrated for them: (n,) confidences give 0/1 correctness
-    ``u < y_prob`` (u uniform on [0, 1)); (n, K) probabilities give a class per row drawn from that row
-    (inverse CDF). Returns (n,) int64."""
-    u = rng.random(y_prob.shape[0])
-    if y_prob.ndim == 1:
-        return (u < y_prob).astype(np.int64)
-    cdf = np.cumsum(y_prob, axis=1)
-    return np.minimum((u[:, None] >= cdf).sum(axis=1), y_prob.shape[1] - 1).astype(np.int64)
+#: Metrics where a larger value is better: the one-sided test ("larger = less calibrated") would read the wrong tail.
+HIGHER_IS_BETTER = ("confidence_auroc", "confidence_auprc")
+
+
+def draw_calibrated_labels(y_prob, rng) -> np.ndarray:
+    """Labels drawn so that ``y_prob`` is calibrated for them.
+
+    Parameters
+    ----------
+    y_prob : (n,) confidences in [0, 1] give 0/1 correctness ``u < y_prob`` (u uniform on [0, 1)); (n, K)
+        probabilities whose rows sum to 1 give a class per row drawn from that row (inverse CDF of the row divided
+        by its sum, so a class of probability 0 is never drawn). Arrays, lists or torch tensors.
+    rng : ``numpy.random.Generator`` or an int seed.
+
+    Returns
+    -------
+    (n,) int64.
+
+    Raises
+    ------
+    ValueError, TypeError
+        ``y_prob`` not of shape (n,) or (n, K), NaN/inf, values outside [0, 1], rows not summing to 1; ``rng``
+        neither a Generator nor an int.
+    """
+    if isinstance(rng, (int, np.integer)) and not isinstance(rng, bool):
+        rng = np.random.default_rng(rng)
+    if not isinstance(rng, np.random.Generator):
+        raise ParameterTypeError("rng", rng, f"must be a numpy.random.Generator or an int seed, got {rng!r}")
+    prob = _validated_prob(y_prob)
+    return _draw(prob, rng)
+
+
+def _validated_prob(y_prob) -> np.ndarray:
+    """``y_prob`` as a float64 array of shape (n,) or (n, K), validated as the metrics validate it."""
+    arr = to_numpy(y_prob, "y_prob")
+    n = arr.shape[0] if arr.ndim else 0
+    # the original y_prob, not arr: a half-precision input keeps its own row-sum tolerance, as in the metrics
+    return prepare(np.zeros(n, dtype=np.int64), y_prob).y_prob.astype(np.float64, copy=False)
+
+
+def _draw(prob: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    u = rng.random(prob.shape[0])
+    if prob.ndim == 1:
+        return (u < prob).astype(np.int64)
+    cdf = np.cumsum(prob, axis=1)
+    cdf /= cdf[:, -1:]
+    return np.minimum((u[:, None] >= cdf).sum(axis=1), prob.shape[1] - 1).astype(np.int64)
+
+
+def _value(func, labels, y_prob, kwargs) -> float:
+    value = func(labels, y_prob, **kwargs)
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise ParameterTypeError("metric", getattr(func, "__name__", func),
+                                 f"must return one number, returned {value!r}") from None
 
 
 def consistency_resampling(
@@ -65,26 +113,31 @@ def consistency_resampling(
     ----------
     metric : callable ``metric(y_true, y_prob, **metric_kwargs) -> float`` where larger means less calibrated
         (``expected_calibration_error``, ``brier_score``, ``smooth_ece``, ...); a ``functools.partial`` is
-        accepted as :func:`bootstrap` takes it.
-    y_prob : (n,) confidences in [0, 1] or (n, K) probabilities whose rows sum to 1 (the metric's own forms).
+        accepted as :func:`bootstrap` takes it. Ranking scores (``confidence_auroc``, ``confidence_auprc``:
+        larger is better) are refused.
+    y_prob : (n,) confidences in [0, 1] or (n, K) probabilities whose rows sum to 1 (the metric's own forms); the
+        metric receives it as given.
     y_true : optional, (n,) 0/1 correctness or class labels in [0, K): gives ``observed`` and ``p_value``.
     n_resamples : int ≥ 1, the number of label sets drawn.
     confidence_level : in (0, 1); ``low``/``high`` are the (1 − level)/2 and (1 + level)/2 quantiles of the draws.
-    seed : int or None, for ``np.random.default_rng``.
+    seed : int ≥ 0 or None, for ``np.random.default_rng``.
     metric_kwargs : dict, passed to the metric (e.g. ``{"n_bins": 15}``).
     return_draws : bool, default False. If True, also return the statistic on every draw.
 
     Returns
     -------
     ConsistencyResult
-        ``(observed, null_mean, low, high, p_value)``, floats in the metric's units; with ``return_draws`` the pair
-        ``(result, draws)``, draws a (d,) float64 array (d ≤ n_resamples: non-finite values dropped).
+        ``(observed, null_mean, low, high, p_value)``, floats in the metric's units; ``p_value`` is NaN where the
+        metric is undefined on the given labels. With ``return_draws`` the pair ``(result, draws)``, draws a (d,)
+        float64 array (d ≤ n_resamples: draws where the metric is undefined are dropped, with a RuntimeWarning
+        saying how many).
 
     Raises
     ------
     ValueError, TypeError
-        Invalid ``y_prob``/``y_true`` (as the metrics), bad ``n_resamples``/``confidence_level``/``seed``, a metric
-        undefined (non-finite) on every draw.
+        Invalid ``y_prob``/``y_true`` (as the metrics), a ``metric`` that is not callable, ranks or does not return
+        one number, ``metric_kwargs`` not a dict, bad ``n_resamples``/``confidence_level``/``seed``/``return_draws``,
+        a metric undefined (non-finite) on every draw.
 
     Examples
     --------
@@ -95,21 +148,36 @@ def consistency_resampling(
     True
     """
     _check_bootstrap_args(n_resamples, confidence_level, seed)
+    if not callable(metric):
+        raise ParameterTypeError("metric", metric, f"must be a metric function, got {metric!r}")
+    if metric_kwargs is not None and not isinstance(metric_kwargs, dict):
+        raise ParameterTypeError("metric_kwargs", metric_kwargs, f"must be a dict or None, got {metric_kwargs!r}")
+    if not isinstance(return_draws, (bool, np.bool_)):
+        raise ParameterTypeError("return_draws", return_draws, f"must be True or False, got {return_draws!r}")
     func, kwargs, _ = _resolve_metric(metric, metric_kwargs)
-    labels_given = y_true is not None
-    probe = prepare(y_true if labels_given else np.zeros(np.shape(y_prob)[0], dtype=np.int64), y_prob)
-    prob = probe.y_prob
-    observed = float(func(probe.y_true, prob, **kwargs)) if labels_given else None
+    name = getattr(func, "__name__", repr(func))
+    if name in HIGHER_IS_BETTER:
+        raise ParameterError("metric", name, "ranks answers (larger is better); the test reads larger values as less "
+                             "calibrated: pass a calibration error or a proper score (ECE, Brier, NLL, smECE)")
+    prob = _validated_prob(y_prob)
+    observed = None
+    if y_true is not None:
+        prepare(y_true, y_prob)  # the labels' own checks, naming y_true
+        observed = _value(func, y_true, y_prob, kwargs)
     rng = np.random.default_rng(seed)
-    draws = np.array([float(func(draw_calibrated_labels(prob, rng), prob, **kwargs)) for _ in range(n_resamples)])
-    draws = draws[np.isfinite(draws)]
-    if draws.size == 0:
-        raise ParameterError("metric", getattr(func, "__name__", func),
-                             "is undefined (non-finite) on every label set drawn from y_prob")
+    draws = np.array([_value(func, _draw(prob, rng), y_prob, kwargs) for _ in range(n_resamples)])
+    finite = draws[np.isfinite(draws)]
+    if finite.size == 0:
+        raise ParameterError("metric", name, "is undefined (non-finite) on every label set drawn from y_prob")
+    if finite.size < draws.size:
+        warnings.warn(f"consistency_resampling: {name} is undefined on {draws.size - finite.size} of {draws.size} "
+                      "label sets drawn from y_prob; the null distribution is that of the other draws",
+                      RuntimeWarning, stacklevel=2)
     alpha = 1.0 - float(confidence_level)
-    low, high = np.quantile(draws, [alpha / 2, 1 - alpha / 2])
+    low, high = np.quantile(finite, [alpha / 2, 1 - alpha / 2])
     p_value = None
     if observed is not None:
-        p_value = float((1 + np.count_nonzero(draws >= observed)) / (1 + draws.size))
-    result = ConsistencyResult(observed, float(draws.mean()), float(low), float(high), p_value)
-    return (result, draws) if return_draws else result
+        p_value = (float((1 + np.count_nonzero(finite >= observed)) / (1 + finite.size)) if np.isfinite(observed)
+                   else float("nan"))
+    result = ConsistencyResult(observed, float(finite.mean()), float(low), float(high), p_value)
+    return (result, finite) if return_draws else result

@@ -260,12 +260,17 @@ def summarize_stream(records: list[dict], *, n_resamples: int = 1000, seed: int 
         change) sit beside "signals"; another pass's under its key.
     n_bins, binning, norm : the binned metrics' options (``calibration_report``), references included.
 
+    Each signal's report also holds ``ece_if_calibrated`` (value = mean, low, high: the ECE its confidences show
+    when perfectly calibrated, ``consistency_resampling`` with ``n_resamples`` label draws) and ``p_calibrated``
+    (that test's one-sided p-value): at small n a lower ECE can be a narrower read, not a better calibrated one
+    (docs/methods.md, "Consistency resampling").
+
     Each SECL pass's ``paired`` holds ``paired_differences`` against the verbalized confidence; with several
     domains, the overall one also holds the within-domain differences of ``within_domain_difference``
     (``WITHIN_DOMAIN``'s keys): a confidence's value within each domain, free of the level shift between
     domains that the pooled differences reward.
     """
-    from hf_calibration.metrics import calibration_report
+    from hf_calibration.metrics import calibration_report, consistency_resampling, expected_calibration_error
     from hf_calibration.reports import references
 
     secl_keys = pass_keys(signals)
@@ -293,6 +298,10 @@ def summarize_stream(records: list[dict], *, n_resamples: int = 1000, seed: int 
             report = calibration_report(yy, conf, n_bins=n_bins, binning=binning, norm=norm, n_resamples=n_resamples,
                                         seed=seed)
             report["forward_passes"] = float(passes)
+            null = consistency_resampling(expected_calibration_error, conf, yy, n_resamples=n_resamples, seed=seed,
+                                          metric_kwargs=dict(n_bins=n_bins, binning=binning, norm=norm))
+            report["ece_if_calibrated"] = {"value": null.null_mean, "low": null.low, "high": null.high}
+            report["p_calibrated"] = null.p_value
             reports[sig] = report
         k = max(r["n_options"] for r in sub)
         refs = references(y.astype(bool), max(k, 1), n_bins=n_bins, binning=binning, norm=norm,
@@ -371,7 +380,8 @@ def within_domain_difference(records: list[dict], key: str = "secl", *, metric: 
 
 STREAM_COLUMNS = (
     ("accuracy", "acc"), ("mean_confidence", "conf"), ("conf_ece", "ECE"), ("brier", "Brier"),
-    ("auroc", "AUROC"), ("forward_passes", "passes/q"),
+    ("auroc", "AUROC"), ("forward_passes", "passes/q"), ("ece_if_calibrated", "ECE if calibrated"),
+    ("p_calibrated", "p calibrated"),
 )
 
 

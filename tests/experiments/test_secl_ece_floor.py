@@ -47,9 +47,22 @@ def test_command_prints_and_refuses_bad_input(tmp_path, capsys):
     path.write_text("".join(json.dumps(r) + "\n" for r in _records()))
     rows = floor_module.main([str(path), "--n-resamples", "50"])
     assert len(rows) == 3 and "| qa | secl |" in capsys.readouterr().out
-    for argv, name in (([str(path), "--domain", "nope"], "--domain"), ([str(path), "--target-cut", "1.5"],
-                                                                        "--target-cut"),
-                       ([str(tmp_path / "missing.jsonl")], "records")):
+    recs = _records()
+    bad = {"not_json.jsonl": "{oops\n", "empty.jsonl": "\n", "percent.jsonl": json.dumps({**recs[0], "secl": 55}),
+           "partial.jsonl": "".join(json.dumps({k: v for k, v in r.items() if k != "secl_correct" or i}) + "\n"
+                                    for i, r in enumerate(recs)),
+           "no_domain.jsonl": json.dumps({k: v for k, v in recs[0].items() if k != "domain"})}
+    for name, text in bad.items():
+        (tmp_path / name).write_text(text)
+    cases = [([str(path), "--domain", "nope"], "--domain"), ([str(path), "--target-cut", "1.5"], "--target-cut"),
+             ([str(tmp_path / "missing.jsonl")], "records: no file"), ([str(path), "--seed", "-1"], "--seed"),
+             ([str(tmp_path / "not_json.jsonl")], "line 1 is not JSON"),
+             ([str(tmp_path / "empty.jsonl")], "holds no records"),
+             ([str(tmp_path / "percent.jsonl")], "secl must be a confidence in [0, 1], got 55"),
+             ([str(tmp_path / "partial.jsonl")], "secl_correct is on some questions"),
+             ([str(tmp_path / "no_domain.jsonl")], "no field 'domain'")]
+    for argv, message in cases:
         with pytest.raises(SystemExit) as err:
             floor_module.main(argv)
-        assert err.value.code == 2 and name in capsys.readouterr().err
+        printed = capsys.readouterr().err
+        assert err.value.code == 2 and message in printed and printed.count("\n") == 1, printed

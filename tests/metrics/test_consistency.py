@@ -103,3 +103,65 @@ def test_bad_confidences_are_refused():
         consistency_resampling(expected_calibration_error, np.array([0.5, 1.5]))
     with pytest.raises(ValueError, match="y_true"):
         consistency_resampling(expected_calibration_error, np.array([0.5, 0.5]), np.array([1]))
+
+
+def test_an_undefined_observed_value_has_no_p_value():
+    def nan_on_all_right(y, p):  # undefined on the given labels only
+        return float("nan") if np.all(np.asarray(y) == 1) else expected_calibration_error(y, p)
+
+    r = consistency_resampling(nan_on_all_right, np.full(30, 0.5), np.ones(30, dtype=int), n_resamples=50)
+    assert np.isnan(r.observed) and np.isnan(r.p_value)
+
+
+def test_dropped_draws_are_announced():
+    calls = iter(range(10 ** 6))
+
+    def sometimes_undefined(y, p):
+        return float("nan") if next(calls) % 4 == 0 else expected_calibration_error(y, p)
+
+    with pytest.warns(RuntimeWarning, match="undefined on 25 of 100"):
+        r, draws = consistency_resampling(sometimes_undefined, np.full(20, 0.7), n_resamples=100, return_draws=True)
+    assert draws.size == 75 and np.isfinite(r.null_mean)
+
+
+def test_half_precision_probabilities_are_taken_as_the_metric_takes_them():
+    rng = np.random.default_rng(0)
+    prob = rng.dirichlet(np.ones(5), size=200).astype(np.float16)
+    labels = rng.integers(0, 5, 200)
+    r = consistency_resampling(expected_calibration_error, prob, labels, n_resamples=20)
+    assert r.observed == pytest.approx(expected_calibration_error(labels, prob))
+
+
+def test_a_class_of_probability_zero_is_never_drawn():
+    row = np.array([[0.49996, 0.49996, 0.0]])  # sums to 0.99992, inside the tolerance
+    rng = np.random.default_rng(0)
+    drawn = np.concatenate([draw_calibrated_labels(np.repeat(row, 1000, axis=0), rng) for _ in range(50)])
+    assert not np.any(drawn == 2)
+
+
+@pytest.mark.parametrize("call, name", [
+    (lambda: consistency_resampling(expected_calibration_error, 0.5), "y_prob"),
+    (lambda: consistency_resampling(expected_calibration_error, [[0.5, 0.5], [1.0]]), "y_prob"),
+    (lambda: consistency_resampling(expected_calibration_error, np.full(5, 0.5), seed=-1), "seed"),
+    (lambda: consistency_resampling("ece", np.full(5, 0.5)), "metric"),
+    (lambda: consistency_resampling(expected_calibration_error, np.full(5, 0.5), metric_kwargs=[1]), "metric_kwargs"),
+    (lambda: consistency_resampling(expected_calibration_error, np.full(5, 0.5), return_draws="no"), "return_draws"),
+    (lambda: consistency_resampling(lambda y, p: "x", np.full(5, 0.5)), "metric"),
+    (lambda: consistency_resampling(functools.partial(expected_calibration_error, n_bins=5), np.full(5, 0.5),
+                                    np.ones(4, dtype=int)), "y_true"),
+    (lambda: draw_calibrated_labels([0.5, 1.5], 0), "y_prob"),
+    (lambda: draw_calibrated_labels([np.nan, 0.5], 0), "y_prob"),
+    (lambda: draw_calibrated_labels([[0.1, 0.1, 0.1]], 0), "y_prob"),
+    (lambda: draw_calibrated_labels(np.zeros((2, 2, 2)), 0), "y_prob"),
+    (lambda: draw_calibrated_labels([0.5], "seed"), "rng"),
+])
+def test_bad_input_names_the_argument(call, name):
+    with pytest.raises((ValueError, TypeError), match=name):
+        call()
+
+
+def test_ranking_scores_are_refused():
+    from hf_calibration.metrics import confidence_auroc
+
+    with pytest.raises(ValueError, match="metric: .*larger is better|larger is better"):
+        consistency_resampling(confidence_auroc, np.linspace(0.1, 0.9, 20), np.r_[np.zeros(10), np.ones(10)])

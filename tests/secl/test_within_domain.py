@@ -20,3 +20,23 @@ def test_within_domain_auroc_leaves_out_a_domain_without_one():
     assert np.isnan(within_domain_difference(recs, n_resamples=50)["value"])
     with pytest.raises(ValueError, match="metric: must be one of"):
         within_domain_difference(recs, metric="nll")
+
+
+@pytest.mark.filterwarnings("ignore:TemperatureScaler")
+def test_each_signal_reports_the_ece_it_would_show_if_calibrated():
+    """A read constant at c in a domain of n = 100: its calibrated null is |k/n − c|, k ~ Binomial(100, c), summed by
+    hand; "easy" (80 % right at 0.8) is calibrated (ECE 0, p = 1), "hard" (20 % right at 0.5) is not (ECE 0.3, no
+    draw reaches it: p = 1 / (1 + draws))."""
+    from scipy.stats import binom
+
+    from hf_calibration.secl.stream import format_stream_summary, summarize_stream
+
+    summary = summarize_stream(_level_shift_stream(), n_resamples=2000, signals=("verbalized", "secl"))
+    k = np.arange(101)
+    for domain, c, p in (("easy", 0.8, 1.0), ("hard", 0.5, 1 / 2001)):
+        row = summary[domain]["signals"]["secl"]
+        exact = float(np.sum(binom.pmf(k, 100, c) * np.abs(k / 100 - c)))
+        assert row["ece_if_calibrated"]["value"] == pytest.approx(exact, abs=0.003)
+        assert row["ece_if_calibrated"]["low"] <= exact <= row["ece_if_calibrated"]["high"]
+        assert row["p_calibrated"] == pytest.approx(p)
+    assert "ECE if calibrated" in format_stream_summary(summary)
