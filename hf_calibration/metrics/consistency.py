@@ -81,6 +81,22 @@ def _draw(prob: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return np.minimum((u[:, None] >= cdf).sum(axis=1), prob.shape[1] - 1).astype(np.int64)
 
 
+def _checked_metric(metric, metric_kwargs, return_draws):
+    """(function, keyword options, name) of a metric the test can read, or the error naming the argument."""
+    if not callable(metric):
+        raise ParameterTypeError("metric", metric, f"must be a metric function, got {metric!r}")
+    if metric_kwargs is not None and not isinstance(metric_kwargs, dict):
+        raise ParameterTypeError("metric_kwargs", metric_kwargs, f"must be a dict or None, got {metric_kwargs!r}")
+    if not isinstance(return_draws, (bool, np.bool_)):
+        raise ParameterTypeError("return_draws", return_draws, f"must be True or False, got {return_draws!r}")
+    func, kwargs, _ = _resolve_metric(metric, metric_kwargs)
+    name = getattr(func, "__name__", repr(func))
+    if name in HIGHER_IS_BETTER:
+        raise ParameterError("metric", name, "ranks answers (larger is better); the test reads larger values as less "
+                             "calibrated: pass a calibration error or a proper score (ECE, Brier, NLL, smECE)")
+    return func, kwargs, name
+
+
 def _value(func, labels, y_prob, kwargs) -> float:
     value = func(labels, y_prob, **kwargs)
     try:
@@ -148,17 +164,7 @@ def consistency_resampling(
     True
     """
     _check_bootstrap_args(n_resamples, confidence_level, seed)
-    if not callable(metric):
-        raise ParameterTypeError("metric", metric, f"must be a metric function, got {metric!r}")
-    if metric_kwargs is not None and not isinstance(metric_kwargs, dict):
-        raise ParameterTypeError("metric_kwargs", metric_kwargs, f"must be a dict or None, got {metric_kwargs!r}")
-    if not isinstance(return_draws, (bool, np.bool_)):
-        raise ParameterTypeError("return_draws", return_draws, f"must be True or False, got {return_draws!r}")
-    func, kwargs, _ = _resolve_metric(metric, metric_kwargs)
-    name = getattr(func, "__name__", repr(func))
-    if name in HIGHER_IS_BETTER:
-        raise ParameterError("metric", name, "ranks answers (larger is better); the test reads larger values as less "
-                             "calibrated: pass a calibration error or a proper score (ECE, Brier, NLL, smECE)")
+    func, kwargs, name = _checked_metric(metric, metric_kwargs, return_draws)
     prob = _validated_prob(y_prob)
     observed = None
     if y_true is not None:
@@ -175,9 +181,7 @@ def consistency_resampling(
                       RuntimeWarning, stacklevel=2)
     alpha = 1.0 - float(confidence_level)
     low, high = np.quantile(finite, [alpha / 2, 1 - alpha / 2])
-    p_value = None
-    if observed is not None:
-        p_value = (float((1 + np.count_nonzero(finite >= observed)) / (1 + finite.size)) if np.isfinite(observed)
-                   else float("nan"))
+    p_value = None if observed is None else (
+        float((1 + np.count_nonzero(finite >= observed)) / (1 + finite.size)) if np.isfinite(observed) else np.nan)
     result = ConsistencyResult(observed, float(finite.mean()), float(low), float(high), p_value)
     return (result, finite) if return_draws else result

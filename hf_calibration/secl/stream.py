@@ -249,6 +249,18 @@ def signal_rows(secl_keys: tuple = ("secl",)) -> tuple:
     return SIGNAL_ROWS[:i] + tuple(secl_keys) + SIGNAL_ROWS[i + 1:]
 
 
+def calibrated_null(correct, conf, *, n_resamples: int, seed: int, **ece_options) -> dict:
+    """``{"ece_if_calibrated": {value, low, high}, "p_calibrated": p}``: the ECE (with ``ece_options``) that
+    ``conf`` shows when perfectly calibrated, its mean and 95 % range over ``n_resamples`` label draws, and the
+    one-sided p-value of "calibrated" for the labels ``correct`` (``metrics.consistency_resampling``)."""
+    from hf_calibration.metrics import consistency_resampling, expected_calibration_error
+
+    null = consistency_resampling(expected_calibration_error, conf, correct, n_resamples=n_resamples, seed=seed,
+                                  metric_kwargs=ece_options)
+    return {"ece_if_calibrated": {"value": null.null_mean, "low": null.low, "high": null.high},
+            "p_calibrated": null.p_value}
+
+
 def summarize_stream(records: list[dict], *, n_resamples: int = 1000, seed: int = 0,
                      signals: tuple = SIGNAL_ROWS, n_bins: int = 15, binning: str = "uniform", norm: str = "l1") -> dict:
     """Per domain and overall: a calibration report per signal (+ passes/q), the references, SECL shares.
@@ -260,17 +272,15 @@ def summarize_stream(records: list[dict], *, n_resamples: int = 1000, seed: int 
         change) sit beside "signals"; another pass's under its key.
     n_bins, binning, norm : the binned metrics' options (``calibration_report``), references included.
 
-    Each signal's report also holds ``ece_if_calibrated`` (value = mean, low, high: the ECE its confidences show
-    when perfectly calibrated, ``consistency_resampling`` with ``n_resamples`` label draws) and ``p_calibrated``
-    (that test's one-sided p-value): at small n a lower ECE can be a narrower read, not a better calibrated one
-    (docs/methods.md, "Consistency resampling").
+    Each signal's report also holds :func:`calibrated_null`'s ``ece_if_calibrated`` and ``p_calibrated``: at small
+    n a lower ECE can be a narrower read, not a better calibrated one (docs/methods.md, "Consistency resampling").
 
     Each SECL pass's ``paired`` holds ``paired_differences`` against the verbalized confidence; with several
     domains, the overall one also holds the within-domain differences of ``within_domain_difference``
     (``WITHIN_DOMAIN``'s keys): a confidence's value within each domain, free of the level shift between
     domains that the pooled differences reward.
     """
-    from hf_calibration.metrics import calibration_report, consistency_resampling, expected_calibration_error
+    from hf_calibration.metrics import calibration_report
     from hf_calibration.reports import references
 
     secl_keys = pass_keys(signals)
@@ -298,10 +308,8 @@ def summarize_stream(records: list[dict], *, n_resamples: int = 1000, seed: int 
             report = calibration_report(yy, conf, n_bins=n_bins, binning=binning, norm=norm, n_resamples=n_resamples,
                                         seed=seed)
             report["forward_passes"] = float(passes)
-            null = consistency_resampling(expected_calibration_error, conf, yy, n_resamples=n_resamples, seed=seed,
-                                          metric_kwargs=dict(n_bins=n_bins, binning=binning, norm=norm))
-            report["ece_if_calibrated"] = {"value": null.null_mean, "low": null.low, "high": null.high}
-            report["p_calibrated"] = null.p_value
+            report.update(calibrated_null(yy, conf, n_resamples=n_resamples, seed=seed, n_bins=n_bins,
+                                          binning=binning, norm=norm))
             reports[sig] = report
         k = max(r["n_options"] for r in sub)
         refs = references(y.astype(bool), max(k, 1), n_bins=n_bins, binning=binning, norm=norm,
