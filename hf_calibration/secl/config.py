@@ -65,8 +65,9 @@ class SECLConfig:
                 "that reads the verbalized confidence; answers, their beam-search alternatives and the P(True)Norm "
                 "teacher are computed with it off, so accuracy is the base model's by construction and the teacher "
                 "does not drift with the student. 'all' (the paper, Hedna et al. 2026): the adapter also shapes the "
-                "answers and the teacher; on Qwen2.5-Coder-0.5B's four-domain stream it ranked no better within "
-                "domains and cut MMLU STEM accuracy by 0.06 (docs/secl_results.md), so 'confidence' stays the default.",
+                "answers and the teacher; on the four-domain streams of Qwen2.5-Coder-0.5B and SmolLM2 it ranked no "
+                "better within domains and changed answers (Qwen's MMLU STEM accuracy −0.06; docs/secl_results.md), "
+                "so 'confidence' stays the default.",
         "choices": list(ADAPTER_SCOPES)})
     learning_rate: float = field(default=1e-3, metadata={"help": "AdamW learning rate of the adapters (reconstruction)."})
     steps_per_update: int = field(default=1, metadata={
