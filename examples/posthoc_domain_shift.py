@@ -8,7 +8,6 @@ references: a constant confidence equal to the validation accuracy, and 1/K.
     python examples/posthoc_domain_shift.py --stem 400 --humanities 200 --output-dir results/posthoc
 """
 
-import argparse
 import time
 from pathlib import Path
 
@@ -32,7 +31,9 @@ def _subset(scores, idx):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    from hf_calibration.cli import script_parser
+
+    p = script_parser("python examples/posthoc_domain_shift.py", __doc__.splitlines()[0])
     p.add_argument("--model", default="HuggingFaceTB/SmolLM2-135M-Instruct")
     p.add_argument("--stem", type=int, default=400, help="STEM questions (half fit, half in-domain test)")
     p.add_argument("--humanities", type=int, default=200)

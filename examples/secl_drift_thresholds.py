@@ -25,7 +25,6 @@ adapter, so replaying the entropies offline gives the alarms the stream would ra
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 import os
@@ -98,7 +97,9 @@ def score(split: dict, domains: list, setting: dict, *, stationary: int, stream_
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    from hf_calibration.cli import script_parser
+
+    p = script_parser("python examples/secl_drift_thresholds.py", __doc__.splitlines()[0])
     p.add_argument("--model", default="HuggingFaceTB/SmolLM2-135M-Instruct")
     p.add_argument("--stream", default=DEFAULT_STREAM)
     p.add_argument("--per-domain", type=int, default=600, help="questions per domain (half development, half test)")

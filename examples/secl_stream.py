@@ -10,7 +10,6 @@ start of the stream) the LoRA adapter takes a step toward P(True)Norm. For the f
 the baselines use ``hf-calibration secl``.
 """
 
-import argparse
 
 import torch
 
@@ -20,7 +19,9 @@ from hf_calibration.modeling.streams import build_stream, judge
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    from hf_calibration.cli import script_parser
+
+    parser = script_parser("python examples/secl_stream.py", __doc__.splitlines()[0])
     parser.add_argument("--model", default="HuggingFaceTB/SmolLM2-135M-Instruct")
     parser.add_argument("--stream", default="mmlu:stem,mmlu:humanities,halueval_qa")
     parser.add_argument("--limit-per-domain", type=int, default=10)

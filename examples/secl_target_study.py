@@ -30,7 +30,6 @@ Writes ``baseline.jsonl``, ``targets.json`` (every number) and ``targets.md`` in
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import os
@@ -80,7 +79,9 @@ def teacher_study(records: list[dict], *, burst: int, n_bins: int) -> list[dict]
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    from hf_calibration.cli import script_parser
+
+    p = script_parser("python examples/secl_target_study.py", __doc__.splitlines()[0])
     p.add_argument("--model", default="HuggingFaceTB/SmolLM2-135M-Instruct")
     p.add_argument("--stream", default="halueval_qa_lm")
     p.add_argument("--per-domain", type=int, default=150, help="questions per domain of the development split")

@@ -26,7 +26,6 @@ CALM − TS lies below 0 and CALM − 0.95·SFT in domain above 0 (``calm_claims
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -85,7 +84,9 @@ def summarize(folder: Path, *, n_resamples: int = 1000, seed: int = 0) -> dict:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    from hf_calibration.cli import script_parser
+
+    parser = script_parser("python -m experiments.calm_sensitivity", __doc__.split("\n\n")[0])
     parser.add_argument("folders", nargs="+", help="calm experiment output folders (same splits, one setting each)")
     parser.add_argument("--n-resamples", type=int, default=1000)
     parser.add_argument("--output", help="also write the rows as JSON here")

@@ -28,7 +28,6 @@ Writes ``results.jsonl`` (one line per seed and point) and ``report.md``; a rest
 
 from __future__ import annotations
 
-import argparse
 import copy
 import json
 import time
@@ -172,7 +171,9 @@ def _difference_lines(results: list[dict], meta: dict) -> list[str]:
 
 
 def parse_args(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    from hf_calibration.cli import script_parser
+
+    ap = script_parser("python -m experiments.secl_burst_interference", __doc__.split("\n\n")[0])
     ap.add_argument("--model", default="smollm2", help="an alias (smollm2, qwen), a Hub id or a local folder")
     ap.add_argument("--first-domain", default="halueval_qa_lm", help="the first burst's MCQA domain (strong teacher)")
     ap.add_argument("--second-domain", default="halueval_summarization_lm",

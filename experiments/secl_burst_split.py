@@ -11,7 +11,6 @@ bootstrap interval) and the paired difference SECL − verbalized (``paired_boot
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
@@ -54,7 +53,9 @@ def format_split(split: dict) -> str:
 
 
 def main(argv=None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    from hf_calibration.cli import script_parser
+
+    ap = script_parser("python -m experiments.secl_burst_split", __doc__.splitlines()[0])
     ap.add_argument("records", type=Path, help="a stream run's records.jsonl")
     ap.add_argument("--domain", default=None, help="only this domain's questions")
     ap.add_argument("--n-resamples", type=int, default=1000)

@@ -21,7 +21,6 @@ Writes ``results.jsonl`` (one line per schedule, seed and point) and ``report.md
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import time
@@ -121,7 +120,9 @@ def format_report(results: list[dict], meta: dict) -> str:
 
 
 def parse_args(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    from hf_calibration.cli import script_parser
+
+    ap = script_parser("python -m experiments.secl_consolidation_level", __doc__.split("\n\n")[0])
     ap.add_argument("--model", default="smollm2", help="an alias (smollm2, qwen), a Hub id or a local folder")
     ap.add_argument("--burst-domain", default="halueval_summarization_lm", help="the burst's MCQA domain")
     ap.add_argument("--carry-domain", default="mmlu:stem", help="the domain read with the adapter the burst leaves")

@@ -15,7 +15,6 @@ it): a target below nearly every calibrated draw cannot be told from noise at th
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
@@ -105,12 +104,9 @@ def read_records(path: Path) -> list[dict]:
 
 
 def main(argv=None) -> list[dict]:
-    from hf_calibration.cli import Parser
+    from hf_calibration.cli import script_parser
 
-    class _Parser(Parser):
-        error_prog = "python -m experiments.secl_ece_floor"
-
-    ap = _Parser(prog=_Parser.error_prog, description=__doc__.splitlines()[0])
+    ap = script_parser("python -m experiments.secl_ece_floor", __doc__.splitlines()[0])
     ap.add_argument("records", type=Path, help="a stream run's records.jsonl")
     ap.add_argument("--domain", default=None, help="only this domain's questions")
     ap.add_argument("--target-cut", type=float, default=0.56, help="the ECE cut asked for, in (0, 1) (default 0.56)")

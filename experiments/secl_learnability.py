@@ -31,7 +31,6 @@ Writes ``items.jsonl``, ``results.jsonl``, ``probe.json`` and ``report.md`` (eve
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import os
@@ -375,7 +374,9 @@ def variants_for(args, pool_size: int) -> list[Variant]:
 
 
 def parse_args(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    from hf_calibration.cli import script_parser
+
+    ap = script_parser("python -m experiments.secl_learnability", __doc__.split("\n\n")[0])
     ap.add_argument("--model", default="smollm2", help="an alias (smollm2, qwen), a Hub id or a local folder")
     ap.add_argument("--dataset", default="halueval_qa_lm", help="one MCQA domain of secl.stream")
     ap.add_argument("--limit", type=int, default=None, help="items of the domain (default: all)")

@@ -24,7 +24,6 @@ the stream's accuracy on every question) and paired bootstrap intervals against 
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import time
@@ -226,7 +225,9 @@ def format_report(results: list[dict], meta: dict, versus: list[dict] | None = N
 
 
 def parse_args(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    from hf_calibration.cli import script_parser
+
+    ap = script_parser("python -m experiments.secl_schedule", __doc__.split("\n\n")[0])
     ap.add_argument("--model", default="smollm2", help="an alias (smollm2, qwen), a Hub id or a local folder")
     ap.add_argument("--dataset", default="halueval_qa_lm", help="one stream domain")
     ap.add_argument("--limit", type=int, default=200, help="questions in the stream")

@@ -261,6 +261,14 @@ class Parser(TrlParser):
                 if not given & {option(name), "--" + name}}
 
 
+def script_parser(prog: str, description: str) -> Parser:
+    """A parser for a script outside the CLI (``experiments/``, ``examples/``) with the CLI's one-line errors
+    ("<prog>: error: --x: …", exit 2, no usage dump) and no abbreviated options."""
+    parser = Parser(prog=prog, description=description)
+    parser.error_prog = prog
+    return parser
+
+
 class _FullHelp(argparse.Action):
     def __call__(self, parser, namespace, values, option_string=None):
         for action in parser._actions:

@@ -181,3 +181,24 @@ def test_bool_options_show_the_values_they_take(command):
 
     text = cli.command_parser(command).format_help()
     assert "--overwrite [true|false]" in text and not re.search(r"\[[A-Z_]+\]", text)
+
+
+def test_scripts_outside_the_cli_print_one_line_errors(capsys):
+    """Every script of experiments/ and examples/ builds its parser with ``script_parser`` (the CLI's one-line
+    errors, exit 2), not a bare argparse parser that prints its usage first."""
+    from pathlib import Path
+
+    from hf_calibration.cli import script_parser
+
+    root = Path(__file__).resolve().parents[1]
+    bare = [str(p.relative_to(root)) for folder in ("experiments", "examples")
+            for p in sorted((root / folder).glob("*.py")) if "argparse.ArgumentParser(" in p.read_text(encoding="utf-8")]
+    assert not bare, f"scripts with a bare argparse parser: {bare}"
+    parser = script_parser("python -m experiments.x", "x")
+    parser.add_argument("--n-resamples", type=int, default=1)
+    with pytest.raises(SystemExit) as err:
+        parser.parse_args(["--n-resamples", "many"])
+    printed = capsys.readouterr().err
+    assert err.value.code == 2 and printed == "python -m experiments.x: error: --n-resamples: invalid int value: 'many'\n"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--n-res", "2"])  # no abbreviations
