@@ -64,12 +64,14 @@ def draw_calibrated_labels(y_prob, rng) -> np.ndarray:
     return _draw(prob, rng)
 
 
-def _validated_prob(y_prob) -> np.ndarray:
-    """``y_prob`` as a float64 array of shape (n,) or (n, K), validated as the metrics validate it."""
-    arr = to_numpy(y_prob, "y_prob")
-    n = arr.shape[0] if arr.ndim else 0
-    # the original y_prob, not arr: a half-precision input keeps its own row-sum tolerance, as in the metrics
-    return prepare(np.zeros(n, dtype=np.int64), y_prob).y_prob.astype(np.float64, copy=False)
+def _validated_prob(y_prob, y_true=None) -> np.ndarray:
+    """``y_prob`` as a float64 array of shape (n,) or (n, K), validated with ``y_true`` (when given) as the metrics
+    validate them."""
+    if y_true is None:
+        arr = to_numpy(y_prob, "y_prob")
+        y_true = np.zeros(arr.shape[0] if arr.ndim else 0, dtype=np.int64)
+    # the original y_prob: a half-precision input keeps its own row-sum tolerance, as in the metrics
+    return prepare(y_true, y_prob).y_prob.astype(np.float64, copy=False)
 
 
 def _draw(prob: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -165,11 +167,8 @@ def consistency_resampling(
     """
     _check_bootstrap_args(n_resamples, confidence_level, seed)
     func, kwargs, name = _checked_metric(metric, metric_kwargs, return_draws)
-    prob = _validated_prob(y_prob)
-    observed = None
-    if y_true is not None:
-        prepare(y_true, y_prob)  # the labels' own checks, naming y_true
-        observed = _value(func, y_true, y_prob, kwargs)
+    prob = _validated_prob(y_prob, y_true)
+    observed = None if y_true is None else _value(func, y_true, y_prob, kwargs)
     rng = np.random.default_rng(seed)
     draws = np.array([_value(func, _draw(prob, rng), y_prob, kwargs) for _ in range(n_resamples)])
     finite = draws[np.isfinite(draws)]
