@@ -27,7 +27,7 @@ difference in each replayed read, which later update steps carry on: without rep
 to one that never stopped; with replay (tiny test model, learning rate 0.1) its confidences differed by up to 5e-5.
 The fingerprint covers the model's weights (``weights_fingerprint``), so a different model under the same name or
 path starts over. ``RunLock`` keeps two runs from writing into one output folder at once (``.<name>.secl.lock``
-beside it, an ``fcntl.flock`` held while the run lives; where ``fcntl`` is missing, e.g. Windows, no lock is taken).
+beside it, a ``filelock.FileLock`` held while the run lives, on POSIX and Windows alike).
 """
 
 from __future__ import annotations
@@ -114,42 +114,40 @@ def _load_state(path: Path):
 
 
 class RunLock:
-    """An exclusive, non-blocking ``fcntl.flock`` on ``<parent>/.<name>.secl.lock`` for a run writing into
-    ``output_dir``, held until ``release`` or until the process ends (the kernel drops it then, also on a kill).
-    ParameterError naming output_dir (with the holder's process id) when another run holds it."""
+    """An exclusive, non-blocking file lock (``filelock.FileLock``: ``flock`` on POSIX, ``msvcrt.locking`` on
+    Windows) on ``<parent>/.<name>.secl.lock`` for a run writing into ``output_dir``, held until ``release`` or
+    until the process ends (the operating system drops it then, also on a kill). The holder's process id is kept
+    beside it in ``.<name>.secl.pid``. ParameterError naming output_dir (with the holder's process id) when another
+    run holds it."""
 
     def __init__(self, output_dir):
+        import filelock
+
         self.path = partial_path(output_dir, "secl").with_suffix("").with_suffix(".lock")
-        self._file = None
+        self.pid_path = self.path.with_suffix(".pid")
+        self._lock = filelock.FileLock(self.path, timeout=0)
         try:
-            import fcntl
-        except ImportError:  # no flock on this platform: nothing is locked
-            return
-        try:
-            handle = open(self.path, "a+", encoding="utf-8")  # noqa: SIM115  (held for the run's life)
-        except OSError:  # an unwritable parent: StreamCheckpoint.start names it
-            return
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            handle.seek(0)
-            holder = handle.read().strip() or "?"
-            handle.close()
+            self._lock.acquire()
+        except filelock.Timeout:
+            try:
+                holder = self.pid_path.read_text(encoding="utf-8").strip() or "?"
+            except OSError:  # the holder has not written it yet, or has just released
+                holder = "?"
             raise ParameterError("output_dir", str(output_dir), f"another run (process {holder}) is writing into "
                                  f"{{output_dir}} {str(output_dir)!r} (lock {str(self.path)!r}); wait for it to end "
                                  "or choose another folder") from None
-        handle.seek(0)
-        handle.truncate()
-        handle.write(f"{os.getpid()}\n")
-        handle.flush()
-        self._file = handle
+        except OSError:  # an unwritable parent: StreamCheckpoint.start names it
+            self._lock = None
+            return
+        self.pid_path.write_text(f"{os.getpid()}\n", encoding="utf-8")
 
     def release(self) -> None:
-        """Drop the lock and its file (the run is over)."""
-        if self._file is not None:
+        """Drop the lock and its files (the run is over)."""
+        if self._lock is not None:
+            self.pid_path.unlink(missing_ok=True)
+            self._lock.release()
             self.path.unlink(missing_ok=True)
-            self._file.close()
-            self._file = None
+            self._lock = None
 
 
 class StreamCheckpoint:

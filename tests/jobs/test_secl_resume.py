@@ -183,8 +183,32 @@ def test_a_second_run_into_the_same_folder_stops_before_loading_the_model(tiny_m
     assert not first.path.exists()
     with pytest.raises(Stop):  # the lock is free: the run gets as far as loading the model
         run_secl_stream(config, SECL, progress=False)
-    assert len(loads) == 1 and not first.path.exists()  # a run that stops releases the lock
+    assert len(loads) == 1 and not first.path.exists() and not first.pid_path.exists()  # a run that stops releases it
     RunLock(config.output_dir).release()
+
+
+def test_the_lock_holds_against_another_process_and_ends_with_it(tmp_path):
+    """A run in another process holds the folder (the refusal names that process's id); once that process is
+    killed, without releasing, the operating system drops the lock and a new run takes it."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "out"
+    child = subprocess.Popen([sys.executable, "-c", "import sys, time\n"
+                              "from hf_calibration.secl.stream_checkpoint import RunLock\n"
+                              f"lock = RunLock({str(out)!r}); print('held', flush=True); time.sleep(120)"],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "held"
+        with pytest.raises(ParameterError, match=rf"^output_dir: another run \(process {child.pid}\) is writing"):
+            RunLock(out)
+    finally:
+        child.kill()
+        child.wait()
+    lock = RunLock(out)  # the killed holder left its files; the lock itself went with the process
+    assert lock.pid_path.read_text().strip() == str(__import__("os").getpid())
+    lock.release()
+    assert not lock.path.exists() and not lock.pid_path.exists()
 
 
 def test_another_runs_checkpoint_is_never_mixed_in(tmp_path):
