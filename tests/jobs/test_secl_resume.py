@@ -190,11 +190,12 @@ def test_a_second_run_into_the_same_folder_stops_before_loading_the_model(tiny_m
 def test_the_lock_holds_against_another_process_and_ends_with_it(tmp_path):
     """A run in another process holds the folder (the refusal names that process's id); once that process is
     killed, without releasing, the operating system drops the lock and a new run takes it."""
+    import os
     import subprocess
     import sys
 
     out = tmp_path / "out"
-    child = subprocess.Popen([sys.executable, "-c", "import sys, time\n"
+    child = subprocess.Popen([sys.executable, "-c", "import time\n"
                               "from hf_calibration.secl.stream_checkpoint import RunLock\n"
                               f"lock = RunLock({str(out)!r}); print('held', flush=True); time.sleep(120)"],
                              stdout=subprocess.PIPE, text=True)
@@ -206,7 +207,7 @@ def test_the_lock_holds_against_another_process_and_ends_with_it(tmp_path):
         child.kill()
         child.wait()
     lock = RunLock(out)  # the killed holder left its files; the lock itself went with the process
-    assert lock.pid_path.read_text().strip() == str(__import__("os").getpid())
+    assert lock.pid_path.read_text().strip() == str(os.getpid())
     lock.release()
     assert not lock.path.exists() and not lock.pid_path.exists()
 
