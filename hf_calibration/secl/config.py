@@ -38,7 +38,8 @@ class SECLConfig:
                 "step as δ does, so only δ was varied on the development split)."})
     delta: float = field(default=0.2, metadata={
         "help": "δ: the clip of the directional step (reconstruction; kept: 0.1 and 0.4 did not change SECL's Brier "
-                "decisively on a development split, docs/secl_results.md)."})
+                "decisively on a development split, and with replay δ = 1 (no clip) ranked as 0.2 did, ΔAUROC "
+                "−0.005 [−0.031, +0.021]; docs/secl_results.md)."})
     n_bins: int = field(default=10, metadata={"help": "Equal-width confidence bins of the bin gate (reconstruction)."})
     bin_gate_width: int = field(default=0, metadata={
         "help": "Skip the update when |bin(c) − bin(c*)| ≤ this many bins (paper: 1). Default 0, chosen on a "

@@ -72,6 +72,15 @@ def test_pick_rule_by_hand():
     assert study.pick([res("x", 0.5, 9.0)], budget=4.6) == "x"  # none within the budget: the best of all
 
 
+def test_the_report_says_when_no_schedule_fits_the_budget():
+    def res(name, passes):
+        return {"seed": 0, "schedule": name, "summary": {"passes_per_question": passes}}
+
+    meta = {"dev_seed": 0, "pick_budget": "x"}
+    assert study._within_budget([res("x", 9.0)], meta).startswith("none (no development schedule fits")
+    assert study._within_budget([res("x", 4.0)], meta) == "**x**"
+
+
 def test_a_restart_skips_what_is_done(run, tiny_model_dir, monkeypatch):
     out, result = run
 
