@@ -11,7 +11,8 @@ seed, so every schedule starts from the same identity adapter) runs the SECL pas
 every question is read again with the adapter the pass ended with (``secl.stream.final_adapter_pass``): the
 confidence **over the stream** (each question read with the adapter the questions before it produced, what a user
 of the stream gets) and **after the burst** (the final adapter on the same answers, on every question and on the
-burst's). The schedules are ``SECLConfig`` fields (``SCHEDULES``): the restatement, a replay buffer over the burst
+burst's, and on the questions no step trained on: ``held_out``). The schedules are ``SECLConfig`` fields
+(``SCHEDULES``): the restatement, a replay buffer over the burst
 with several steps per question, and consolidation (epochs over the whole burst when it ends, the one way found to
 take many steps within the pass budget). On the development seed (``--dev-seed``) every
 schedule runs; the rule fixed before the run picks the one with the highest AUROC over the stream among those within
@@ -94,6 +95,24 @@ def summarize(baseline: list[dict], rows: dict, *, n_resamples: int, seed: int) 
     out["trained_share"] = float(np.mean(rows["updated"]))
     out["passes_per_question"] = float(np.mean(rows["passes"]))
     return out
+
+
+def held_out(result: dict, baseline: list[dict], *, n_resamples: int) -> dict | None:
+    """The questions of ``result``'s stream that no step trained on (outside the burst, never updated), read with
+    the adapter the pass ended with, beside the verbalized baseline, the teacher P(True)Norm and the constant
+    accuracy on the same questions (each {metric: {value, low, high}}, bootstrap seeded with the seed). These are
+    held out within the stream: what the adapter learnt, not what it memorised. None when fewer than 2 remain."""
+    rows = result["rows"]
+    keep = [i for i, (b, u) in enumerate(zip(rows["burst"], rows["updated"])) if not b and not u]
+    y = [baseline[i]["correct"] for i in keep]
+    if len(keep) < 2:
+        return None
+    kw = dict(n_resamples=n_resamples, seed=result["seed"])
+    acc = float(np.mean(y))
+    return {"n": len(keep), "accuracy": acc, "final": _metric_row(y, [rows["final"][i] for i in keep], **kw),
+            "verbalized": _metric_row(y, [baseline[i]["verbalized"] for i in keep], **kw),
+            "teacher": _metric_row(y, [baseline[i]["norm_p_true"] for i in keep], **kw),
+            "constant": _metric_row(y, [acc] * len(keep), **kw)}
 
 
 def run_schedule(args, name: str, seed: int, items, baseline: list[dict]) -> dict:
@@ -192,7 +211,8 @@ def _within_budget(results: list[dict], meta: dict) -> str:
     return f"**{name}**" if fits else f"none (no development schedule fits; the best of all, **{name}**, stands in)"
 
 
-def format_report(results: list[dict], meta: dict, versus: list[dict] | None = None) -> str:
+def format_report(results: list[dict], meta: dict, versus: list[dict] | None = None,
+                  held: list[dict] | None = None) -> str:
     lines = [f"# SECL online schedules: {meta['model']} on {meta['dataset']}", "",
              f"{meta['limit']} questions per stream, a burst at the start; development seed {meta['dev_seed']}, test "
              f"seed {meta['test_seed']}. " + (
@@ -229,6 +249,14 @@ def format_report(results: list[dict], meta: dict, versus: list[dict] | None = N
                   "ΔBrier after the burst |", "|---|---|---|---|---|---|"]
         lines += [f"| {v['seed']} | {v['schedule']} | {_ci(v['auroc_secl'])} | {_ci(v['auroc_final'])} | "
                   f"{_ci(v['brier_secl'])} | {_ci(v['brier_final'])} |" for v in versus]
+        lines.append("")
+    if held:
+        lines += ["## The questions no step trained on, read with the final adapter (held out within the stream)", "",
+                  "| seed | schedule | n | acc | AUROC final adapter | ECE final adapter | Brier final adapter | AUROC "
+                  "verbalized | AUROC P(True)Norm | Brier const. acc. |", "|" + "---|" * 10]
+        lines += [f"| {h['seed']} | {h['schedule']} | {h['n']} | {h['accuracy']:.3f} | {_ci(h['final']['auroc'])} | "
+                  f"{_ci(h['final']['conf_ece'])} | {_ci(h['final']['brier'])} | {_ci(h['verbalized']['auroc'])} | "
+                  f"{_ci(h['teacher']['auroc'])} | {h['constant']['brier']['value']:.3f} |" for h in held]
         lines.append("")
     return "\n".join(lines)
 
@@ -288,13 +316,16 @@ def main(argv=None) -> dict:
         run(args.test_seed, list(dict.fromkeys(["default", meta.get("pick_budget", "default"),
                                                 meta.get("pick_any", "default")])))
     results = _read(path)
-    correct = {seed: [json.loads(x)["correct"] for x in f.read_text(encoding="utf-8").splitlines() if x.strip()]
-               for seed in {r["seed"] for r in results}
-               if (f := args.output_dir / f"baseline_seed{seed}.jsonl").exists()}
+    baselines = {seed: [json.loads(x) for x in f.read_text(encoding="utf-8").splitlines() if x.strip()]
+                 for seed in {r["seed"] for r in results}
+                 if (f := args.output_dir / f"baseline_seed{seed}.jsonl").exists()}
+    correct = {seed: [b["correct"] for b in rows] for seed, rows in baselines.items()}
     versus = versus_default(results, correct, n_resamples=args.n_resamples)
-    (args.output_dir / "report.md").write_text(format_report(results, meta, versus), encoding="utf-8")
+    held = [{"seed": r["seed"], "schedule": r["schedule"], **h} for r in results if r["seed"] in baselines
+            and (h := held_out(r, baselines[r["seed"]], n_resamples=args.n_resamples))]
+    (args.output_dir / "report.md").write_text(format_report(results, meta, versus, held), encoding="utf-8")
     (args.output_dir / "meta.json").write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
-    return {"meta": meta, "results": results, "versus_default": versus}
+    return {"meta": meta, "results": results, "versus_default": versus, "held_out": held}
 
 
 if __name__ == "__main__":

@@ -81,6 +81,25 @@ def test_the_report_says_when_no_schedule_fits_the_budget():
     assert study._within_budget([res("x", 4.0)], meta) == "**x**"
 
 
+def test_held_out_keeps_only_the_questions_no_step_trained_on():
+    """Questions 2 and 4 are outside the burst and never updated; question 3 is outside the burst but updated."""
+    from sklearn.metrics import roc_auc_score
+
+    correct = [1, 0, 1, 1, 0]
+    baseline = [{"correct": c, "verbalized": v, "norm_p_true": t}
+                for c, v, t in zip(correct, [0.9, 0.8, 0.7, 0.6, 0.5], [0.6, 0.4, 0.3, 0.2, 0.9])]
+    result = {"seed": 0, "rows": {"burst": [True, True, False, False, False],
+                                  "updated": [True, False, False, True, False], "final": [0.1, 0.2, 0.8, 0.3, 0.4]}}
+    h = study.held_out(result, baseline, n_resamples=20)
+    assert h["n"] == 2 and h["accuracy"] == 0.5
+    assert h["final"]["auroc"]["value"] == roc_auc_score([1, 0], [0.8, 0.4]) == 1.0
+    assert h["teacher"]["auroc"]["value"] == roc_auc_score([1, 0], [0.3, 0.9]) == 0.0
+    assert h["final"]["brier"]["value"] == pytest.approx(((0.8 - 1) ** 2 + 0.4 ** 2) / 2)
+    assert h["constant"]["brier"]["value"] == pytest.approx(0.25)
+    result["rows"]["updated"][4] = True
+    assert study.held_out(result, baseline, n_resamples=20) is None  # one question left
+
+
 def test_a_restart_skips_what_is_done(run, tiny_model_dir, monkeypatch):
     out, result = run
 
