@@ -104,9 +104,9 @@ def held_out(result: dict, baseline: list[dict], *, n_resamples: int) -> dict | 
     held out within the stream: what the adapter learnt, not what it memorised. None when fewer than 2 remain."""
     rows = result["rows"]
     keep = [i for i, (b, u) in enumerate(zip(rows["burst"], rows["updated"])) if not b and not u]
-    y = [baseline[i]["correct"] for i in keep]
     if len(keep) < 2:
         return None
+    y = [baseline[i]["correct"] for i in keep]
     kw = dict(n_resamples=n_resamples, seed=result["seed"])
     acc = float(np.mean(y))
     return {"n": len(keep), "accuracy": acc, "final": _metric_row(y, [rows["final"][i] for i in keep], **kw),
@@ -154,6 +154,11 @@ def run_schedule(args, name: str, seed: int, items, baseline: list[dict]) -> dic
                      "passes": [r["passes"]["secl"] for r in records]}}
 
 
+def read_baseline(path: Path) -> list[dict]:
+    """The baseline records saved at ``path`` (one JSON object per line)."""
+    return [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
+
+
 def load_baseline(args, seed: int):
     """The stream of ``seed`` and its baseline pass (saved as ``baseline_seed<seed>.jsonl``, read back if there)."""
     from hf_calibration.modeling import load_model
@@ -166,7 +171,7 @@ def load_baseline(args, seed: int):
     items = build_stream(tokenizer, args.dataset, limit_per_domain=args.limit, seed=seed, balance_gold=True)
     path = args.output_dir / f"baseline_seed{seed}.jsonl"
     if path.exists():
-        return items, [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
+        return items, read_baseline(path)
     torch.manual_seed(seed)
     secl = apply_secl(model, tokenizer, SECLConfig(**ONE_STEP))  # the verbalized baseline restates the decoded answer
     records = baseline_pass(secl, items, max_new_tokens=args.max_new_tokens, progress=args.progress)
@@ -316,8 +321,7 @@ def main(argv=None) -> dict:
         run(args.test_seed, list(dict.fromkeys(["default", meta.get("pick_budget", "default"),
                                                 meta.get("pick_any", "default")])))
     results = _read(path)
-    baselines = {seed: [json.loads(x) for x in f.read_text(encoding="utf-8").splitlines() if x.strip()]
-                 for seed in {r["seed"] for r in results}
+    baselines = {seed: read_baseline(f) for seed in {r["seed"] for r in results}
                  if (f := args.output_dir / f"baseline_seed{seed}.jsonl").exists()}
     correct = {seed: [b["correct"] for b in rows] for seed, rows in baselines.items()}
     versus = versus_default(results, correct, n_resamples=args.n_resamples)
