@@ -17,8 +17,9 @@ set, on every held-out item). Variants at the largest N: the answer restated as 
 (``SECLConfig.restate``), LoRA on every linear module with a higher rank, scope "all" (the adapter on the
 whole conversation; answers and teacher stay fixed), each also with the option text, and a longer, larger-step
 fit (``LONG``: epochs and learning rate; is the read under-fitted by the optimiser or by what it can express?),
-and a sharper teacher (``SHARP_TAU_N``: c* recomputed at a smaller τ_n from the saved P(True) of every option, so
-that its spread, not its level, dominates the squared error). Each result is one line of ``results.jsonl``; a restart
+a sharper teacher (``SHARP_TAU_N``: c* recomputed at a smaller τ_n from the saved P(True) of every option, so
+that its spread, not its level, dominates the squared error), and the KL loss (``_kl``: ``SECLConfig.confidence_loss``
+"kl", the read's distribution over 0..10 against a two-point target, whose gradient stays at saturation). Each result is one line of ``results.jsonl``; a restart
 skips those done.
 
 Linear probe: scikit-learn's ``LogisticRegressionCV`` (standardised features, 5-fold CV over C) on the base
@@ -144,19 +145,22 @@ class Variant:
     epochs: int = 0  # 0: the run's --epochs
     lr: float = 0.0  # 0: the run's --lr
     tau_n: float = 0.0  # the teacher's τ_n; 0: c* as scored (at SCORED_TAU_N)
+    loss: str = "mse"  # SECLConfig.confidence_loss: "mse", or "kl" to the two-point target distribution
 
     @property
     def name(self) -> str:
         extra = [x for x, default in ((self.restate, "answer"), (self.lora, "default"),
                                       (f"scope_{self.scope}", "scope_confidence"), (f"e{self.epochs}", "e0"),
-                                      (f"lr{self.lr:g}", "lr0"), (f"tau{self.tau_n:g}", "tau0")) if x != default]
+                                      (f"lr{self.lr:g}", "lr0"), (f"tau{self.tau_n:g}", "tau0"),
+                                      (self.loss, "mse")) if x != default]
         return "_".join([f"n{self.n}", self.target, *extra])
 
 
 LONG = (10, 5e-3)  # the "_long" variants' epochs and learning rate: twice the steps, five times the step size
 SHARP_TAU_N = 0.05  # the "_sharp" variants' teacher: c* spread over [0, 1] (SmolLM2 QA-LM: sd 0.24, at 0.2 0.08)
 EXTRA_VARIANTS = ("option_text_gold", "all_linear", "scope_all", "option_text_all_linear", "option_text_scope_all",
-                  "option_text_long", "option_text_gold_long", "option_text_sharp", "option_text_sharp_long")
+                  "option_text_long", "option_text_gold_long", "option_text_sharp", "option_text_sharp_long",
+                  "option_text_kl", "option_text_long_kl")
 ALL_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
@@ -204,9 +208,9 @@ def replay_items(secl, items, rows, indices, *, target: str, contexts: dict, tau
     return out
 
 
-def train_offline(secl, train, *, epochs: int, batch_size: int, lr: float, seed: int) -> dict:
-    """AdamW on the adapter, ``epochs`` passes over ``train`` (``ReplayItem``s) in seeded random minibatches.
-    Returns {"steps", "loss_per_epoch", "seconds"}."""
+def train_offline(secl, train, *, epochs: int, batch_size: int, lr: float, seed: int, loss: str = "mse") -> dict:
+    """AdamW on the adapter, ``epochs`` passes over ``train`` (``ReplayItem``s) in seeded random minibatches, on
+    ``loss`` (``SECLConfig.confidence_loss``). Returns {"steps", "loss_per_epoch", "seconds"}."""
     from hf_calibration.secl.replay import minibatch_step
 
     opt = torch.optim.AdamW(secl._secl_adapter_params(), lr=lr, weight_decay=0.0)
@@ -217,8 +221,8 @@ def train_offline(secl, train, *, epochs: int, batch_size: int, lr: float, seed:
         order, total = rng.permutation(len(train)), 0.0
         for b in range(0, len(train), batch_size):
             batch = [train[j] for j in order[b: b + batch_size]]
-            loss, _ = minibatch_step(secl, batch, opt, alpha_step=1.0, delta=1.0)
-            total += loss * len(batch)
+            value, _ = minibatch_step(secl, batch, opt, alpha_step=1.0, delta=1.0, loss=loss)
+            total += value * len(batch)
             steps += 1
         losses.append(total / len(train))
     secl.eval()
@@ -276,7 +280,7 @@ def run_variant(secl, variant: Variant, items, rows, pool, test_idx, contexts, a
     train = replay_items(secl, items, rows, train_idx, target=variant.target, contexts=contexts, tau_n=variant.tau_n)
     test = replay_items(secl, items, rows, test_idx, target=variant.target, contexts=contexts, tau_n=variant.tau_n)
     fit = train_offline(secl, train, epochs=variant.epochs or args.epochs, batch_size=args.batch_size,
-                        lr=variant.lr or args.lr, seed=args.seed)
+                        lr=variant.lr or args.lr, seed=args.seed, loss=variant.loss)
     start = time.perf_counter()
     conf_train, conf_test = read_confidences(secl, train), read_confidences(secl, test)
     y_train, y_test = [rows[i]["correct"] for i in train_idx], [rows[i]["correct"] for i in test_idx]
@@ -368,7 +372,10 @@ def variants_for(args, pool_size: int) -> list[Variant]:
              "option_text_gold_long": Variant(top, "gold", restate="option_text", epochs=LONG[0], lr=LONG[1]),
              "option_text_sharp": Variant(top, "teacher", restate="option_text", tau_n=SHARP_TAU_N),
              "option_text_sharp_long": Variant(top, "teacher", restate="option_text", tau_n=SHARP_TAU_N,
-                                               epochs=LONG[0], lr=LONG[1])}
+                                               epochs=LONG[0], lr=LONG[1]),
+             "option_text_kl": Variant(top, "teacher", restate="option_text", loss="kl"),
+             "option_text_long_kl": Variant(top, "teacher", restate="option_text", epochs=LONG[0], lr=LONG[1],
+                                            loss="kl")}
     order += [extra[v] for v in args.variants]
     return list(dict.fromkeys(order))
 

@@ -65,6 +65,16 @@ SCHEDULES = {
                                             "consolidation_epochs": 3, "consolidation_batch_size": 2, "tau_n": 0.05},
     "option_text_consolidate3_b1_tau0.05": {"restate": "option_text", "replay_size": 50, "replay_batch_size": 0,
                                             "consolidation_epochs": 3, "consolidation_batch_size": 1, "tau_n": 0.05},
+    # the same with the adapter on the whole conversation (the paper's scope: answers and teacher move with it)
+    "option_text_consolidate3_b1_tau0.05_scope_all": {"restate": "option_text", "replay_size": 50,
+                                                      "replay_batch_size": 0, "consolidation_epochs": 3,
+                                                      "consolidation_batch_size": 1, "tau_n": 0.05,
+                                                      "adapter_scope": "all"},
+    # the KL loss (SECLConfig.confidence_loss): the same steps, a gradient that stays when the read saturates
+    "option_text_kl": {"restate": "option_text", "confidence_loss": "kl"},
+    "option_text_consolidate3_b1_tau0.05_kl": {"restate": "option_text", "replay_size": 50, "replay_batch_size": 0,
+                                               "consolidation_epochs": 3, "consolidation_batch_size": 1,
+                                               "tau_n": 0.05, "confidence_loss": "kl"},
 }
 # the development run's schedules (the δ = 1 one is kept for a longer run: it did not fit the session's budget)
 DEV_SCHEDULES = [s for s in SCHEDULES if s != "option_text_replay7_x4_unclipped"]

@@ -174,7 +174,8 @@ class SECLBurstMixin:
         cfg = self.secl_config
         with self.secl_training() as opt:
             steps, record["replayed"] = update_steps(self, item, buffer, opt, steps=cfg.steps_per_update,
-                                                     alpha_step=cfg.alpha_step, delta=cfg.delta)
+                                                     alpha_step=cfg.alpha_step, delta=cfg.delta,
+                                                     loss=cfg.confidence_loss)
         buffer.add(dataclasses.replace(item, target=None))
         return steps
 
@@ -186,6 +187,7 @@ class SECLBurstMixin:
         with self.secl_training() as opt:
             passes, steps = consolidate(self, buffer, opt, epochs=cfg.consolidation_epochs,
                                         batch_size=cfg.consolidation_batch_size, alpha_step=cfg.alpha_step,
-                                        delta=cfg.delta, seed=burst, lr_scheduler=cfg.consolidation_lr_scheduler)
+                                        delta=cfg.delta, seed=burst, lr_scheduler=cfg.consolidation_lr_scheduler,
+                                        loss=cfg.confidence_loss)
         record["consolidation"] = {"questions": len(buffer), "steps": steps, "forward_passes": passes}
         return passes

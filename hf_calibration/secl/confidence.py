@@ -122,6 +122,57 @@ def _logsumexp_ids(logprobs: torch.Tensor, ids: Sequence[int]) -> torch.Tensor:
     return torch.logsumexp(logprobs[:, list(ids)], dim=-1)
 
 
+def _values_logprobs(logprobs, tokens: ConfidenceTokens, after_one) -> tuple[torch.Tensor, torch.Tensor]:
+    """(unnormalised log-probabilities (n, 11) of the numbers 0..10, the digits' (n, 10) at the first step)."""
+    if tokens.two_step and after_one is None:
+        raise ValueError("after_one: required when '10' is not a single token")
+    digit_lp = torch.stack([_logsumexp_ids(logprobs, ids) for ids in tokens.digits], dim=1)  # (n, 10)
+    if tokens.two_step:
+        p_zero = torch.exp(_logsumexp_ids(after_one, tokens.zero_after_one)).clamp(0.0, 1.0)
+        lp_ten = digit_lp[:, 1] + torch.log(p_zero.clamp_min(1e-30))
+        lp_one = digit_lp[:, 1] + torch.log1p(-p_zero.clamp(max=1 - 1e-7))
+        return torch.cat([digit_lp[:, :1], lp_one[:, None], digit_lp[:, 2:], lp_ten[:, None]], dim=1), digit_lp
+    return torch.cat([digit_lp, _logsumexp_ids(logprobs, tokens.ten)[:, None]], dim=1), digit_lp
+
+
+def confidence_distribution(
+    logprobs: torch.Tensor, tokens: ConfidenceTokens, after_one: torch.Tensor | None = None
+) -> torch.Tensor:
+    """The verbalized confidence as a distribution over the 11 values 0, 0.1, …, 1 (differentiable): log-
+    probabilities (n, 11), renormalised over the number tokens, whose expectation is ``verbalized_from_logprobs``'
+    confidence. Arguments as there; raises ValueError when ``after_one`` is missing and "10" is two tokens."""
+    return torch.log_softmax(_values_logprobs(logprobs, tokens, after_one)[0], dim=1)
+
+
+def expected_value(log_weights: torch.Tensor) -> torch.Tensor:
+    """Σ_k P(k)·k/10 of log-probabilities (n, 11) over the values 0..10: the confidence (n,) in [0, 1]."""
+    values = torch.arange(11, dtype=log_weights.dtype, device=log_weights.device) / 10.0
+    return (torch.exp(log_weights) * values).sum(dim=1)
+
+
+def two_point_target(target: float, n_values: int = 11) -> torch.Tensor:
+    """The distribution (n_values,) over the grid 0, 1/(n_values − 1), …, 1 with mass on the two grid values
+    around ``target`` only, split so that its expectation is ``target`` (the linear interpolation weights; all
+    mass on one value when ``target`` is on the grid). Raises ValueError for ``target`` outside [0, 1]."""
+    if not 0.0 <= target <= 1.0:
+        raise ValueError(f"target: {target!r} (expected a value in [0, 1])")
+    x = target * (n_values - 1)
+    low = min(int(np.floor(x)), n_values - 2)
+    q = torch.zeros(n_values, dtype=torch.float64)
+    q[low], q[low + 1] = low + 1 - x, x - low
+    return q
+
+
+def confidence_kl(log_weights: torch.Tensor, target: float) -> torch.Tensor:
+    """KL(q ‖ p) of ``two_point_target(target)`` q against the read's distribution p (log-probabilities (11,)):
+    a scalar tensor ≥ 0, 0 exactly when p = q. Its gradient with respect to the number tokens' logits is p − q,
+    which does not vanish when p puts all its mass on one value, unlike that of (E_p − target)²
+    (docs/methods.md, "SECL: the confidence loss")."""
+    q = two_point_target(target).to(log_weights)
+    keep = q > 0
+    return (q[keep] * (torch.log(q[keep]) - log_weights[keep])).sum()
+
+
 def verbalized_from_logprobs(
     logprobs: torch.Tensor, tokens: ConfidenceTokens, after_one: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, np.ndarray, np.ndarray]:
@@ -132,19 +183,8 @@ def verbalized_from_logprobs(
     array in {0, 0.1, …, 1} or NaN when the most likely token is not a number, mass (n,) probability of
     the digit tokens at the first step, in [0, 1]).
     """
-    if tokens.two_step and after_one is None:
-        raise ValueError("after_one: required when '10' is not a single token")
-    digit_lp = torch.stack([_logsumexp_ids(logprobs, ids) for ids in tokens.digits], dim=1)  # (n, 10)
-    if tokens.two_step:
-        p_zero = torch.exp(_logsumexp_ids(after_one, tokens.zero_after_one)).clamp(0.0, 1.0)
-        lp_ten = digit_lp[:, 1] + torch.log(p_zero.clamp_min(1e-30))
-        lp_one = digit_lp[:, 1] + torch.log1p(-p_zero.clamp(max=1 - 1e-7))
-        values_lp = torch.cat([digit_lp[:, :1], lp_one[:, None], digit_lp[:, 2:], lp_ten[:, None]], dim=1)
-    else:
-        values_lp = torch.cat([digit_lp, _logsumexp_ids(logprobs, tokens.ten)[:, None]], dim=1)
-    values = torch.arange(11, dtype=logprobs.dtype, device=logprobs.device) / 10.0
-    weights = torch.softmax(values_lp, dim=1)
-    confidence = (weights * values).sum(dim=1)
+    values_lp, digit_lp = _values_logprobs(logprobs, tokens, after_one)
+    confidence = expected_value(torch.log_softmax(values_lp, dim=1))
     mass = torch.exp(torch.logsumexp(digit_lp, dim=1))
     if not tokens.two_step:
         mass = mass + torch.exp(values_lp[:, 10])

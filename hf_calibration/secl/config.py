@@ -15,6 +15,7 @@ from pathlib import Path
 from hf_calibration.errors import ParameterError, ParameterWarning
 from hf_calibration.modeling.prompts import PROMPT_FORMATS
 from hf_calibration.secl.confidence import CONFIDENCE_TEMPLATE, DEFAULT_TAU_N, P_TRUE_TEMPLATE, check_template
+from hf_calibration.secl.replay import CONFIDENCE_LOSSES
 
 CONFIG_NAME = "secl_config.json"
 ADAPTER_SCOPES = ("confidence", "all")
@@ -134,6 +135,13 @@ class SECLConfig:
                 "QA-LM AUROC 0.769 against 0.740 verbalized, Brier below the constant's; docs/secl_results.md, "
                 "'four-domain stream with the decaying consolidation rate', on Qwen).",
         "choices": list(CONSOLIDATION_LR_SCHEDULES)})
+    confidence_loss: str = field(default="mse", metadata={
+        "help": "The update steps' loss against the target ĉ: 'mse' (c − ĉ)², the paper's; 'kl' the KL divergence "
+                "from the distribution with mass on the two values of 0, 0.1, …, 1 around ĉ (mean ĉ) to the read's "
+                "distribution over those values, whose gradient stays when the read puts all its mass on one "
+                "number, where MSE's vanishes (docs/methods.md, 'SECL: the confidence loss'; extension, not in the "
+                "paper). Default 'mse' (docs/secl_results.md, 'A loss that keeps its gradient').",
+        "choices": list(CONFIDENCE_LOSSES)})
     restate: str = field(default="option_text", metadata={
         "help": "What the confidence turn's '{answer}' restates: 'option_text' for multiple choice the chosen option "
                 "as 'A. <option text>' (as diagnose and the P(True) teacher restate it; answers naming no option keep "
@@ -277,29 +285,13 @@ def _template(v, label):
     check_template(v, label)
 
 
-def _adapter_scope(v, label):
-    if v not in ADAPTER_SCOPES:
-        raise ParameterError(label, v, f"must be 'confidence' or 'all', got {v!r}")
+def _one_of(options):
+    def check(v, label):
+        if v not in options:
+            names = [repr(o) for o in options]
+            raise ParameterError(label, v, f"must be {', '.join(names[:-1])} or {names[-1]}, got {v!r}")
 
-
-def _restate(v, label):
-    if v not in RESTATEMENTS:
-        raise ParameterError(label, v, f"must be 'answer' or 'option_text', got {v!r}")
-
-
-def _consolidation_lr_scheduler(v, label):
-    if v not in CONSOLIDATION_LR_SCHEDULES:
-        raise ParameterError(label, v, f"must be 'constant' or 'linear', got {v!r}")
-
-
-def _replay_scope(v, label):
-    if v not in REPLAY_SCOPES:
-        raise ParameterError(label, v, f"must be 'burst' or 'stream', got {v!r}")
-
-
-def _prompt_format(v, label):
-    if v not in PROMPT_FORMATS:
-        raise ParameterError(label, v, f"must be 'auto', 'chat' or 'plain', got {v!r}")
+    return check
 
 
 def _target_modules(v, label):
@@ -322,17 +314,18 @@ _CHECKS = {
     "warmup": _integer(2),
     **dict.fromkeys(("bin_gate_width", "replay_size", "replay_batch_size", "consolidation_epochs"), _integer(0)),
     "consolidation_batch_size": _integer(1),
-    "restate": _restate,
-    "consolidation_lr_scheduler": _consolidation_lr_scheduler,
-    "replay_scope": _replay_scope,
+    "restate": _one_of(RESTATEMENTS),
+    "consolidation_lr_scheduler": _one_of(CONSOLIDATION_LR_SCHEDULES),
+    "replay_scope": _one_of(REPLAY_SCOPES),
+    "confidence_loss": _one_of(CONFIDENCE_LOSSES),
     **dict.fromkeys(("tau_n", "alpha_step", "delta", "learning_rate"), _number()),
     "ph_threshold": _number(),
     "ema_rate": _number(upper=1.0),
     "ph_delta": _number(lower_open=None, lower_closed=0.0),
     "confidence_template": _template,
     "p_true_template": _template,
-    "prompt_format": _prompt_format,
-    "adapter_scope": _adapter_scope,
+    "prompt_format": _one_of(PROMPT_FORMATS),
+    "adapter_scope": _one_of(ADAPTER_SCOPES),
     "target_modules": _target_modules,
     "target_layers": _target_layers,
 }

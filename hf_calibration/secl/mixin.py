@@ -59,24 +59,11 @@ from transformers.generation.utils import GenerateDecoderOnlyOutput
 from hf_calibration.modeling.prompts import LETTERS, first_option_letter, resolve_prompt_format
 from hf_calibration.secl.adapted import AdaptedModel
 from hf_calibration.secl.burst import (  # noqa: F401  (confidence_bin, same_option, bin_gate_passes: re-exported)
-    SECLBurstMixin,
-    bin_gate_passes,
-    confidence_bin,
-    same_option,
-)
+    SECLBurstMixin, bin_gate_passes, confidence_bin, same_option)
 from hf_calibration.secl.config import SECLConfig
 from hf_calibration.secl.confidence import (
-    PLAIN_CONFIDENCE_PREFIX,
-    ConfidenceTokens,
-    cache_row,
-    continuation_then_token,
-    extend_cache,
-    followup_ids,
-    mcqa_answer_text,
-    norm_p_true,
-    prefix_pass,
-    verbalized_from_logprobs,
-)
+    PLAIN_CONFIDENCE_PREFIX, ConfidenceTokens, cache_row, confidence_distribution, continuation_then_token,
+    extend_cache, followup_ids, mcqa_answer_text, norm_p_true, prefix_pass, verbalized_from_logprobs)
 from hf_calibration.secl.drift import EntropyShiftDetector, gate_state_from_json, gate_state_to_json
 from hf_calibration.secl.replay import ReplayBuffer, directional_target  # noqa: F401  (directional_target: re-exported)
 
@@ -420,6 +407,20 @@ class SECLGenerationMixin(SECLBurstMixin):
         gradients flow through the whole conversation. restated : the text the turn restates (``secl_restated``;
         default the decoded answer).
         """
+        first, second, passes = self._secl_confidence_logprobs(prompt, answer_ids, requires_grad, context, restated)
+        conf, greedy, _ = verbalized_from_logprobs(first, self.secl_tokens, second)
+        return conf, float(greedy[0]), passes
+
+    def secl_confidence_distribution(self, prompt, answer_ids, *, requires_grad=False, context=None,
+                                     restated=None):
+        """(log-probabilities (1, 11) of the values 0, 0.1, …, 1, forward passes): the distribution whose mean
+        ``secl_verbalized`` returns, from the same arguments (``SECLConfig.confidence_loss`` "kl" trains it)."""
+        first, second, passes = self._secl_confidence_logprobs(prompt, answer_ids, requires_grad, context, restated)
+        return confidence_distribution(first, self.secl_tokens, second), passes
+
+    def _secl_confidence_logprobs(self, prompt, answer_ids, requires_grad, context, restated):
+        """The follow-up turn's next-token log-probabilities (the number's, and after "1" when "10" is two
+        tokens, else None) and the forward passes; ``secl_verbalized``'s arguments."""
         tokens = self.secl_tokens
         text = self.secl_answer_text(answer_ids) if restated is None else restated
         cont = self.secl_followup(answer_ids, text, self.secl_config.confidence_template, PLAIN_CONFIDENCE_PREFIX)
@@ -434,8 +435,7 @@ class SECLGenerationMixin(SECLBurstMixin):
         first, second = continuation_then_token(
             self, cache, n, cont, tokens.digits[1][0] if tokens.two_step else None, requires_grad=requires_grad,
             prefix_mask=mask, start_position=start)
-        conf, greedy, _ = verbalized_from_logprobs(first, tokens, second)
-        return conf, float(greedy[0]), 2 if tokens.two_step else 1
+        return first, second, 2 if tokens.two_step else 1
 
     def _secl_alternatives(self, prompt, answer_ids) -> tuple[list, int]:
         """K deduplicated beam-search alternatives to the answer (open-ended distractors)."""

@@ -7,8 +7,9 @@ off) and every update step is on a minibatch: the current question and ``replay_
 drawn without replacement. A replayed question's target is recomputed from its confidence under the current
 adapter, ĉ = c + α_step·clip(c* − c, −δ, δ) (``directional_target``), since the c its first target was
 built from is stale; the current question keeps the target read before the update, as without replay.
-The minibatch loss is the mean of the squared errors; each item is run and backpropagated on its own (no
-padding of caches of different lengths), which gives the gradient of the mean.
+The minibatch loss is the mean of the items' losses (squared errors, or with ``SECLConfig.confidence_loss`` "kl"
+the KL divergence of the read's distribution over 0..10 to a two-point target: ``item_loss``); each item is run
+and backpropagated on its own (no padding of caches of different lengths), which gives the gradient of the mean.
 
 With ``SECLConfig.consolidation_epochs`` > 0 the buffer is also trained on when a burst ends (``consolidate``):
 that many epochs over every kept burst question in seeded random minibatches, the targets recomputed in each pass
@@ -23,6 +24,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+
+from hf_calibration.secl.confidence import confidence_kl, expected_value
+
+CONFIDENCE_LOSSES = ("mse", "kl")
 
 
 @dataclass
@@ -103,44 +108,63 @@ def item_confidence(model, item: ReplayItem, *, requires_grad: bool = False):
     return conf, passes
 
 
-def minibatch_step(model, items: list, optimizer, *, alpha_step: float, delta: float) -> tuple[float, int]:
-    """One optimizer step on the mean squared error over ``items`` (``ReplayItem``); returns (loss, forward
-    passes: one per item, the read with its backward, as ``mixin`` counts an update step).
+def item_loss(model, item: ReplayItem, *, alpha_step: float, delta: float, loss: str = "mse") -> torch.Tensor:
+    """The update loss of one item (a scalar tensor with its graph). The target is the item's ``target`` when
+    set, else ĉ = c + α_step·clip(c* − c, −δ, δ) from its confidence c in this very read (detached).
 
-    An item's target is its ``target`` when set, else ĉ = c + α_step·clip(c* − c, −δ, δ) from its confidence c
-    in this very pass (detached). ``alpha_step=1, delta=1`` with ``target=None`` is plain MSE to c*."""
+    loss "mse": (c − ĉ)², the paper's (Hedna et al. 2026, step 6). "kl": KL(q ‖ p) of the read's distribution
+    p over the values 0, 0.1, …, 1 against q, the distribution with mass on the two values around ĉ and mean ĉ
+    (``confidence.confidence_kl``); its gradient does not vanish when p sits on one value (docs/methods.md,
+    "SECL: the confidence loss"). Raises ValueError for another ``loss``."""
+    if loss == "mse":
+        conf, _ = item_confidence(model, item, requires_grad=True)
+        c = float(conf.detach()[0])
+    elif loss == "kl":
+        log_weights, _ = model.secl_confidence_distribution(item.prompt, item.answer_ids, requires_grad=True,
+                                                            context=item.context, restated=item.restated)
+        c = float(expected_value(log_weights.detach())[0])
+    else:
+        raise ValueError(f"loss: {loss!r} (expected one of {CONFIDENCE_LOSSES})")
+    target = item.target if item.target is not None else directional_target(
+        c, item.c_star, alpha_step=alpha_step, delta=delta)
+    return (conf[0] - target) ** 2 if loss == "mse" else confidence_kl(log_weights[0], min(1.0, max(0.0, target)))
+
+
+def minibatch_step(model, items: list, optimizer, *, alpha_step: float, delta: float,
+                   loss: str = "mse") -> tuple[float, int]:
+    """One optimizer step on the mean of ``item_loss`` over ``items`` (``ReplayItem``); returns (loss, forward
+    passes: one per item, the read with its backward, as ``mixin`` counts an update step).
+    ``alpha_step=1, delta=1`` with ``target=None`` is plain MSE (or KL) to c*."""
     optimizer.zero_grad(set_to_none=True)
     total = 0.0
     for item in items:
-        conf, _ = item_confidence(model, item, requires_grad=True)
-        target = item.target if item.target is not None else directional_target(
-            float(conf.detach()[0]), item.c_star, alpha_step=alpha_step, delta=delta)
-        loss = (conf[0] - target) ** 2 / len(items)
-        loss.backward()
-        total += float(loss.detach())
+        value = item_loss(model, item, alpha_step=alpha_step, delta=delta, loss=loss) / len(items)
+        value.backward()
+        total += float(value.detach())
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     return total, len(items)
 
 
 def update_steps(model, current: ReplayItem, buffer: ReplayBuffer, optimizer, *, steps: int, alpha_step: float,
-                 delta: float) -> tuple[int, list]:
+                 delta: float, loss: str = "mse") -> tuple[int, list]:
     """``steps`` minibatch steps on ``current`` (its ``target`` set) and, each step, a fresh draw from ``buffer``
     (earlier questions only: add ``current`` afterwards). Returns (forward passes, the stream indices replayed
     at each step: a list of ``steps`` lists)."""
     passes, replayed = 0, []
     for _ in range(steps):
         earlier = buffer.sample()
-        _, n = minibatch_step(model, [current] + earlier, optimizer, alpha_step=alpha_step, delta=delta)
+        _, n = minibatch_step(model, [current] + earlier, optimizer, alpha_step=alpha_step, delta=delta, loss=loss)
         passes += n
         replayed.append([item.index for item in earlier])
     return passes, replayed
 
 
 def consolidate(model, buffer: ReplayBuffer, optimizer, *, epochs: int, batch_size: int, alpha_step: float,
-                delta: float, seed: int = 0, lr_scheduler: str = "constant") -> tuple[int, int]:
+                delta: float, seed: int = 0, lr_scheduler: str = "constant", loss: str = "mse") -> tuple[int, int]:
     """``epochs`` passes over every question in ``buffer``, each a random permutation (``numpy`` generator seeded
-    with ``seed``) cut into minibatches of ``batch_size`` (the last one smaller), one ``minibatch_step`` each,
+    with ``seed``) cut into minibatches of ``batch_size`` (the last one smaller), one ``minibatch_step`` each (its
+    ``loss``),
     targets recomputed from c* (items' ``target`` is ignored). ``lr_scheduler`` "linear": step k of the S steps
     runs at (1 − k/S) times the optimizer's learning rate (``torch.optim.lr_scheduler.LinearLR`` down to 0), which
     is restored afterwards, also on an error; "constant": the rate as it is. Returns (forward passes: epochs ×
@@ -157,7 +181,7 @@ def consolidate(model, buffer: ReplayBuffer, optimizer, *, epochs: int, batch_si
             order = rng.permutation(len(items))
             for start in range(0, len(items), batch_size):
                 _, n = minibatch_step(model, [items[i] for i in order[start:start + batch_size]], optimizer,
-                                      alpha_step=alpha_step, delta=delta)
+                                      alpha_step=alpha_step, delta=delta, loss=loss)
                 passes, steps = passes + n, steps + 1
                 if schedule is not None:
                     schedule.step()

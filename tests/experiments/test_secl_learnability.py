@@ -91,6 +91,24 @@ def test_long_variant_takes_its_own_epochs_and_rate(tiny_model_dir, tmp_path):
     assert len(r["loss_per_epoch"]) == study.LONG[0]
 
 
+def test_kl_variant_trains_on_the_kl_loss(tiny_model_dir, tmp_path, monkeypatch):
+    from hf_calibration.secl import replay
+
+    losses, real = [], replay.minibatch_step
+
+    def spy(*a, **kw):
+        losses.append(kw["loss"])
+        return real(*a, **kw)
+
+    monkeypatch.setattr(replay, "minibatch_step", spy)
+    result = study.main(args(tiny_model_dir, tmp_path, "--variants", "option_text_kl", "--only",
+                             "n8_teacher_option_text_kl"))
+    (r,) = result["results"]
+    assert (r["loss"], r["restate"]) == ("kl", "option_text")
+    assert losses == ["kl"] * r["steps"] == ["kl"] * 6  # 2 epochs × ceil(8 / 3)
+    assert r["loss_per_epoch"][0] > 0  # a KL of a target two-point distribution the read does not match
+
+
 def test_linear_probe_finds_a_separating_direction_and_not_noise():
     rng = np.random.default_rng(0)
     n, layers = 80, [1, 2]
