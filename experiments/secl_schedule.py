@@ -200,14 +200,16 @@ def pick(results: list[dict], *, budget: float | None) -> str:
                                   -r["summary"]["passes_per_question"]))["schedule"]
 
 
-def versus_default(results: list[dict], correct_by_seed: dict, *, n_resamples: int) -> list[dict]:
-    """Per seed, every schedule against the default on the same questions (paired bootstrap, seeded with the seed):
-    ΔAUROC and ΔBrier over the stream and after the burst. ``correct_by_seed``: seed → the baseline's correctness."""
+def versus_default(results: list[dict], correct_by_seed: dict, *, n_resamples: int,
+                   reference: str = "default") -> list[dict]:
+    """Per seed, every schedule against the ``reference`` schedule on the same questions (paired bootstrap, seeded
+    with the seed): ΔAUROC and ΔBrier over the stream and after the burst. ``correct_by_seed``: seed → the
+    baseline's correctness."""
     from hf_calibration.metrics import brier_score, confidence_auroc
 
     out = []
     for r in results:
-        default = next((d for d in results if d["seed"] == r["seed"] and d["schedule"] == "default"), None)
+        default = next((d for d in results if d["seed"] == r["seed"] and d["schedule"] == reference), None)
         if default is None or r is default or r["seed"] not in correct_by_seed:
             continue
         y, kw = correct_by_seed[r["seed"]], dict(n_resamples=n_resamples, seed=r["seed"])
@@ -259,7 +261,9 @@ def format_report(results: list[dict], meta: dict, versus: list[dict] | None = N
                 f"{s['passes_per_question']:.2f} | {r['pass_seconds']:.0f} |")
         lines.append("")
     if versus:
-        lines += ["## Against the default (the one-step schedule) on the same seed (paired bootstrap)", "",
+        reference = meta.get("reference", "default")
+        title = "the default (the one-step schedule)" if reference == "default" else reference
+        lines += [f"## Against {title} on the same seed (paired bootstrap)", "",
                   "| seed | schedule | ΔAUROC over the stream | ΔAUROC after the burst | ΔBrier over the stream | "
                   "ΔBrier after the burst |", "|---|---|---|---|---|---|"]
         lines += [f"| {v['seed']} | {v['schedule']} | {_ci(v['auroc_secl'])} | {_ci(v['auroc_final'])} | "
@@ -291,12 +295,16 @@ def parse_args(argv=None):
                     help="both: the development schedules, then the default and the picks on the test seed; dev: "
                          "only the first; test: the default on the test seed, and the picks once every development "
                          "schedule is done (two processes can share the folder)")
+    ap.add_argument("--reference", default="default",
+                    help="the schedule the report's paired table compares every other one with (default: default)")
     ap.add_argument("--max-new-tokens", type=int, default=8)
     ap.add_argument("--n-resamples", type=int, default=1000)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--no-progress", dest="progress", action="store_false")
     ap.add_argument("--output-dir", type=Path, required=True)
     args = ap.parse_args(argv)
+    if args.reference not in SCHEDULES:
+        ap.error(f"--reference: unknown schedule {args.reference!r}")
     unknown = [s for s in args.schedules if s not in SCHEDULES]
     if unknown or args.limit < 2:
         ap.error(f"--schedules: unknown schedule {unknown[0]!r}" if unknown else f"--limit: {args.limit} (at least 2)")
@@ -309,7 +317,7 @@ def main(argv=None) -> dict:
     args.output_dir.mkdir(parents=True, exist_ok=True)
     path = args.output_dir / "results.jsonl"
     meta = {"model": args.model, "dataset": args.dataset, "limit": args.limit, "dev_seed": args.dev_seed,
-            "test_seed": args.test_seed}
+            "test_seed": args.test_seed, "reference": args.reference}
 
     def run(seed: int, names: list[str]) -> list[dict]:
         items, baseline = load_baseline(args, seed)
@@ -334,7 +342,7 @@ def main(argv=None) -> dict:
     baselines = {seed: read_baseline(f) for seed in {r["seed"] for r in results}
                  if (f := args.output_dir / f"baseline_seed{seed}.jsonl").exists()}
     correct = {seed: [b["correct"] for b in rows] for seed, rows in baselines.items()}
-    versus = versus_default(results, correct, n_resamples=args.n_resamples)
+    versus = versus_default(results, correct, n_resamples=args.n_resamples, reference=args.reference)
     held = [{"seed": r["seed"], "schedule": r["schedule"], **h} for r in results if r["seed"] in baselines
             and (h := held_out(r, baselines[r["seed"]], n_resamples=args.n_resamples))]
     (args.output_dir / "report.md").write_text(format_report(results, meta, versus, held), encoding="utf-8")

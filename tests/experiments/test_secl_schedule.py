@@ -124,8 +124,24 @@ def test_the_base_is_the_defaults_and_the_pick_differs_from_them():
         k: getattr(SECLConfig(), k) for k in picked}
 
 
+def test_reference_names_the_schedule_of_the_paired_table(run, tiny_model_dir, tmp_path):
+    """``--reference option_text_replay3`` on the finished folder (a copy): no schedule runs again, and the paired
+    table compares the default with it, the negated differences of the default's table."""
+    import shutil
+
+    out, result = run
+    folder = shutil.copytree(out, tmp_path / "copy")
+    again = study.main(args(tiny_model_dir, folder, "--phase", "dev", "--reference", "option_text_replay3"))
+    assert len(again["results"]) == len(result["results"])
+    (v,) = [v for v in again["versus_default"] if v["seed"] == 0]
+    (w,) = [w for w in result["versus_default"] if w["seed"] == 0]
+    assert (v["schedule"], w["schedule"]) == ("default", "option_text_replay3")
+    assert v["brier_secl"]["value"] == pytest.approx(-w["brier_secl"]["value"])
+    assert "## Against option_text_replay3 on the same seed" in (folder / "report.md").read_text()
+
+
 def test_bad_arguments_exit_2(tmp_path):
-    for bad in (["--schedules", "nope"], ["--limit", "1"]):
+    for bad in (["--schedules", "nope"], ["--limit", "1"], ["--reference", "nope"]):
         with pytest.raises(SystemExit) as e:
             study.parse_args(["--output-dir", str(tmp_path), *bad])
         assert e.value.code == 2
