@@ -75,6 +75,11 @@ SCHEDULES = {
     "option_text_consolidate3_b1_tau0.05_kl": {"restate": "option_text", "replay_size": 50, "replay_batch_size": 0,
                                                "consolidation_epochs": 3, "consolidation_batch_size": 1,
                                                "tau_n": 0.05, "confidence_loss": "kl"},
+    # five times the step size, which collapses the squared error's read offline (docs/secl_results.md, section 2)
+    "option_text_consolidate3_b1_tau0.05_kl_lr0.005": {"restate": "option_text", "replay_size": 50,
+                                                       "replay_batch_size": 0, "consolidation_epochs": 3,
+                                                       "consolidation_batch_size": 1, "tau_n": 0.05,
+                                                       "confidence_loss": "kl", "learning_rate": 5e-3},
 }
 # the development run's schedules (the δ = 1 one is kept for a longer run: it did not fit the session's budget)
 DEV_SCHEDULES = [s for s in SCHEDULES if s != "option_text_replay7_x4_unclipped"]
