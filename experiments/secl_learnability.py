@@ -18,9 +18,9 @@ set, on every held-out item). Variants at the largest N: the answer restated as 
 whole conversation; answers and teacher stay fixed), each also with the option text, and a longer, larger-step
 fit (``LONG``: epochs and learning rate; is the read under-fitted by the optimiser or by what it can express?),
 a sharper teacher (``SHARP_TAU_N``: c* recomputed at a smaller τ_n from the saved P(True) of every option, so
-that its spread, not its level, dominates the squared error), and the KL loss (``_kl``: ``SECLConfig.confidence_loss``
-"kl", the read's distribution over 0..10 against a two-point target, whose gradient stays at saturation). Each result is one line of ``results.jsonl``; a restart
-skips those done.
+that its spread, not its level, dominates the squared error), and the KL loss (``_kl``:
+``SECLConfig.confidence_loss`` "kl", the read's distribution over 0..10 against a two-point target, whose gradient
+stays at saturation). Each result is one line of ``results.jsonl``; a restart skips those done.
 
 Linear probe: scikit-learn's ``LogisticRegressionCV`` (standardised features, 5-fold CV over C) on the base
 model's hidden state at the position where the confidence is read (the token after the follow-up turn) — with

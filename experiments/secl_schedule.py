@@ -41,6 +41,9 @@ from experiments.secl_learnability import paired_difference as _paired, read_res
 # question, the decoded answer restated; restate's default is "option_text" since 2026-12-03), which "default" below
 # names and the saved results and the report's paired table are keyed by.
 ONE_STEP = {"restate": "answer", "replay_size": 0, "replay_batch_size": 4, "consolidation_epochs": 0, "tau_n": 0.2}
+# the consolidation schedule the study picked (3 epochs over the burst, one question per step), which others vary
+CONSOLIDATE3_B1 = {"restate": "option_text", "replay_size": 50, "replay_batch_size": 0, "consolidation_epochs": 3,
+                   "consolidation_batch_size": 1, "tau_n": 0.05}
 # name → SECLConfig fields changed from ONE_STEP; the buffer of 50 holds a whole default burst
 SCHEDULES = {
     "default": {},
@@ -63,23 +66,15 @@ SCHEDULES = {
     # (75 steps instead of 21) and of 1 (150)
     "option_text_consolidate3_b2_tau0.05": {"restate": "option_text", "replay_size": 50, "replay_batch_size": 0,
                                             "consolidation_epochs": 3, "consolidation_batch_size": 2, "tau_n": 0.05},
-    "option_text_consolidate3_b1_tau0.05": {"restate": "option_text", "replay_size": 50, "replay_batch_size": 0,
-                                            "consolidation_epochs": 3, "consolidation_batch_size": 1, "tau_n": 0.05},
+    "option_text_consolidate3_b1_tau0.05": CONSOLIDATE3_B1,
     # the same with the adapter on the whole conversation (the paper's scope: answers and teacher move with it)
-    "option_text_consolidate3_b1_tau0.05_scope_all": {"restate": "option_text", "replay_size": 50,
-                                                      "replay_batch_size": 0, "consolidation_epochs": 3,
-                                                      "consolidation_batch_size": 1, "tau_n": 0.05,
-                                                      "adapter_scope": "all"},
+    "option_text_consolidate3_b1_tau0.05_scope_all": {**CONSOLIDATE3_B1, "adapter_scope": "all"},
     # the KL loss (SECLConfig.confidence_loss): the same steps, a gradient that stays when the read saturates
     "option_text_kl": {"restate": "option_text", "confidence_loss": "kl"},
-    "option_text_consolidate3_b1_tau0.05_kl": {"restate": "option_text", "replay_size": 50, "replay_batch_size": 0,
-                                               "consolidation_epochs": 3, "consolidation_batch_size": 1,
-                                               "tau_n": 0.05, "confidence_loss": "kl"},
+    "option_text_consolidate3_b1_tau0.05_kl": {**CONSOLIDATE3_B1, "confidence_loss": "kl"},
     # five times the step size, which collapses the squared error's read offline (docs/secl_results.md, section 2)
-    "option_text_consolidate3_b1_tau0.05_kl_lr0.005": {"restate": "option_text", "replay_size": 50,
-                                                       "replay_batch_size": 0, "consolidation_epochs": 3,
-                                                       "consolidation_batch_size": 1, "tau_n": 0.05,
-                                                       "confidence_loss": "kl", "learning_rate": 5e-3},
+    "option_text_consolidate3_b1_tau0.05_kl_lr0.005": {**CONSOLIDATE3_B1, "confidence_loss": "kl",
+                                                       "learning_rate": 5e-3},
 }
 # the development run's schedules (the δ = 1 one is kept for a longer run: it did not fit the session's budget)
 DEV_SCHEDULES = [s for s in SCHEDULES if s != "option_text_replay7_x4_unclipped"]
@@ -214,12 +209,12 @@ def versus_default(results: list[dict], correct_by_seed: dict, *, n_resamples: i
 
     out = []
     for r in results:
-        default = next((d for d in results if d["seed"] == r["seed"] and d["schedule"] == reference), None)
-        if default is None or r is default or r["seed"] not in correct_by_seed:
+        ref = next((d for d in results if d["seed"] == r["seed"] and d["schedule"] == reference), None)
+        if ref is None or r is ref or r["seed"] not in correct_by_seed:
             continue
         y, kw = correct_by_seed[r["seed"]], dict(n_resamples=n_resamples, seed=r["seed"])
         out.append({"seed": r["seed"], "schedule": r["schedule"], **{
-            f"{metric}_{key}": _paired(fn, y, r["rows"][key], default["rows"][key], **kw)
+            f"{metric}_{key}": _paired(fn, y, r["rows"][key], ref["rows"][key], **kw)
             for metric, fn in (("auroc", confidence_auroc), ("brier", brier_score)) for key in ("secl", "final")}})
     return out
 

@@ -116,18 +116,14 @@ def item_loss(model, item: ReplayItem, *, alpha_step: float, delta: float, loss:
     p over the values 0, 0.1, …, 1 against q, the distribution with mass on the two values around ĉ and mean ĉ
     (``confidence.confidence_kl``); its gradient does not vanish when p sits on one value (docs/methods.md,
     "SECL: the confidence loss"). Raises ValueError for another ``loss``."""
-    if loss == "mse":
-        conf, _ = item_confidence(model, item, requires_grad=True)
-        c = float(conf.detach()[0])
-    elif loss == "kl":
-        log_weights, _ = model.secl_confidence_distribution(item.prompt, item.answer_ids, requires_grad=True,
-                                                            context=item.context, restated=item.restated)
-        c = float(expected_value(log_weights.detach())[0])
-    else:
+    if loss not in CONFIDENCE_LOSSES:
         raise ValueError(f"loss: {loss!r} (expected one of {CONFIDENCE_LOSSES})")
+    log_weights, _ = model.secl_confidence_distribution(item.prompt, item.answer_ids, requires_grad=True,
+                                                        context=item.context, restated=item.restated)
+    conf = expected_value(log_weights)[0]  # the read secl_verbalized returns, from the same distribution
     target = item.target if item.target is not None else directional_target(
-        c, item.c_star, alpha_step=alpha_step, delta=delta)
-    return (conf[0] - target) ** 2 if loss == "mse" else confidence_kl(log_weights[0], min(1.0, max(0.0, target)))
+        float(conf.detach()), item.c_star, alpha_step=alpha_step, delta=delta)
+    return (conf - target) ** 2 if loss == "mse" else confidence_kl(log_weights[0], min(1.0, max(0.0, target)))
 
 
 def minibatch_step(model, items: list, optimizer, *, alpha_step: float, delta: float,
