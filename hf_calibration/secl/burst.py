@@ -55,6 +55,23 @@ def bin_gate_passes(c: float, c_star: float, *, n_bins: int, width: int) -> bool
     return abs(confidence_bin(c, n_bins) - confidence_bin(c_star, n_bins)) > width
 
 
+def step_record(c: float, greedy, entropy: float) -> dict:
+    """The record of one SECL question before its burst (if any) fills it: ``confidence`` (returned) and
+    ``verbalized`` both the verbalized read c, the burst fields empty. Shared by ``SECLModel`` and ``SECLService``."""
+    return {"confidence": c, "verbalized": c, "verbalized_greedy": greedy, "entropy": entropy, "alarm": False,
+            "in_burst": False, "p_true": None, "norm_p_true": None, "skipped_by_bin_gate": False, "updated": False,
+            "target": None, "confidence_after": c, "n_distractors": 0, "replayed": []}
+
+
+def record_pseudo_label(record: dict, config, p_true: float, c_star: float, n_distractors: int) -> None:
+    """Write a burst question's pseudo-label into its ``record``; with ``config.burst_confidence`` "teacher" the
+    confidence returned for the question becomes c* (docs/methods.md, "SECL: the confidence returned in a burst"),
+    its verbalized read staying in ``record["verbalized"]``."""
+    record.update(p_true=p_true, norm_p_true=c_star, n_distractors=n_distractors)
+    if config.burst_confidence == "teacher":
+        record["confidence"] = c_star
+
+
 class SECLBurstMixin:
     """The burst of ``SECLGenerationMixin``: pseudo-labels, the bin gate and the update steps (module docstring)."""
 
@@ -135,8 +152,7 @@ class SECLBurstMixin:
         cfg = self.secl_config
         label = self._secl_label(prompt, answer_ids, distractors, choices, prompt_context)
         passes, c_star = label["forward_passes"], label["norm_p_true"]
-        record["p_true"], record["norm_p_true"] = float(label["p_true"][0]), c_star
-        record["n_distractors"] = label["n_distractors"]
+        record_pseudo_label(record, cfg, float(label["p_true"][0]), c_star, label["n_distractors"])
         # every burst question with its pseudo-label is replayed later, whether or not it passes the gate
         item = ReplayItem(list(prompt), list(answer_ids), self.secl_restated(answer_ids, choices), c_star, context,
                           self.secl_counters["questions"] - 1)

@@ -22,6 +22,7 @@ ADAPTER_SCOPES = ("confidence", "all")
 RESTATEMENTS = ("answer", "option_text")
 CONSOLIDATION_LR_SCHEDULES = ("constant", "linear")
 REPLAY_SCOPES = ("burst", "stream")
+BURST_CONFIDENCES = ("verbalized", "teacher")
 
 
 @dataclass
@@ -147,6 +148,18 @@ class SECLConfig:
                 "undecided) with a lower Brier after the burst (−0.031, −0.015); the one-step default and the "
                 "four-domain stream were not run with it, so it is opt-in.",
         "choices": list(CONFIDENCE_LOSSES)})
+    burst_confidence: str = field(default="verbalized", metadata={
+        "help": "The confidence returned for a question inside a burst: 'verbalized' the student's read (the "
+                "paper's: every question gets the verbalized confidence of the adapter the questions before it "
+                "left); 'teacher' the pseudo-label c* (P(True)Norm at tau_n) SECL has just computed for that "
+                "question to train on, at no extra forward pass. Outside bursts, and for training (bin gate, "
+                "target, replay), the verbalized read is used either way: the option changes what is returned, "
+                "nothing that is learnt (docs/methods.md, 'SECL: the confidence returned in a burst'; extension, "
+                "not in the paper). Default 'verbalized' (docs/secl_results.md, 'c* returned inside "
+                "the burst'): on Qwen2.5-Coder-0.5B's QA-LM with the consolidation schedule 'teacher' ranks the "
+                "stream at 0.92-0.94 against 0.76-0.78 and cuts the Brier, but its ECE is the teacher's, higher "
+                "than the verbalized read's.",
+        "choices": list(BURST_CONFIDENCES)})
     restate: str = field(default="option_text", metadata={
         "help": "What the confidence turn's '{answer}' restates: 'option_text' for multiple choice the chosen option "
                 "as 'A. <option text>' (as diagnose and the P(True) teacher restate it; answers naming no option keep "
@@ -323,6 +336,7 @@ _CHECKS = {
     "consolidation_lr_scheduler": _one_of(CONSOLIDATION_LR_SCHEDULES),
     "replay_scope": _one_of(REPLAY_SCOPES),
     "confidence_loss": _one_of(CONFIDENCE_LOSSES),
+    "burst_confidence": _one_of(BURST_CONFIDENCES),
     **dict.fromkeys(("tau_n", "alpha_step", "delta", "learning_rate"), _number()),
     "ph_threshold": _number(),
     "ema_rate": _number(upper=1.0),

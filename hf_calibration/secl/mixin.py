@@ -17,7 +17,8 @@ original. Each prompt of a (batched) ``generate`` call is one item of the stream
    K deduplicated beam-search alternatives) gives the pseudo-label c* = P(True)Norm; when bin(c) and
    bin(c*) differ by more than ``bin_gate_width`` the adapters take ``steps_per_update`` AdamW steps on
    MSE(c, ĉ), ĉ = c + α_step·clip(c* − c, −δ, δ) (detached); with ``replay_size`` > 0 each step is on a
-   minibatch with earlier questions of the burst (``replay.py``).
+   minibatch with earlier questions of the burst (``replay.py``); with ``burst_confidence="teacher"`` the
+   confidence returned for a burst question is c* (its verbalized read still trains).
 
 Where the adapter acts (``SECLConfig.adapter_scope``). "confidence" (the default; docs/methods.md, "SECL: product defaults"):
 the answer, its beam-search alternatives and the teacher's P(True) reads run with the adapter off (PEFT's
@@ -59,7 +60,7 @@ from transformers.generation.utils import GenerateDecoderOnlyOutput
 from hf_calibration.modeling.prompts import LETTERS, first_option_letter, resolve_prompt_format
 from hf_calibration.secl.adapted import AdaptedModel
 from hf_calibration.secl.burst import (  # noqa: F401  (confidence_bin, same_option, bin_gate_passes: re-exported)
-    SECLBurstMixin, bin_gate_passes, confidence_bin, same_option)
+    SECLBurstMixin, bin_gate_passes, confidence_bin, same_option, step_record)
 from hf_calibration.secl.config import SECLConfig
 from hf_calibration.secl.confidence import (
     PLAIN_CONFIDENCE_PREFIX, ConfidenceTokens, cache_row, confidence_distribution, continuation_then_token,
@@ -78,8 +79,8 @@ COUNTERS = ("questions", "alarms", "bursts", "burst_questions", "updates", "skip
 
 @dataclass
 class SECLGenerateOutput(GenerateDecoderOnlyOutput):
-    """``GenerateDecoderOnlyOutput`` plus ``confidences``: (batch,) verbalized confidence in [0, 1] of each
-    answer, read before any update that answer triggered."""
+    """``GenerateDecoderOnlyOutput`` plus ``confidences``: (batch,) confidence in [0, 1] of each answer: its
+    verbalized read before any update that answer triggered (in a burst with ``burst_confidence`` "teacher": c*)."""
 
     confidences: torch.FloatTensor | None = None
 
@@ -471,9 +472,7 @@ class SECLGenerationMixin(SECLBurstMixin):
                                                          restated=self.secl_restated(answer_ids, choices))
         c = float(conf[0])
         passes += 1  # the generation
-        record = {"confidence": c, "verbalized_greedy": greedy, "entropy": entropy, "alarm": False, "in_burst": False,
-                  "p_true": None, "norm_p_true": None, "skipped_by_bin_gate": False, "updated": False,
-                  "target": None, "confidence_after": c, "n_distractors": 0, "replayed": []}
+        record = step_record(c, greedy, entropy)
         if update_enabled:
             counters["questions"] += 1
             alarm = self.secl_gate.update(entropy)

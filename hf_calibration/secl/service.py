@@ -48,6 +48,7 @@ import numpy as np
 import torch
 
 from hf_calibration.errors import ParameterError
+from hf_calibration.secl.burst import record_pseudo_label, step_record
 from hf_calibration.secl.confidence import (PLAIN_CONFIDENCE_PREFIX, PLAIN_P_TRUE_PREFIX, norm_p_true,
                                             p_true_from_logprobs, verbalized_from_logprobs)
 from hf_calibration.secl.drift import EntropyShiftDetector, gate_state_from_json, gate_state_to_json
@@ -271,10 +272,8 @@ class SECLService:
         restated = self.trainer.secl_restated(answer, choices)
         c, greedy, passes = self._verbalized(reader, prompt, answer, restated)
         passes += 1  # the generation
-        record = {"confidence": c, "verbalized_greedy": greedy, "entropy": entropy, "alarm": False,
-                  "in_burst": False, "p_true": None, "norm_p_true": None, "skipped_by_bin_gate": False,
-                  "updated": False, "target": None, "confidence_after": c, "n_distractors": 0, "replayed": [],
-                  "answer_ids": answer, "entropy_gap": gap, "adapter": stream.served_name}
+        record = {**step_record(c, greedy, entropy), "answer_ids": answer, "entropy_gap": gap,
+                  "adapter": stream.served_name}
         if update:
             stream.counters["questions"] += 1
             record["alarm"] = stream.gate.update(entropy)
@@ -325,7 +324,7 @@ class SECLService:
                                                                                          teacher.vocab_size)
         pt = p_true_from_logprobs(lp, tr.secl_tokens)[0].numpy().astype(np.float64)
         item.c_star = c_star = float(norm_p_true(pt[None], tau=cfg.tau_n)[0, 0])
-        record.update(p_true=float(pt[0]), norm_p_true=c_star, n_distractors=len(candidates) - 1)
+        record_pseudo_label(record, cfg, float(pt[0]), c_star, len(candidates) - 1)
         passes += len(conts)
         if not bin_gate_passes(c, c_star, n_bins=cfg.n_bins, width=cfg.bin_gate_width):
             record["skipped_by_bin_gate"] = True

@@ -9,9 +9,10 @@ Two passes over the same stream with the same model:
    the self-consistency term); ``p_true_options`` keeps P(True) of the answer, then of each distractor, so
    P(True)Norm can be recomputed at another τ_n (``examples/secl_target_study.py``);
 2. **SECL pass** (``secl_pass``; adapter, gate and counters reset first): the same prompts through
-   ``generate`` with SECL on; the SECL confidence of a question is the verbalized confidence returned by
-   ``generate`` for it (read before the update it may trigger, with the adapter that earlier questions
-   produced). Its fields are ``secl``, ``secl_answer``, ``burst``, … A second SECL pass with the other
+   ``generate`` with SECL on; the SECL confidence of a question is the confidence ``generate`` returns for it:
+   the verbalized read before the update it may trigger, with the adapter that earlier questions produced
+   (in a burst with ``burst_confidence`` "teacher": c*; the read stays in ``secl_verbalized``). Its fields
+   are ``secl``, ``secl_answer``, ``burst``, … A second SECL pass with the other
    adapter scope (``SECLConfig.adapter_scope``) writes the same fields under ``secl_<scope>``
    (``secl_field``), so one stream can report both.
 
@@ -109,8 +110,8 @@ def baseline_pass(model, items: list, *, max_new_tokens: int = 8, progress: bool
 
 
 # A SECL pass's fields; those of the pass with the model's own adapter scope keep the names they always had.
-SECL_PASS_FIELDS = ("answer", "answer_ids", "correct", "confidence_after", "alarm", "burst", "updated",
-                    "skipped_by_bin_gate", "p_true", "norm_p_true", "target", "seconds")
+SECL_PASS_FIELDS = ("answer", "answer_ids", "correct", "verbalized", "confidence_after", "alarm", "burst",
+                    "updated", "skipped_by_bin_gate", "p_true", "norm_p_true", "target", "seconds")
 _UNPREFIXED = ("alarm", "burst", "updated", "skipped_by_bin_gate", "target")
 
 
@@ -164,7 +165,7 @@ def secl_pass(model, items: list, records: list[dict], *, scope: str | None = No
             r = _generate(model, item, max_new_tokens=max_new_tokens, update=True)
             parsed, correct = judge(item, r["text"])
             values = {"answer": r["text"], "answer_ids": r["answer_ids"], "correct": bool(correct),
-                      "confidence_after": r["confidence_after"],
+                      "verbalized": r["verbalized"], "confidence_after": r["confidence_after"],
                       "alarm": r["alarm"], "burst": r["in_burst"], "updated": r["updated"],
                       "skipped_by_bin_gate": r["skipped_by_bin_gate"], "p_true": r["p_true"],
                       "norm_p_true": r["norm_p_true"], "target": r["target"], "seconds": time.perf_counter() - start}

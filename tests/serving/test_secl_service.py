@@ -162,6 +162,22 @@ def test_two_streams_keep_their_own_adapter(served, items, reference, tmp_path):
     assert service.streams["a"].served_name.startswith("a-") and service.streams["b"].served_name.startswith("b-")
 
 
+def test_teacher_in_the_burst_served(served, items, reference, tmp_path):
+    """``burst_confidence`` "teacher" through the service: each burst question returns its c*, and its verbalized
+    read, gate decisions and updates are the default in-process run's (the option changes nothing learnt)."""
+    from hf_calibration.secl.service import SECLService
+
+    _, want, _, _ = reference
+    trainer = _secl_model()
+    trainer.secl_config = trainer.secl_config.replaced(burst_confidence="teacher")
+    service = SECLService(served, trainer, tmp_path, max_new_tokens=MAX_NEW)
+    service.start_burst("t")
+    got = [service.step("t", item.prompt_ids, choices=item.choices) for item in items[:3]]
+    assert all(g["in_burst"] and g["confidence"] == g["norm_p_true"] for g in got)
+    assert max(abs(g["confidence"] - g["verbalized"]) for g in got) > 20 * CONF_ATOL  # told apart
+    _assert_same([{**g, "confidence": g["verbalized"]} for g in got], want[:3])
+
+
 def test_killed_service_resumes(served, items, reference, tmp_path):
     """The server goes away in the middle of a burst (the service's connection points at a closed port): the
     question fails with ServerError naming base_url, the state on disk stays the last finished question's; the
