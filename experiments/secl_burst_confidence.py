@@ -76,7 +76,8 @@ def schedule_rows(folder: Path, schedules: list[str] | None = None) -> dict:
 
 
 def summarize(groups: dict, *, n_resamples: int = 1000, seed: int = 0) -> dict:
-    """Per group the metric rows of ``SIGNALS`` and the share of questions in the burst; over the groups (as strata,
+    """Per group the metric rows of ``SIGNALS``, the share of questions in the burst and the paired differences
+    c*-in-burst − read (``delta_<metric>``, ``DELTAS``' names); over the groups (as strata,
     weighted by size) the paired differences c*-in-burst − read of ``DELTAS``, and the ECE of the read and of
     c*-in-burst − the verbalized baseline's (``relative``: that difference over the verbalized ECE; −0.56 is issue
     30's cut)."""
@@ -95,6 +96,9 @@ def summarize(groups: dict, *, n_resamples: int = 1000, seed: int = 0) -> dict:
         strata = [((g["y"], g["secl_teacher_in_burst"]), (g["y"], g["secl_read"])) for g in groups.values()]
         d = paired_strata_difference(strata, metric=metric, weights="size", **kw)
         paired[label] = {k: d[k] for k in ("value", "low", "high")}
+        for name, stratum in zip(groups, strata):  # each group on its own
+            d = paired_strata_difference([stratum], metric=metric, **kw)
+            per[name][f"delta_{label}"] = {k: d[k] for k in ("value", "low", "high")}
     for s in ("secl_read", "secl_teacher_in_burst"):
         strata = [((g["y"], g[s]), (g["y_baseline"], g["verbalized"])) for g in groups.values()]
         d = paired_strata_difference(strata, metric="conf_ece", weights="size", **kw)
@@ -110,6 +114,10 @@ def format_report(summary: dict, source: str) -> str:
         for s in SIGNALS:
             lines.append(f"| {name} | {g['n']} | {g['accuracy']:.3f} | {g['in_burst']:.0%} | {NAMES[s]} | "
                          f"{_ci(g[s]['auroc'])} | {_ci(g[s]['conf_ece'])} | {_ci(g[s]['brier'])} |")
+    lines += ["", "c* in the burst − the read, paired, per group:", "",
+              "| group | ΔAUROC | ΔECE | ΔBrier |", "|---|---|---|---|"]
+    lines += [f"| {name} | " + " | ".join(_ci(g[f"delta_{k}"]) for k in DELTAS) + " |"
+              for name, g in summary["groups"].items()]
     w = summary["within"]
     lines += ["", "Over the groups (strata weighted by size, paired): c* in the burst − the read: "
               + ", ".join(f"Δ{k.upper() if k != 'brier' else 'Brier'} {_ci(w[k])}" for k in DELTAS) + "."]

@@ -80,3 +80,15 @@ def test_bad_source_exits_2(tmp_path, capsys, make, message):
     assert e.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert message in err[-1] and "Traceback" not in "".join(err)
+
+
+def test_per_group_difference_is_each_groups_own():
+    """With one group the over-the-groups difference is that group's, and each group's point value is the
+    difference of its own two AUROCs (scikit-learn)."""
+    groups = study.stream_rows(_records(np.random.default_rng(4)))
+    summary = study.summarize(groups, n_resamples=30)
+    for name, g in groups.items():
+        hand = roc_auc_score(g["y"], g["secl_teacher_in_burst"]) - roc_auc_score(g["y"], g["secl_read"])
+        assert summary["groups"][name]["delta_auroc"]["value"] == pytest.approx(hand)
+    one = study.summarize({"a": groups["a"]}, n_resamples=30)
+    assert one["within"]["auroc"]["value"] == pytest.approx(one["groups"]["a"]["delta_auroc"]["value"])
