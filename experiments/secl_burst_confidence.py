@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from experiments.secl_learnability import format_interval as _ci, metric_row as _metric_row
+from experiments.secl_learnability import paired_difference as _paired
 from experiments.secl_learnability import read_results as _read
 
 SIGNALS = ("verbalized", "secl_read", "secl_teacher_in_burst", "teacher", "constant")
@@ -76,12 +77,13 @@ def schedule_rows(folder: Path, schedules: list[str] | None = None) -> dict:
 
 
 def summarize(groups: dict, *, n_resamples: int = 1000, seed: int = 0) -> dict:
-    """Per group the metric rows of ``SIGNALS``, the share of questions in the burst and the paired differences
-    c*-in-burst − read (``delta_<metric>``, ``DELTAS``' names); over the groups (as strata,
+    """Per group the metric rows of ``SIGNALS``, the share of questions in the burst, the paired differences
+    c*-in-burst − read (``delta_<metric>``, ``DELTAS``' names) and each one's Brier − the constant's
+    (``<signal>_brier_minus_constant``); over the groups (as strata,
     weighted by size) the paired differences c*-in-burst − read of ``DELTAS``, and the ECE of the read and of
     c*-in-burst − the verbalized baseline's (``relative``: that difference over the verbalized ECE; −0.56 is issue
     30's cut)."""
-    from hf_calibration.metrics import paired_strata_difference
+    from hf_calibration.metrics import brier_score, paired_strata_difference
 
     kw = dict(n_resamples=n_resamples, seed=seed)
     per = {}
@@ -91,6 +93,9 @@ def summarize(groups: dict, *, n_resamples: int = 1000, seed: int = 0) -> dict:
         for s in SIGNALS:
             y = g["y_baseline"] if s in ("verbalized", "teacher") else g["y"]
             per[name][s] = _metric_row(y, np.full(len(y), acc) if s == "constant" else g[s], **kw)
+        for s in ("secl_read", "secl_teacher_in_burst"):
+            per[name][f"{s}_brier_minus_constant"] = _paired(brier_score, g["y"], g[s], np.full(len(g["y"]), acc),
+                                                             **kw)
     paired = {}
     for label, metric in DELTAS.items():
         strata = [((g["y"], g["secl_teacher_in_burst"]), (g["y"], g["secl_read"])) for g in groups.values()]
@@ -115,8 +120,10 @@ def format_report(summary: dict, source: str) -> str:
             lines.append(f"| {name} | {g['n']} | {g['accuracy']:.3f} | {g['in_burst']:.0%} | {NAMES[s]} | "
                          f"{_ci(g[s]['auroc'])} | {_ci(g[s]['conf_ece'])} | {_ci(g[s]['brier'])} |")
     lines += ["", "c* in the burst − the read, paired, per group:", "",
-              "| group | ΔAUROC | ΔECE | ΔBrier |", "|---|---|---|---|"]
-    lines += [f"| {name} | " + " | ".join(_ci(g[f"delta_{k}"]) for k in DELTAS) + " |"
+              "| group | ΔAUROC | ΔECE | ΔBrier | Brier − const.: the read | Brier − const.: c* in the burst |",
+              "|---|---|---|---|---|---|"]
+    lines += [f"| {name} | " + " | ".join([_ci(g[f"delta_{k}"]) for k in DELTAS] + [
+        _ci(g[f"{s}_brier_minus_constant"]) for s in ("secl_read", "secl_teacher_in_burst")]) + " |"
               for name, g in summary["groups"].items()]
     w = summary["within"]
     lines += ["", "Over the groups (strata weighted by size, paired): c* in the burst − the read: "

@@ -92,3 +92,12 @@ def test_per_group_difference_is_each_groups_own():
         assert summary["groups"][name]["delta_auroc"]["value"] == pytest.approx(hand)
     one = study.summarize({"a": groups["a"]}, n_resamples=30)
     assert one["within"]["auroc"]["value"] == pytest.approx(one["groups"]["a"]["delta_auroc"]["value"])
+
+
+def test_brier_minus_constant_by_hand():
+    groups = study.stream_rows(_records(np.random.default_rng(5), domains=("a",)))
+    g, row = groups["a"], study.summarize(groups, n_resamples=30)["groups"]["a"]
+    acc = g["y"].mean()
+    for s in ("secl_read", "secl_teacher_in_burst"):
+        hand = np.mean((g[s] - g["y"]) ** 2) - acc * (1 - acc)  # the constant's Brier is acc(1 - acc)
+        assert row[f"{s}_brier_minus_constant"]["value"] == pytest.approx(hand)
