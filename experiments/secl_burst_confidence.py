@@ -20,14 +20,13 @@ it, with the numbers as JSON, beside the input (``--output``).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 
 from experiments.secl_learnability import format_interval as _ci, metric_row as _metric_row
 from experiments.secl_learnability import paired_difference as _paired
-from experiments.secl_learnability import read_results as _read
+from experiments.secl_learnability import read_results as _read, teacher_targets as _teacher_targets
 
 SIGNALS = ("verbalized", "secl_read", "secl_teacher_in_burst", "teacher", "constant")
 NAMES = {"verbalized": "verbalized (baseline)", "secl_read": "SECL, the read (burst_confidence 'verbalized')",
@@ -36,43 +35,44 @@ NAMES = {"verbalized": "verbalized (baseline)", "secl_read": "SECL, the read (bu
 DELTAS = {"auroc": "auroc", "ece": "conf_ece", "brier": "brier"}
 
 
+def _group(y, y_baseline, burst, verbalized, read, c_star, teacher) -> dict:
+    """One group's arrays; "secl_teacher_in_burst" is the read with c* in its place on the burst's questions."""
+    burst = np.asarray(burst, dtype=bool)
+    read = np.asarray(read, dtype=float)
+    return {"y": np.asarray(y, dtype=int), "y_baseline": np.asarray(y_baseline, dtype=int), "burst": burst,
+            "verbalized": np.asarray(verbalized, dtype=float), "secl_read": read,
+            "secl_teacher_in_burst": np.where(burst, np.asarray(c_star, dtype=float), read),
+            "teacher": np.asarray(teacher, dtype=float)}
+
+
 def stream_rows(records: list[dict]) -> dict:
     """``hf-calibration secl`` records → {domain: {"y", "burst", signal: values}}; SECL's signals against SECL's
     answers (``secl_correct``), the verbalized baseline and c* of every question against the baseline's."""
     out = {}
     for domain in dict.fromkeys(r["domain"] for r in records):
         rs = [r for r in records if r["domain"] == domain]
-        read = np.array([r.get("secl_verbalized", r["secl"]) for r in rs], dtype=float)
-        burst = np.array([bool(r["burst"]) for r in rs])
-        c_star = np.array([r["secl_norm_p_true"] if b else np.nan for r, b in zip(rs, burst)], dtype=float)
-        out[domain] = {"y": np.array([r["secl_correct"] for r in rs], dtype=int),
-                       "y_baseline": np.array([r["correct"] for r in rs], dtype=int), "burst": burst,
-                       "verbalized": np.array([r["verbalized"] for r in rs], dtype=float), "secl_read": read,
-                       "secl_teacher_in_burst": np.where(burst, c_star, read),
-                       "teacher": np.array([r["norm_p_true"] for r in rs], dtype=float)}
+        out[domain] = _group([r["secl_correct"] for r in rs], [r["correct"] for r in rs], [r["burst"] for r in rs],
+                             [r["verbalized"] for r in rs], [r.get("secl_verbalized", r["secl"]) for r in rs],
+                             [r["secl_norm_p_true"] if r["burst"] else np.nan for r in rs],
+                             [r["norm_p_true"] for r in rs])
     return out
 
 
 def schedule_rows(folder: Path, schedules: list[str] | None = None) -> dict:
     """A ``secl_schedule`` folder → {"seed <s>, <schedule>": rows as ``stream_rows``'s}, c* recomputed at each
-    schedule's τ_n from the baseline's ``p_true_options``; schedules whose answers differ from the baseline's are
-    left out (their teacher is not the baseline's)."""
-    from hf_calibration.secl.confidence import norm_p_true
-
-    out = {}
+    schedule's τ_n from the baseline's ``p_true_options`` (``secl_learnability.teacher_targets``); schedules whose
+    answers differ from the baseline's are left out (their teacher is not the baseline's)."""
+    baselines, out = {}, {}
     for r in _read(folder / "results.jsonl"):
         if (schedules and r["schedule"] not in schedules) or r.get("answers_differing_from_baseline", 0):
             continue
-        base = _read(folder / f"baseline_seed{r['seed']}.jsonl")
-        width = max(len(b["p_true_options"]) for b in base)
-        pt = np.array([b["p_true_options"] + [np.nan] * (width - len(b["p_true_options"])) for b in base])
-        c_star = norm_p_true(pt, tau=r["config"]["tau_n"])[:, 0]
-        burst = np.array(r["rows"]["burst"], dtype=bool)
-        read = np.array(r["rows"]["secl"], dtype=float)
-        y = np.array([b["correct"] for b in base], dtype=int)
-        out[f"seed {r['seed']}, {r['schedule']}"] = {
-            "y": y, "y_baseline": y, "burst": burst, "verbalized": np.array([b["verbalized"] for b in base]),
-            "secl_read": read, "secl_teacher_in_burst": np.where(burst, c_star, read), "teacher": c_star}
+        if r["seed"] not in baselines:
+            baselines[r["seed"]] = _read(folder / f"baseline_seed{r['seed']}.jsonl")
+        base = baselines[r["seed"]]
+        c_star = _teacher_targets(base, range(len(base)), r["config"]["tau_n"])
+        y = [b["correct"] for b in base]
+        out[f"seed {r['seed']}, {r['schedule']}"] = _group(y, y, r["rows"]["burst"], [b["verbalized"] for b in base],
+                                                          r["rows"]["secl"], c_star, c_star)
     return out
 
 
@@ -97,8 +97,8 @@ def summarize(groups: dict, *, n_resamples: int = 1000, seed: int = 0) -> dict:
             per[name][f"{s}_brier_minus_constant"] = _paired(brier_score, g["y"], g[s], np.full(len(g["y"]), acc),
                                                              **kw)
     paired = {}
+    strata = [((g["y"], g["secl_teacher_in_burst"]), (g["y"], g["secl_read"])) for g in groups.values()]
     for label, metric in DELTAS.items():
-        strata = [((g["y"], g["secl_teacher_in_burst"]), (g["y"], g["secl_read"])) for g in groups.values()]
         d = paired_strata_difference(strata, metric=metric, weights="size", **kw)
         paired[label] = {k: d[k] for k in ("value", "low", "high")}
         for name, stratum in zip(groups, strata):  # each group on its own
@@ -134,14 +134,9 @@ def format_report(summary: dict, source: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _jsonable(x):
-    if isinstance(x, dict):
-        return {k: _jsonable(v) for k, v in x.items()}
-    return float(x) if isinstance(x, (np.floating, float)) else x
-
-
 def main(argv=None) -> dict:
     from hf_calibration.cli import script_parser
+    from hf_calibration.reports import write_json
 
     ap = script_parser("python -m experiments.secl_burst_confidence", __doc__.split("\n\n")[0])
     ap.add_argument("source", type=Path, help="records.jsonl of hf-calibration secl, or a secl_schedule folder")
@@ -166,7 +161,7 @@ def main(argv=None) -> dict:
     report = format_report(summary, str(args.source))
     out = args.output or (args.source if args.source.is_dir() else args.source.parent) / "burst_confidence.md"
     out.write_text(report, encoding="utf-8")
-    out.with_suffix(".json").write_text(json.dumps(_jsonable(summary), indent=1) + "\n", encoding="utf-8")
+    write_json(out.with_suffix(".json"), summary)
     print(report)
     return summary
 
