@@ -147,8 +147,8 @@ def _one_line(message: str) -> str:
 
 
 def _percent_escaped(text):
-    """A field's help as argparse prints it literally: argparse %-formats every help string, so a lone "%" ("−44 %
-    and …") became a format directive and printed the whole argparse action. "%%" and "%(name)s" are kept."""
+    """A field's help as argparse prints it literally: argparse %-formats every help string, so a lone "%" ("a cut of x %
+    cut") became a format directive and printed the whole argparse action. "%%" and "%(name)s" are kept."""
     if not isinstance(text, str):
         return text
     return re.sub(r"%%|%\(|%", lambda m: m.group(0) if len(m.group(0)) == 2 else "%%", text)

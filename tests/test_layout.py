@@ -4,6 +4,7 @@ effect on os.environ when the package or a subpackage is imported."""
 
 import ast
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -163,3 +164,92 @@ def test_the_environment_probe_sees_a_module_that_sets_a_variable(tmp_path):
     proc = subprocess.run([sys.executable, "-c", _PROBE, "[]", "sets_env"], capture_output=True, text=True, timeout=60,
                           env={"PATH": "", "PYTHONPATH": str(tmp_path)})
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"sets_env": {"HFCAL_LAYOUT_PROBE": "1"}}
+
+
+# --------------------------------------------------------------------------- library and lab apart (issue 48)
+# A help string or docstring says what a thing does, its default and units, and cites the docs; the measured
+# numbers, the seeds and the dates of the runs behind a default live in docs/*_results.md. The detector flags a
+# metric name followed by a number (a measurement), a calendar date, "since <year>", an "N-th session" and a
+# percentage other than an interval's 95 % level; a formatted example ("ECE = 0.123") and chance ("≈ 0.5") pass.
+_LAB = re.compile(r"\b(?:AUROC|ECE|Brier|accuracy|NLL)\b(?! = )(?! ≈ 0\.5)[^.;=≈]{0,12}?[−+-]?\d+\.\d+"
+                  r"|\b20\d\d-\d\d-\d\d\b|\bsince 20\d\d|\b\w+(?:st|nd|rd|th) session\b"
+                  r"|(?<![\d.])(?!95 ?%)(?!95 percent)(?!97\.5 ?%)\d+(?:\.\d+)? ?(?:%|percent\b)")
+
+
+def _help_and_docstrings(path: Path):
+    """(line, text) of every docstring and every ``help`` string (a dict key or a keyword) in ``path``."""
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            text = ast.get_docstring(node, clean=False)
+            if text:
+                yield getattr(node, "lineno", 1), text
+        pairs = []
+        if isinstance(node, ast.Dict):
+            pairs = [(k, v) for k, v in zip(node.keys, node.values) if isinstance(k, ast.Constant) and k.value == "help"]
+        elif isinstance(node, ast.keyword) and node.arg == "help":
+            pairs = [(node, node.value)]
+        for _, value in pairs:
+            try:
+                yield value.lineno, str(ast.literal_eval(value))
+            except ValueError:  # an f-string or a name: built at run time, not a measurement written down
+                pass
+
+
+def _lab_numbers(path: Path) -> list[str]:
+    return [f"{path.relative_to(ROOT)}:{line}: {m.group(0)!r}" for line, text in _help_and_docstrings(path)
+            for m in _LAB.finditer(text)]
+
+
+def test_the_lab_detector_finds_a_measured_number_and_a_date(tmp_path):
+    planted = tmp_path / "planted.py"
+    planted.write_text('"""Ranks at AUROC 0.891 [0.80, 0.94]."""\nf = dict(help="Default since 2026; run of 2026-12-03; ECE cut 70 %.")\n'
+                       'g = dict(help="95 % bootstrap interval; title \'ECE = 0.123\'; AUROC ≈ 0.5 is chance.")\n',
+                       encoding="utf-8")
+    found = [hit.split(": ", 1)[1] for hit in _lab_numbers_at(planted)]
+    assert found == ["'AUROC 0.891'", "'since 2026'", "'2026-12-03'", "'70 %'"]
+
+
+def _lab_numbers_at(path: Path) -> list[str]:
+    return [f"{path}:{line}: {m.group(0)!r}" for line, text in _help_and_docstrings(path) for m in _LAB.finditer(text)]
+
+
+def test_no_measured_number_or_date_in_the_package_help_or_docstrings():
+    found = [hit for path in MODULES.values() for hit in _lab_numbers(path)]
+    assert not found, "move these to docs/*_results.md and cite the section:\n" + "\n".join(found)
+
+
+def _private_imports(path: Path, name: str) -> list[str]:
+    """``from hf_calibration.<other>... import _x`` or ``from hf_calibration.<other>._mod import ...`` in ``path``, where
+    <other> is another subpackage (or top-level module) than the one ``name`` belongs to."""
+    own = ".".join(name.split(".")[:2])
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not (isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("hf_calibration.")):
+            continue
+        parts = node.module.split(".")
+        if ".".join(parts[:2]) == own:
+            continue
+        names = [a.name for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
+        if any(p.startswith("_") for p in parts[2:]):
+            names.append(node.module)
+        found += [f"{path.relative_to(ROOT)}:{node.lineno}: {n}" for n in names]
+    return found
+
+
+def test_no_package_module_imports_a_private_name_of_another_subpackage():
+    found = [hit for name, path in MODULES.items() for hit in _private_imports(path, name)]
+    assert not found, "\n".join(found)
+
+
+def test_the_private_import_finder_finds_one(tmp_path):
+    fake = tmp_path / "hf_calibration" / "posthoc" / "base.py"
+    fake.parent.mkdir(parents=True)
+    fake.write_text("from hf_calibration.metrics._validation import to_numpy\nfrom hf_calibration.metrics.bootstrap "
+                    "import _resolve\nfrom hf_calibration.posthoc.logits import _lbfgs\n", encoding="utf-8")
+    global ROOT
+    saved, ROOT = ROOT, tmp_path
+    try:
+        found = _private_imports(fake, "hf_calibration.posthoc.base")
+    finally:
+        ROOT = saved
+    assert [f.split(": ", 1)[1] for f in found] == ["hf_calibration.metrics._validation", "_resolve"]

@@ -27,7 +27,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from hf_calibration.metrics._validation import (
+from hf_calibration.metrics.validation import (
     Inputs,
     check_choice,
     check_n_bins,

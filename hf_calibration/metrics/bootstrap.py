@@ -16,7 +16,7 @@ import numpy as np
 from scipy.special import ndtr, ndtri
 
 from hf_calibration.errors import ParameterError, ParameterTypeError, check_choice
-from hf_calibration.metrics._validation import prepare
+from hf_calibration.metrics.validation import prepare
 from hf_calibration.metrics.ece import adaptive_calibration_error, classwise_ece, expected_calibration_error
 from hf_calibration.metrics.registry import batched_metric
 from hf_calibration.metrics.scores import aurc, brier_score, confidence_auroc, negative_log_likelihood

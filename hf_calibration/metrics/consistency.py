@@ -2,8 +2,8 @@
 
 Method and source: docs/methods.md, "Consistency resampling" (Bröcker & Smith 2007, "Increasing the reliability of
 reliability diagrams", Weather and Forecasting 22(3), §3). A binned ECE of n items is positive even for perfectly
-calibrated confidences, and how positive depends on n, the bins and how spread the confidences are: at n = 100 a
-calibrated read spread over several of 15 bins shows an ECE of about 0.09–0.12, a constant one about 0.04. Drawing
+calibrated confidences, and how positive depends on n, the bins and how spread the confidences are (a read spread
+over several bins shows a larger floor than a constant one; docs/methods.md gives the sizes). Drawing
 the labels from the confidences themselves gives that floor for the very confidences at hand, so an observed ECE
 (or a cut in it) can be read against it.
 """
@@ -16,7 +16,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 
 from hf_calibration.errors import ParameterError, ParameterTypeError
-from hf_calibration.metrics._validation import prepare, to_numpy
+from hf_calibration.metrics.validation import prepare, to_numpy
 from hf_calibration.metrics.bootstrap import _check_bootstrap_args, _resolve_metric
 
 

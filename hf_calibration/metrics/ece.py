@@ -6,7 +6,7 @@ import numpy as np
 from scipy.special import ndtr
 
 from hf_calibration.metrics.registry import register
-from hf_calibration.metrics._validation import Inputs, check_choice, check_n_bins, prepare
+from hf_calibration.metrics.validation import Inputs, check_choice, check_n_bins, prepare
 from hf_calibration.metrics.binning import (BINNINGS, accumulate_bin_sums, bin_index, bin_sums, prepared_top_label,
                                            uniform_bin_index)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from hf_calibration.metrics.registry import register
-from hf_calibration.metrics._validation import Inputs, prepare
+from hf_calibration.metrics.validation import Inputs, prepare
 from hf_calibration.metrics.binning import prepared_top_label
 
 _NLL_EPS = float(np.finfo(np.float64).eps)  # probabilities are clipped to [eps, 1 - eps], as scikit-learn

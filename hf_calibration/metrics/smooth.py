@@ -23,7 +23,7 @@ import numpy as np
 from scipy import fft as sp_fft
 
 from hf_calibration.metrics.registry import register
-from hf_calibration.metrics._validation import Inputs, prepare
+from hf_calibration.metrics.validation import Inputs, prepare
 from hf_calibration.metrics.binning import prepared_top_label
 
 _SEARCH_EPS = 1e-3  # relplot smECE(eps=0.001)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hf_calibration.metrics._validation import check_n_bins, prepare
+from hf_calibration.metrics.validation import check_n_bins, prepare
 from hf_calibration.metrics.binning import ReliabilityTable, accumulate_bin_sums, table_from_sums
 from hf_calibration.metrics.ece import calibration_error_from_sums, check_norm
 

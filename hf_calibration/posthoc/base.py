@@ -15,7 +15,7 @@ from sklearn.base import BaseEstimator
 from sklearn.exceptions import ConvergenceWarning, NotFittedError
 
 from hf_calibration.errors import ParameterError, ParameterTypeError, check_choice
-from hf_calibration.metrics._validation import to_numpy
+from hf_calibration.metrics.validation import to_numpy
 
 FORMAT_VERSION = 1
 

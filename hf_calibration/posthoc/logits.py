@@ -11,7 +11,7 @@ from scipy.special import log_softmax, softmax
 from transformers import LogitsProcessor
 
 from hf_calibration.errors import ParameterError, ParameterTypeError
-from hf_calibration.metrics._validation import check_labels, to_numpy
+from hf_calibration.metrics.validation import check_labels, to_numpy
 from hf_calibration.posthoc.base import (_LOG_TEMPERATURE_BOUNDS, _check_int_param, _check_logits, _check_real_param, _lbfgs,
                                         _PosthocCalibrator, _short)
 

@@ -27,168 +27,123 @@ BURST_CONFIDENCES = ("verbalized", "teacher")
 
 @dataclass
 class SECLConfig:
-    burst_size: int = field(default=50, metadata={"help": "B: questions in a calibration burst after an alarm (paper)."})
+    burst_size: int = field(default=50, metadata={
+        "help": "B: questions in a calibration burst after an alarm, ≥ 1 (paper; docs/methods.md, 'SECL: burst')."})
     num_distractors: int = field(default=4, metadata={
-        "help": "K: distractors for P(True)Norm (paper). MCQA uses the other options (at most K); open-ended "
-                "answers use K deduplicated beam-search alternatives."})
+        "help": "K: distractors for P(True)Norm, ≥ 1 (paper). Multiple choice uses the other options (at most K); "
+                "open-ended answers use K deduplicated beam-search alternatives (docs/methods.md, 'SECL: P(True)Norm')."})
     tau_n: float = field(default=DEFAULT_TAU_N, metadata={
-        "help": "τ_n of P(True)Norm = softmax(P(True)/τ_n) (reconstruction; kept: 0.1 and 0.5 did not change SECL's "
-                "Brier decisively on a development split, examples/secl_target_study.py, docs/secl_results.md; "
-                "0.05 spreads c* for the consolidation schedule, see consolidation_epochs)."})
+        "help": "τ_n > 0 of P(True)Norm = softmax(P(True)/τ_n) (reconstruction; docs/methods.md, 'SECL: P(True)Norm'; "
+                "measurements: docs/secl_results.md, 'Where each SECLConfig default comes from')."})
     alpha_step: float = field(default=1.0, metadata={
-        "help": "α_step of the directional target ĉ = c + α_step·clip(c* − c, −δ, δ) (reconstruction; scales the "
-                "step as δ does, so only δ was varied on the development split)."})
+        "help": "α_step > 0 of the directional target ĉ = c + α_step·clip(c* − c, −δ, δ) (reconstruction; "
+                "docs/methods.md, 'SECL: directional target')."})
     delta: float = field(default=0.2, metadata={
-        "help": "δ: the clip of the directional step (reconstruction; kept: 0.1 and 0.4 did not change SECL's Brier "
-                "decisively on a development split, and with replay δ = 1 (no clip) ranked as 0.2 did, ΔAUROC "
-                "−0.005 [−0.031, +0.021]; docs/secl_results.md)."})
-    n_bins: int = field(default=10, metadata={"help": "Equal-width confidence bins of the bin gate (reconstruction)."})
+        "help": "δ > 0, the clip of the directional step, in confidence units (reconstruction; docs/methods.md, "
+                "'SECL: directional target'; measurements: docs/secl_results.md, 'Where each SECLConfig default "
+                "comes from')."})
+    n_bins: int = field(default=10, metadata={
+        "help": "Equal-width confidence bins of the bin gate, ≥ 1 (reconstruction; docs/methods.md, 'SECL: bin gate')."})
     bin_gate_width: int = field(default=0, metadata={
-        "help": "Skip the update when |bin(c) − bin(c*)| ≤ this many bins (paper: 1). Default 0, chosen on a "
-                "development stream (docs/secl_results.md): at 1, 8 of the 50 start-burst questions of HaluEval "
-                "QA-LM passed (4 percent of the domain trained, below the paper's 6-26 percent); at 0, 31 of 50 would."})
+        "help": "Skip the update when |bin(c) − bin(c*)| ≤ this many bins, ≥ 0 (paper: 1; the default 0 was "
+                "measured: docs/secl_results.md, 'Where each SECLConfig default comes from')."})
     ema_rate: float = field(default=0.02, metadata={
-        "help": "EMA rate of the entropy mean/variance used to standardise it (measured, see drift.py)."})
+        "help": "EMA rate in (0, 1] of the entropy mean and variance that standardise it (measured; docs/methods.md, "
+                "'SECL: entropy gate and Page-Hinkley')."})
     ph_delta: float = field(default=0.5, metadata={
-        "help": "Page-Hinkley δ on the standardised entropy (measured; river/MOA default 0.005 is for raw values)."})
+        "help": "Page-Hinkley δ ≥ 0 on the standardised entropy, in standard deviations (measured; river/MOA's "
+                "default is for raw values; docs/methods.md, 'SECL: entropy gate and Page-Hinkley')."})
     ph_threshold: float = field(default=10.0, metadata={
-        "help": "Page-Hinkley λ on the standardised entropy (measured; river/MOA default 50)."})
+        "help": "Page-Hinkley λ > 0 on the standardised entropy (measured; docs/methods.md, 'SECL: entropy gate and "
+                "Page-Hinkley')."})
     ph_min_instances: int = field(default=10, metadata={
-        "help": "Page-Hinkley values before an alarm (measured; river/MOA default 30)."})
-    warmup: int = field(default=10, metadata={"help": "Entropies that only initialise the EMA (measured)."})
-    lora_r: int = field(default=8, metadata={"help": "LoRA rank (reconstruction; PEFT default 8)."})
-    lora_alpha: int = field(default=16, metadata={"help": "LoRA alpha (reconstruction)."})
+        "help": "Page-Hinkley values before an alarm can be raised, ≥ 1 (measured; docs/methods.md, 'SECL: entropy "
+                "gate and Page-Hinkley')."})
+    warmup: int = field(default=10, metadata={
+        "help": "Entropies that only initialise the EMA, ≥ 2 (measured; docs/methods.md, 'SECL: entropy gate and "
+                "Page-Hinkley')."})
+    lora_r: int = field(default=8, metadata={"help": "LoRA rank, ≥ 1 (reconstruction; PEFT's default)."})
+    lora_alpha: int = field(default=16, metadata={"help": "LoRA alpha, ≥ 1 (reconstruction)."})
     target_modules: list[str] = field(default_factory=lambda: ["q_proj", "v_proj"], metadata={
-        "help": "Projections that get LoRA adapters (paper: query and value)."})
+        "help": "Projections that get LoRA adapters (paper: query and value; docs/methods.md, 'SECL: LoRA "
+                "placement')."})
     target_layers: list[int] | None = field(default=None, metadata={
-        "help": "Layer indices with adapters (default: none given, the upper half of the layers, "
-                "'intermediate-to-late' as the paper says; the exact layers are a reconstruction)."})
+        "help": "Layer indices with adapters (default None: the upper half of the layers, 'intermediate-to-late' as "
+                "the paper says; docs/methods.md, 'SECL: LoRA placement')."})
     adapter_scope: str = field(default="confidence", metadata={
-        "help": "Where the LoRA adapter acts. 'confidence' (product default, docs/methods.md): only on the follow-up turn "
-                "that reads the verbalized confidence; answers, their beam-search alternatives and the P(True)Norm "
-                "teacher are computed with it off, so accuracy is the base model's by construction and the teacher "
-                "does not drift with the student. 'all' (the paper, Hedna et al. 2026): the adapter also shapes the "
-                "answers and the teacher; on the four-domain streams of Qwen2.5-Coder-0.5B and SmolLM2 it ranked no "
-                "better within domains and changed answers (Qwen's MMLU STEM accuracy −0.06; docs/secl_results.md), "
-                "and with the consolidation schedule on Qwen's QA-LM its final adapter ranked 0.247 below "
-                "'confidence''s (docs/secl_results.md, section 3c), so 'confidence' stays the default.",
+        "help": "Where the LoRA adapter acts. 'confidence' (default): only on the follow-up turn that reads the "
+                "verbalized confidence; answers, their beam-search alternatives and the P(True)Norm teacher are "
+                "computed with it off, so accuracy is the base model's and the teacher does not drift with the "
+                "student. 'all' (the paper): the adapter also shapes the answers and the teacher (docs/methods.md, "
+                "'SECL: product defaults').",
         "choices": list(ADAPTER_SCOPES)})
-    learning_rate: float = field(default=1e-3, metadata={"help": "AdamW learning rate of the adapters (reconstruction)."})
+    learning_rate: float = field(default=1e-3, metadata={
+        "help": "AdamW learning rate of the adapters, > 0 (reconstruction)."})
     steps_per_update: int = field(default=1, metadata={
-        "help": "AdamW steps per accepted question (reconstruction: the paper takes one gradient step). With a "
-                "replay buffer each step is on a minibatch: the question and up to replay_batch_size earlier ones. "
-                "Default 1, kept by the schedule study (experiments/secl_schedule.py, docs/secl_results.md): 4 with "
-                "replay ranks better still but costs about 10 forward passes per question, above the paper's 4.6; "
-                "consolidation_epochs buys the steps within it."})
+        "help": "AdamW steps per accepted question, ≥ 1 (the paper takes one). With a replay buffer each step is on "
+                "a minibatch: the question and up to replay_batch_size earlier ones (docs/methods.md, 'SECL: replay "
+                "buffer and steps per update')."})
     replay_size: int = field(default=0, metadata={
-        "help": "Replay buffer: how many burst questions (their answer's cache and pseudo-label c*) are kept for "
-                "the update steps and the consolidation epochs (which bursts' questions: replay_scope). 0 (the "
-                "paper's one step on the current question, nothing kept) turns replay and consolidation off; a "
-                "replayed question's target is recomputed from its current confidence, ĉ = c + α_step·clip(c* − c, "
-                "−δ, δ). Default 0 (see consolidation_epochs for why the schedule the study picked is opt-in); 50 "
-                "with replay_batch_size 7, steps_per_update 4, restate 'option_text' and tau_n 0.05 ranks better "
-                "still (SmolLM2 QA-LM: AUROC 0.74 against 0.60), at about 10 passes per question."})
+        "help": "Burst questions (their answer's cache and pseudo-label c*) kept for the update steps and the "
+                "consolidation epochs, ≥ 0; 0 (default, the paper's one step on the current question) turns replay "
+                "and consolidation off. A replayed question's target is recomputed from its current confidence "
+                "(docs/methods.md, 'SECL: replay buffer and steps per update')."})
     replay_scope: str = field(default="burst", metadata={
-        "help": "Which questions the replay buffer keeps: 'burst' (the buffer is emptied when a burst opens, so "
-                "replay and consolidation train on the open burst's questions only) or 'stream' (kept across "
-                "bursts, the oldest dropped once replay_size are kept: each consolidation, and each update step "
-                "when replay_batch_size > 0, also draws earlier bursts' questions, their targets recomputed from "
-                "their own c*, so a later burst where the teacher ranks poorly need not overwrite what an earlier "
-                "one taught; needs replay_size > 0, and above burst_size for a consolidation to see an earlier burst: "
-                "2 x burst_size keeps the last two). Extension, not in the paper "
-                "(docs/methods.md, 'consolidation'). Default 'burst': measured on two bursts only (SmolLM2, QA-LM then summarization-LM, answers fixed), "
-                "'stream' kept the first domain's held-out AUROC at 0.746 against 0.601 (+0.145 [+0.014, +0.277]) "
-                "for twice the second consolidation's passes (docs/secl_results.md, 'A second burst after the first'); on "
-                "SmolLM2's four-domain stream (replay_size 100) the adapter it ends with ranks QA-LM at 0.714 against "
-                "0.525, but the rehearsed bursts' higher level is carried into the next domain (MMLU STEM Brier +0.120 "
-                "above the constant's against +0.010; docs/secl_results.md, 'The four-domain stream with the earlier "
-                "bursts rehearsed').",
+        "help": "Which questions the replay buffer keeps: 'burst' (default; emptied when a burst opens) or 'stream' "
+                "(kept across bursts, the oldest dropped once replay_size are kept; needs replay_size > 0, and above "
+                "burst_size for a consolidation to see an earlier burst). Extension, not in the paper "
+                "(docs/methods.md, 'SECL: consolidation').",
         "choices": list(REPLAY_SCOPES)})
     replay_batch_size: int = field(default=4, metadata={
-        "help": "Earlier questions drawn (uniformly, without replacement, seeded) from the replay buffer "
-                "for each update step, beside the current question (used only when replay_size > 0). Each costs "
-                "one forward pass with its backward per step (reconstruction). 0: the steps take the current "
-                "question alone, as the paper's, and the buffer serves only consolidation_epochs (the study's "
-                "pick)."})
+        "help": "Earlier questions drawn (uniformly, without replacement, seeded) from the replay buffer for each "
+                "update step beside the current question, ≥ 0; each costs one forward and backward pass per step; "
+                "used only when replay_size > 0 (docs/methods.md, 'SECL: replay buffer and steps per update')."})
     consolidation_epochs: int = field(default=0, metadata={
-        "help": "Epochs over the replay buffer when a burst ends (its last question is read): every kept question, "
-                "in seeded random minibatches of consolidation_batch_size, the target recomputed as for replay "
-                "(docs/methods.md, 'consolidation'; extension, not in the paper). Costs epochs x buffer forward "
-                "passes with their backward, once per burst; needs replay_size > 0. Default 0 (opt-in). The "
-                "schedule study's pick (docs/secl_results.md): 3 epochs, consolidation_batch_size 1, replay_size 50, "
-                "replay_batch_size 0, restate 'option_text', tau_n 0.05 (SmolLM2 QA-LM AUROC 0.60 against 0.46 with "
-                "one step per question); on the four-domain stream see consolidation_lr_scheduler."})
+        "help": "Epochs over the replay buffer when a burst ends, ≥ 0: every kept question in seeded random "
+                "minibatches of consolidation_batch_size, the target recomputed as for replay; costs epochs × buffer "
+                "forward and backward passes once per burst; needs replay_size > 0. Default 0 (off). Extension, not "
+                "in the paper (docs/methods.md, 'SECL: consolidation' and 'SECL: product defaults')."})
     consolidation_batch_size: int = field(default=1, metadata={
-        "help": "Questions per AdamW step of the consolidation epochs (measured: the same passes in minibatches of "
-                "1, 2 and 8 ranked the development stream at AUROC 0.70, 0.61 and 0.58; AdamW's step is about the "
-                "learning rate whatever the batch, so smaller batches move further; docs/secl_results.md)."})
+        "help": "Questions per AdamW step of the consolidation epochs, ≥ 1 (measured; docs/secl_results.md, 'Where "
+                "each SECLConfig default comes from')."})
     consolidation_lr_scheduler: str = field(default="constant", metadata={
-        "help": "Learning rate over the consolidation's steps: 'constant' (learning_rate throughout) or 'linear' "
-                "(torch's LinearLR from learning_rate down to 0 at the last step; the update steps keep "
-                "learning_rate). With minibatches of one question the last steps of a constant rate set the "
-                "confidence level the burst ends with (docs/secl_results.md, 'Where the consolidation leaves the "
-                "level'); a decaying rate averages them. Measured on SmolLM2's four-domain stream with the "
-                "consolidation schedule (docs/secl_results.md, 'The decaying consolidation rate on the four-domain "
-                "stream'): 'linear' removed the level the constant rate carried into the next domain (MMLU STEM Brier "
-                "+0.010 above the constant's against +0.271) and ranked best within domains (ΔAUROC +0.087 against "
-                "+0.062 constant, +0.010 one-step), ECE −35 % (one-step −44 %) and Brier as the one-step default's. Default 'constant' (the rate as "
-                "studied): on Qwen's four-domain stream the schedule with 'linear' failed the rule set for a default "
-                "(ECE −33 % < 56 %, 4.76 passes per question > 4.6, MMLU STEM Brier +0.064 above the constant's; "
-                "QA-LM AUROC 0.769 against 0.740 verbalized, Brier below the constant's; docs/secl_results.md, "
-                "'four-domain stream with the decaying consolidation rate', on Qwen).",
+        "help": "Learning rate over the consolidation's steps: 'constant' (default; learning_rate throughout) or "
+                "'linear' (torch's LinearLR from learning_rate down to 0 at the last step; the update steps keep "
+                "learning_rate) (docs/methods.md, 'SECL: consolidation').",
         "choices": list(CONSOLIDATION_LR_SCHEDULES)})
     confidence_loss: str = field(default="mse", metadata={
-        "help": "The update steps' loss against the target ĉ: 'mse' (c − ĉ)², the paper's; 'kl' the KL divergence "
-                "from the distribution with mass on the two values of 0, 0.1, …, 1 around ĉ (mean ĉ) to the read's "
-                "distribution over those values, whose gradient stays when the read puts all its mass on one "
-                "number, where MSE's vanishes (docs/methods.md, 'SECL: the confidence loss'; extension, not in the "
-                "paper). Default 'mse' (measured, docs/secl_results.md sections 2 and 3c): on Qwen2.5-Coder-0.5B's "
-                "QA-LM 'kl' learned offline what MSE learned (held-out AUROC 0.917 against 0.910) and online, with the "
-                "consolidation schedule, ranked as MSE did on both seeds (after the burst +0.014 and +0.034, "
-                "undecided) with a lower Brier after the burst (−0.031, −0.015); the one-step default and the "
-                "four-domain stream were not run with it, so it is opt-in.",
+        "help": "The update steps' loss against the target ĉ: 'mse' (default, the paper's) (c − ĉ)²; 'kl' the KL "
+                "divergence from the two-point distribution on 0, 0.1, …, 1 with mean ĉ to the read's distribution "
+                "over those values, whose gradient stays where MSE's vanishes (extension; docs/methods.md, 'SECL: "
+                "the confidence loss').",
         "choices": list(CONFIDENCE_LOSSES)})
     burst_confidence: str = field(default="verbalized", metadata={
-        "help": "The confidence returned for a question inside a burst: 'verbalized' the student's read (the "
-                "paper's: every question gets the verbalized confidence of the adapter the questions before it "
-                "left); 'teacher' the pseudo-label c* (P(True)Norm at tau_n) SECL has just computed for that "
-                "question to train on, at no extra forward pass. Outside bursts, and for training (bin gate, "
-                "target, replay), the verbalized read is used either way: the option changes what is returned, "
-                "nothing that is learnt (docs/methods.md, 'SECL: the confidence returned in a burst'; extension, "
-                "not in the paper). Default 'verbalized', by a rule written before the test runs "
-                "(docs/secl_results.md, 'c* returned inside the burst'): on Qwen2.5-Coder-0.5B's QA-LM 'teacher' "
-                "ranks the one-step default's stream at 0.891 / 0.881 (seeds 0 / 1) against 0.670 / 0.663, within "
-                "0.05 of the offline ceiling 0.910, with a lower Brier, but its ECE is the teacher's and rises by "
-                "0.08 (decisively); on SmolLM2's four-domain stream within domains ΔAUROC +0.017 [-0.008, +0.040], "
-                "Brier unchanged (-0.002 [-0.005, +0.002]). Use it to rank answers or to score them by Brier.",
+        "help": "The confidence returned for a question inside a burst: 'verbalized' (default, the paper's) the "
+                "student's read; 'teacher' the pseudo-label c* (P(True)Norm at tau_n) computed for that question to "
+                "train on, at no extra forward pass. Outside bursts, and for training, the verbalized read is used "
+                "either way (extension; docs/methods.md, 'SECL: the confidence returned in a burst').",
         "choices": list(BURST_CONFIDENCES)})
     restate: str = field(default="option_text", metadata={
-        "help": "What the confidence turn's '{answer}' restates: 'option_text' for multiple choice the chosen option "
-                "as 'A. <option text>' (as diagnose and the P(True) teacher restate it; answers naming no option keep "
-                "their decoded text); 'answer' the decoded answer, e.g. the bare letter 'A'. Default 'option_text' "
-                "(since 2026-12-03; docs/secl_results.md, 'Qwen-0.5B's four-domain stream, one step per "
-                "question, the option text restated'): on Qwen-0.5B's four-domain test stream it met the rule set "
-                "before the run against the bare letter (within domains SECL AUROC 0.612 against 0.562, ECE cut 70 "
-                "percent, Brier 0.004 above the constants, 3.92 passes per question); on SmolLM2's four-domain stream it "
-                "is slightly worse than the bare letter but within the bounds set before the run (AUROC 0.477 "
-                "against 0.496, ECE cut 35 against 44 percent, Brier 0.020 against 0.015 above the constants; "
-                "docs/secl_results.md, 'SmolLM2's four-domain stream, one step per question, the option text "
-                "restated'). A linear probe reads correctness at that position at AUROC "
-                "0.88 with it, 0.69 with the bare letter; the consolidation schedule needs it (see "
-                "consolidation_epochs).",
+        "help": "What the confidence turn's '{answer}' restates: 'option_text' (default) for multiple choice the "
+                "chosen option as 'A. <option text>' (as diagnose and the P(True) teacher restate it; answers naming "
+                "no option keep their decoded text); 'answer' the decoded answer, e.g. the bare letter 'A' "
+                "(docs/methods.md, 'SECL: what the confidence turn restates').",
         "choices": list(RESTATEMENTS)})
     confidence_template: str = field(default=CONFIDENCE_TEMPLATE, metadata={
-        "help": "Follow-up turn asking for the 0-10 confidence; must contain '{answer}' (measured wording)."})
+        "help": "Follow-up turn asking for the 0-10 confidence; must contain '{answer}' (docs/methods.md, 'SECL: "
+                "verbalized confidence')."})
     p_true_template: str = field(default=P_TRUE_TEMPLATE, metadata={
-        "help": "Follow-up turn asking whether the answer is correct; must contain '{answer}'."})
+        "help": "Follow-up turn asking whether the answer is correct; must contain '{answer}' (docs/methods.md, "
+                "'SECL: P(True)Norm')."})
     prompt_format: str = field(default="auto", metadata={
-        "help": "How prompts are formatted: 'chat', 'plain' or 'auto' (chat when the tokenizer has a template).",
+        "help": "How prompts are formatted: 'chat', 'plain' or 'auto' (default; chat when the tokenizer has a "
+                "template).",
         "choices": list(PROMPT_FORMATS)})
     answer_max_chars: int = field(default=200, metadata={
-        "help": "Longer answers are restated in the follow-up turns by their last characters (where the final "
-                "answer of a worked solution is)."})
+        "help": "Characters of an answer restated in the follow-up turns, ≥ 1; longer answers keep their last "
+                "characters (where the final answer of a worked solution is)."})
     distractor_max_new_tokens: int = field(default=32, metadata={
-        "help": "Length of the beam-search alternatives for open-ended answers."})
+        "help": "Tokens of each beam-search alternative for open-ended answers, ≥ 1."})
 
     def __post_init__(self):
         """Check every field: ParameterError (a ValueError) naming the field and the value."""
