@@ -128,10 +128,11 @@ def score_stream(parts: list, setting: dict, *, window: int) -> dict:
     windows."""
     values = np.concatenate(parts)
     hits = alarms(values, setting)
-    bounds = np.cumsum([len(p) for p in parts])[:-1]
+    bounds = [int(b) for b in np.cumsum([len(p) for p in parts])[:-1]]
     delays = [next((t - b for t in hits if b <= t < b + window), None) for b in bounds]
     inside = [any(b <= t < b + window for b in bounds) for t in hits]
-    n_in = len(values) - sum(min(window, len(values) - b) for b in bounds)
+    ends = bounds[1:] + [len(values)]
+    n_in = len(values) - sum(min(window, e - b) for b, e in zip(bounds, ends))  # windows end at the next boundary
     return {"delays": delays, "detected": sum(d is not None for d in delays), "false_alarms": len(hits) - sum(inside),
             "in_domain": int(n_in), "alarms": hits}
 
@@ -177,6 +178,8 @@ def choose(rows: list) -> dict:
 def summarise(parts: list, setting: dict, *, window: int, n_boot: int, seed: int) -> dict:
     s = score_stream(parts, setting, window=window)
     s.pop("alarms")
+    if s["in_domain"] < 1:
+        raise ValueError(f"no in-domain question outside the {window}-question windows: too few questions per domain")
     s["fa_per_1000"] = 1000.0 * s["false_alarms"] / s["in_domain"]
     s["fa_interval"] = garwood(s["false_alarms"], s["in_domain"])
     s["bootstrap"] = bootstrap(parts, setting, window=window, n=n_boot, seed=seed)
