@@ -10,7 +10,8 @@ from hf_calibration import modeling, reports
 from hf_calibration.data import check_mcqa_arguments
 from hf_calibration.errors import ParameterError, renamed_parameters
 from hf_calibration.outputs import check_result_folder, partial_path
-from hf_calibration.jobs.common import (JobResult, MCQAScoringConfig, batch_size_field, check_device, check_input_file,
+from hf_calibration.jobs.common import (JobResult, MCQAScoringConfig, batch_size_field, check_device, check_ece_options,
+                                        check_input_file,
                                         check_output_dir, custom_data_options, dataset_field, ece_options,
                                         fit_mcqa_to_context, load_mcqa_for)
 
@@ -110,6 +111,7 @@ def run_evaluate(config: EvaluateConfig, *, progress: bool = True) -> EvaluateRe
     dataset = load_mcqa_for(config.dataset, subjects=config.subjects, limit=config.limit, seed=config.seed,
                             default_limit=config.default_limit(),
                             **custom_data_options(config))
+    check_ece_options(config, len(dataset))  # fewer questions than --limit: --n-bins against those there are
     if isinstance(calibrator, VectorScaler):  # one weight per option: the option count must match
         k = max(len(c) for c in dataset["choices"])
         if len(calibrator.coef_) != k:
