@@ -56,3 +56,56 @@ def test_n_bins_above_the_questions_loaded_is_refused_before_the_model_loads(tin
                   "--limit", "500", "--n-bins", "100", "--output-dir", str(out)]) == 2
     _one_line(capsys, "--n-bins", "100", "≤ 20", "20 questions")
     assert not out.exists()
+
+
+# ------------------------------------------------------------------------------ 2. calm owns its output folder
+
+
+def _evaluate(model_dir, out):
+    return main(["evaluate", "--model", str(model_dir), "--limit", "4", "--n-resamples", "20", "--output-dir", str(out)])
+
+
+def test_calm_refuses_an_evaluate_folder_before_the_model_loads(tiny_model_dir, tmp_path, capsys, monkeypatch):
+    out = tmp_path / "quiz"
+    assert _evaluate(tiny_model_dir, out) == 0
+    saved = {p.name: p.read_bytes() for p in out.iterdir()}
+    capsys.readouterr()
+    import hf_calibration.modeling
+
+    monkeypatch.setattr(hf_calibration.modeling, "load_model", lambda *a, **k: pytest.fail("model loaded"))
+    assert _code(["calm", "--model", str(tiny_model_dir), "--output-dir", str(out)]) == 2
+    _one_line(capsys, "--output-dir", str(out), "evaluate", "--overwrite")
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == saved
+
+
+def test_calm_refuses_an_adapter_saved_without_the_marker(tiny_model_dir, tmp_path, capsys, no_model_load):
+    # what the README's Python block leaves: CALMTrainer.save_model writes the adapter, no marker of a CLI job
+    out = tmp_path / "calm-smollm2"
+    out.mkdir()
+    (out / "adapter_model.safetensors").write_bytes(b"the Python block's adapter")
+    assert _code(["calm", "--model", str(tiny_model_dir), "--output-dir", str(out)]) == 2
+    _one_line(capsys, "--output-dir", "adapter_model.safetensors", "--overwrite")
+    assert (out / "adapter_model.safetensors").read_bytes() == b"the Python block's adapter"
+
+
+def test_calm_marks_its_folder_and_evaluate_then_refuses_it(tiny_model_dir, tmp_path, capsys):
+    from hf_calibration.calm import CALMConfig
+    from hf_calibration.jobs import CALMJobConfig, run_calm
+    from hf_calibration.outputs import read_manifest
+
+    out = tmp_path / "c"
+    config = CALMJobConfig(model=str(tiny_model_dir), train_dataset="halueval_qa_lm", n_train=4, n_calibration=4,
+                           n_eval=0, lora_r=2)
+    training = CALMConfig(output_dir=str(out), max_steps=1, per_device_train_batch_size=2, num_options=2,
+                          bf16=False, activation_checkpointing=False, report_to="none", save_strategy="no",
+                          use_cpu=True, disable_tqdm=True, max_length=None, dataset_num_proc=None)
+    run_calm(config, training)
+    manifest = read_manifest(out)
+    on_disk = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file() and p.name != ".hf-calibration.json")
+    assert manifest["job"] == "calm" and manifest["files"] == on_disk
+    assert "logit_adjustment.safetensors" in manifest["files"]
+    adapter = (out / "logit_adjustment.safetensors").read_bytes()
+    capsys.readouterr()
+    assert _evaluate(tiny_model_dir, out) == 2
+    _one_line(capsys, "--output-dir", "holds the results of calm")
+    assert (out / "logit_adjustment.safetensors").read_bytes() == adapter
