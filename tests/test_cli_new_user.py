@@ -109,3 +109,33 @@ def test_calm_marks_its_folder_and_evaluate_then_refuses_it(tiny_model_dir, tmp_
     assert _evaluate(tiny_model_dir, out) == 2
     _one_line(capsys, "--output-dir", "holds the results of calm")
     assert (out / "logit_adjustment.safetensors").read_bytes() == adapter
+
+
+# ---------------------------------------------------------------------- 6. duplicate options, unknown options
+
+
+@pytest.mark.parametrize("argv, fragment", [(["--bogus"], "--bogus: unknown option"),
+                                            (["--bogus", "evaluate"], "--bogus: unknown option"),
+                                            (["--verison"], "did you mean --version?"),
+                                            (["-q"], "-q: unknown option")])
+def test_an_unknown_option_before_the_command_is_named(argv, fragment, capsys):
+    assert _code(argv) == 2
+    err = _one_line(capsys, fragment)
+    assert "COMMAND: required" not in err
+
+
+def test_duplicate_options_warn_once_naming_the_column(tiny_model_dir, tmp_path, capsys):
+    data = tmp_path / "dup.csv"
+    data.write_text("question,A,B,C,D,answer\n"
+                    "Capital of France?,Paris,Rome,paris ,Berlin,A\n"       # Paris twice (case and space apart)
+                    "2 + 2?,3,4,5,6,B\n"
+                    "Largest planet?,Jupiter,Mars,Venus,Jupiter,A\n"
+                    "Water boils at?,90,100,110,120,B\n")
+    out = tmp_path / "o"
+    assert main(["evaluate", "--model", str(tiny_model_dir), "--dataset", str(data), "--choices-column", "A,B,C,D",
+                 "--limit", "4", "--n-resamples", "20", "--output-dir", str(out)]) == 0
+    err = capsys.readouterr().err
+    warned = [line for line in err.splitlines() if "warning" in line]
+    assert len(warned) == 1, err
+    assert "--choices-column" in warned[0] and "2 row(s)" in warned[0] and "row 0, 'Paris' and 'paris '" in warned[0]
+    assert (out / "metrics.json").is_file()  # a warning: the run goes on
