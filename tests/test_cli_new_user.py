@@ -139,3 +139,94 @@ def test_duplicate_options_warn_once_naming_the_column(tiny_model_dir, tmp_path,
     assert len(warned) == 1, err
     assert "--choices-column" in warned[0] and "2 row(s)" in warned[0] and "row 0, 'Paris' and 'paris '" in warned[0]
     assert (out / "metrics.json").is_file()  # a warning: the run goes on
+
+
+# --------------------------------------------------------------- 4. hand-edited or truncated files are not taken
+
+
+def _records(n=12, seed=0):
+    """evaluate's predictions.jsonl schema, consistent: correct == (prediction == answer)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        logits = rng.normal(size=4)
+        probs = np.exp(logits) / np.exp(logits).sum()
+        answer, prediction = int(rng.integers(4)), int(np.argmax(logits))
+        out.append({"index": i, "subject": "s", "source": "t", "answer": answer, "prediction": prediction,
+                    "correct": prediction == answer, "confidence": float(probs.max()), "probs": probs.tolist(),
+                    "option_logits": logits.tolist(), "option_mass": 1.0})
+    return out
+
+
+def _write(path, records):
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def test_fit_posthoc_refuses_a_correct_that_contradicts_the_answer(tmp_path, capsys):
+    records = _records()
+    assert any(r["correct"] for r in records) and not all(r["correct"] for r in records)
+    records[2]["correct"] = not records[2]["correct"]  # a hand edit: line 3
+    preds = _write(tmp_path / "predictions.jsonl", records)
+    calib = tmp_path / "hist.json"
+    calib.write_text('{"kept": true}')
+    assert _code(["fit-posthoc", "--method", "histogram", "--predictions", str(preds), "--output", str(calib),
+                  "--overwrite"]) == 2
+    _one_line(capsys, "--predictions", str(preds), "line 3", "'correct'", "'answer'")
+    assert calib.read_text() == '{"kept": true}'
+    records[2]["correct"] = not records[2]["correct"]  # as evaluate wrote it: fitted
+    _write(preds, records)
+    assert _code(["fit-posthoc", "--method", "histogram", "--predictions", str(preds), "--output", str(calib),
+                  "--overwrite"]) == 0
+
+
+def test_report_refuses_to_rescore_a_truncated_predictions_file(tmp_path, capsys):
+    folder = tmp_path / "run"
+    folder.mkdir()
+    preds = _write(folder / "predictions.jsonl", _records(20))
+    text = preds.read_text()
+    preds.write_text(text[: len(text) - 40])  # cut inside the last record, as an interrupted copy leaves it
+    page = folder / "report.html"
+    assert _code(["report", str(folder), "--n-bins", "4"]) == 2
+    _one_line(capsys, "--inputs", str(preds), "line 20", "not JSON")
+    assert not page.exists()
+    preds.write_text(text)  # whole again: re-scored, all 20 answers
+    assert _code(["report", str(folder), "--n-bins", "4"]) == 0
+    assert "predictions.jsonl · re-scored" in page.read_text()
+
+
+def test_report_flags_a_non_numeric_metric_value(tmp_path, capsys):
+    folder = tmp_path / "run"
+    folder.mkdir()
+    table = {"signals": {"model": {"conf_ece": {"value": "0.1x", "low": 0.05, "high": 0.2},
+                                   "auroc": {"value": None, "low": None, "high": None}},  # undefined: "—"
+                         "constant_accuracy": {"conf_ece": {"value": 0.0, "low": 0.0, "high": 0.0},
+                                               "auroc": {"value": 0.5, "low": 0.5, "high": 0.5}}}}
+    (folder / "metrics.json").write_text(json.dumps(table))
+    assert _code(["report", str(folder)]) == 0
+    err = capsys.readouterr().err
+    warned = [line for line in err.splitlines() if "warning" in line]
+    assert len(warned) == 1 and "1 metric value(s) are not numbers" in warned[0] and "conf_ece = '0.1x'" in warned[0]
+    page = (folder / "report.html").read_text()
+    assert "not a number: &#x27;0.1x&#x27;" in page
+    assert page.count("—") == 1  # the undefined AUROC, and nothing else
+
+
+def test_a_calibrator_with_a_probability_above_1_is_refused_at_load(tiny_model_dir, tmp_path, capsys,
+                                                                    no_model_load):
+    from hf_calibration.posthoc import load_calibrator
+
+    preds = _write(tmp_path / "predictions.jsonl", _records(40))
+    calib = tmp_path / "hist.json"
+    assert _code(["fit-posthoc", "--method", "histogram", "--predictions", str(preds), "--output", str(calib)]) == 0
+    saved = json.loads(calib.read_text())
+    saved["state"]["bin_values_"][7] = 1.7  # a hand edit
+    calib.write_text(json.dumps(saved))
+    with pytest.raises(ValueError, match=r"'bin_values_' holds 1.7 at index 7, outside \[0, 1\]"):
+        load_calibrator(calib)
+    capsys.readouterr()
+    out = tmp_path / "o"
+    assert _code(["evaluate", "--model", str(tiny_model_dir), "--limit", "4", "--posthoc", str(calib),
+                  "--output-dir", str(out)]) == 2
+    _one_line(capsys, "--posthoc", str(calib), "1.7")
+    assert not out.exists()

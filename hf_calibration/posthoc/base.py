@@ -185,6 +185,7 @@ class _PosthocCalibrator(BaseEstimator):
     method: str = ""
     input_kind: str = ""
     _state_attrs: tuple[str, ...] = ()
+    _probability_attrs: tuple[str, ...] = ()  # state that holds probabilities: checked in [0, 1] on load
 
     def fit_transform(self, X, y):
         """``fit(X, y)`` then ``transform(X)``; see the subclass's ``fit`` for shapes."""
@@ -207,6 +208,11 @@ class _PosthocCalibrator(BaseEstimator):
             value = np.asarray(state[attr], dtype=np.float64)
             if not np.all(np.isfinite(value)):
                 raise ValueError(f"saved {self.method!r} calibrator has a non-finite {attr!r}: {state[attr]!r}")
+            outside = (value < 0) | (value > 1)
+            if attr in self._probability_attrs and np.any(outside):
+                i = int(np.argmax(outside.ravel()))
+                raise ValueError(f"saved {self.method!r} calibrator's {attr!r} holds {float(value.ravel()[i])!r} at "
+                                 f"index {i}, outside [0, 1] (a probability)")
             setattr(self, attr, float(value) if value.ndim == 0 else value)
 
     def save(self, path):
