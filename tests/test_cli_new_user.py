@@ -230,3 +230,50 @@ def test_a_calibrator_with_a_probability_above_1_is_refused_at_load(tiny_model_d
                   "--output-dir", str(out)]) == 2
     _one_line(capsys, "--posthoc", str(calib), "1.7")
     assert not out.exists()
+
+
+# ------------------------------------------------------- 5. a calibrator fitted on 2 options is not used on 4
+
+
+def _two_option_records(n=40, seed=1):
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        logits = rng.normal(size=2)
+        answer, prediction = int(rng.integers(2)), int(np.argmax(logits))
+        p = float(np.exp(logits.max()) / np.exp(logits).sum())
+        out.append({"index": i, "answer": answer, "prediction": prediction, "correct": prediction == answer,
+                    "confidence": p, "option_logits": logits.tolist()})
+    return out
+
+
+@pytest.mark.parametrize("method", ["histogram", "isotonic", "platt", "temperature"])
+def test_a_calibrator_fitted_on_two_options_is_refused_on_four(method, tiny_model_dir, tmp_path, capsys,
+                                                               monkeypatch):
+    import hf_calibration.modeling
+
+    preds = _write(tmp_path / "predictions.jsonl", _two_option_records())
+    calib = tmp_path / f"{method}.json"
+    assert _code(["fit-posthoc", "--method", method, "--predictions", str(preds), "--output", str(calib)]) == 0
+    assert json.loads(calib.read_text())["n_options"] == [2]
+    loads = []
+    monkeypatch.setattr(hf_calibration.modeling, "load_model", lambda *a, **k: loads.append(1) or pytest.fail("load"))
+    capsys.readouterr()
+    out = tmp_path / "mmlu"
+    assert _code(["evaluate", "--model", str(tiny_model_dir), "--limit", "4", "--posthoc", str(calib),
+                  "--output-dir", str(out)]) == 2  # MMLU: 4 options
+    _one_line(capsys, "--posthoc", str(calib), "fitted on 2 options", "--dataset mmlu has 4")
+    assert not out.exists() and not loads
+
+
+def test_an_old_calibrator_file_without_option_counts_still_loads(tiny_model_dir, tmp_path, capsys):
+    preds = _write(tmp_path / "predictions.jsonl", _two_option_records())
+    calib = tmp_path / "hist.json"
+    assert _code(["fit-posthoc", "--method", "histogram", "--predictions", str(preds), "--output", str(calib)]) == 0
+    saved = json.loads(calib.read_text())
+    del saved["n_options"]  # as fit-posthoc wrote it before the counts were recorded
+    calib.write_text(json.dumps(saved))
+    out = tmp_path / "qa"
+    assert _code(["evaluate", "--model", str(tiny_model_dir), "--dataset", "halueval_qa", "--limit", "4",
+                  "--n-resamples", "20", "--posthoc", str(calib), "--output-dir", str(out)]) == 0
+    assert "posthoc_histogram" in json.loads((out / "metrics.json").read_text())["signals"]

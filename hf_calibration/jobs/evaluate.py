@@ -103,7 +103,7 @@ def run_evaluate(config: EvaluateConfig, *, progress: bool = True) -> EvaluateRe
     path. Raises ParameterError naming the config field; a ``limit`` above the questions there are is a
     ParameterWarning, not an error.
     """
-    from hf_calibration.posthoc import VectorScaler
+    from hf_calibration.jobs.fit_posthoc import check_option_counts
 
     out = check_output_dir(config.output_dir)
     check_result_folder(out, "evaluate", reports.EVALUATION_FILES, overwrite=config.overwrite)
@@ -112,11 +112,8 @@ def run_evaluate(config: EvaluateConfig, *, progress: bool = True) -> EvaluateRe
                             default_limit=config.default_limit(),
                             **custom_data_options(config))
     check_ece_options(config, len(dataset))  # fewer questions than --limit: --n-bins against those there are
-    if isinstance(calibrator, VectorScaler):  # one weight per option: the option count must match
-        k = max(len(c) for c in dataset["choices"])
-        if len(calibrator.coef_) != k:
-            raise ParameterError("posthoc", config.posthoc, f"{config.posthoc!r} was fitted on {len(calibrator.coef_)} "
-                                 f"options, but {{dataset}} {config.dataset} has {k}", related=("dataset",))
+    if calibrator is not None:  # fitted for other option counts: refused
+        check_option_counts(calibrator, dataset["choices"], path=config.posthoc, dataset=config.dataset)
     modeling.resolve_model_path(config.model)  # fails fast on a bad path before the heavy load
     start = time.perf_counter()
     checkpoint = _checkpoint(config, out) if config.backend == "openai" else None
