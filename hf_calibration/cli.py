@@ -324,7 +324,13 @@ def _route(argv: list[str]) -> tuple[str, list[str]]:
             k = next((i for i, a in enumerate(rest) if a.startswith("-")), len(rest))
             rest = ([option(POSITIONAL[command]), *rest[:k]] if k else []) + rest[k:]
         return command, rest
-    build_parser().parse_args(argv)
+    parser = build_parser()
+    first = argv[0] if argv else ""
+    if first.startswith("-") and first.split("=")[0] not in ("-h", "--help", "--version"):
+        # argparse would say "COMMAND: required", hiding the option the user mistyped
+        parser.error(f"{parser._unknown([first]).replace('unrecognized arguments: ', '')}"
+                     + ("" if first.startswith("--") else ": unknown option") + f"; usage: {PROG} COMMAND [options]")
+    parser.parse_args(argv)
     raise SystemExit(2)  # parse_args exits for every argv that reaches it
 
 

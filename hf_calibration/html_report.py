@@ -25,7 +25,7 @@ import json
 import math
 from pathlib import Path
 
-__all__ = ["GENERATOR", "find_metric_tables", "render_report", "rescored_table"]
+__all__ = ["GENERATOR", "find_metric_tables", "non_numeric_cells", "render_report", "rescored_table"]
 
 # in every page's head: `hf-calibration report` replaces an existing --output file only when it carries this
 GENERATOR = '<meta name="generator" content="hf-calibration report">'
@@ -44,6 +44,7 @@ td .ci{display:block;font-size:.68rem;color:#666}
 .reference{background:#f3f3f3;color:#555;font-style:italic}
 img{max-width:100%;border:1px solid #eee;margin:.3rem 0}
 .run{font-size:.8rem;color:#555;white-space:pre-wrap;overflow-wrap:anywhere}
+.invalid{color:#b00;font-weight:bold}
 """
 
 
@@ -70,12 +71,42 @@ def find_metric_tables(data, path: str = "") -> list[tuple[str, dict]]:
     return found
 
 
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _not_a_number(entry):
+    """The first value of a metric entry (``value``, ``low``, ``high``, or the entry itself) that is neither a
+    number nor null (a hand-edited metrics.json: "0.12x", true, a list), else None. Null and NaN are an undefined
+    metric (e.g. AUROC on one class), shown as "—"."""
+    parts = [entry.get(k) for k in ("value", "low", "high")] if isinstance(entry, dict) else [entry]
+    return next((v for v in parts if v is not None and not _is_number(v)), None)
+
+
+def non_numeric_cells(data) -> list[str]:
+    """"<table> · <row> · <metric> = <value>" for every metric-table cell of a parsed JSON document that holds
+    something other than a number or null (``_not_a_number``): what the page flags as "not a number" instead of
+    showing it as an undefined "—". A plain string counts where another row of the table has that metric as a
+    number (rows may hold text fields of their own)."""
+    found = []
+    for where, table in find_metric_tables(data):
+        metrics = {k for row in table.values() for k, v in row.items() if _is_entry(v)}
+        for name, row in table.items():
+            for metric, entry in row.items():
+                if (metric in metrics or isinstance(entry, dict)) and _not_a_number(entry) is not None:
+                    found.append(f"{where} · {name} · {metric} = {_not_a_number(entry)!r}")
+    return found
+
+
 def _cell(entry) -> str:
+    bad = _not_a_number(entry)
+    if bad is not None:
+        return f'<span class="invalid">not a number: {html.escape(repr(bad)[:40])}</span>'
     if isinstance(entry, dict):
         value, low, high = entry.get("value"), entry.get("low"), entry.get("high")
     else:
         value, low, high = entry, None, None
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+    if not _is_number(value) or not math.isfinite(value):
         return "—"
     if isinstance(low, (int, float)) and isinstance(high, (int, float)):  # the interval on a line of its own
         return f'{value:.3f}<span class="ci">[{low:.3f}, {high:.3f}]</span>'
@@ -106,17 +137,15 @@ def _table_html(where: str, table: dict) -> str:
 
 def rescored_table(path, ece: dict, *, n_resamples: int = 1000, seed: int = 0) -> dict:
     """The re-scored table of one per-answer file (module docstring): ``{row: calibration_report}``, empty when the
-    file is not one (unreadable, not JSON lines, a record without a boolean ``correct``, no confidence field)."""
+    file is not one (unreadable, not JSON lines, a record without a boolean ``correct``, no confidence field);
+    ParameterError naming ``inputs`` for a per-answer file with a line that does not parse (``_jsonl_records``)."""
     import numpy as np
 
     from hf_calibration.metrics import calibration_report
     from hf_calibration.reports import references
     from hf_calibration.secl.confidence import SIGNAL_NAMES
 
-    try:
-        records = [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return {}
+    records = _jsonl_records(path)
     if not records or not all(isinstance(r, dict) and isinstance(r.get("correct"), bool) for r in records):
         return {}
 
@@ -135,6 +164,33 @@ def rescored_table(path, ece: dict, *, n_resamples: int = 1000, seed: int = 0) -
         y = np.array([r["correct"] for r in records], dtype=int)
         table["constant_accuracy"] = references(y, 2, **ece, n_resamples=n_resamples, seed=seed)["constant_accuracy"]
     return table
+
+
+def _jsonl_records(path) -> list:
+    """The records of a JSON-lines file ([] for one that is not text or not JSON lines at all). A file whose
+    readable records are per-answer records (a boolean ``correct``) but with a line that does not parse — truncated
+    or hand-edited — is a ParameterError naming ``inputs``, the file and the line: re-scored without it, the table
+    would leave out answers and say nothing."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return []
+    records, bad = [], None
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError as err:
+            bad = bad or (lineno, err.msg)
+    if bad is None:
+        return records
+    if records and all(isinstance(r, dict) and isinstance(r.get("correct"), bool) for r in records):
+        from hf_calibration.errors import ParameterError
+
+        raise ParameterError("inputs", str(path), f"{str(path)!r} line {bad[0]} is not JSON ({bad[1]}; truncated or "
+                             f"edited?), so its re-scored table would leave out answers; fix or remove the line")
+    return []
 
 
 def _folder_html(folder: Path, max_files: int, ece: dict | None = None, n_resamples: int = 1000) -> str:

@@ -136,16 +136,52 @@ class AtomicOutputDir:
 
     def _commit(self, staged: Path, dest: Path) -> None:
         new = [f for f in _files(staged) if f != MANIFEST]
-        old = read_manifest(dest)
         dest.mkdir(parents=True, exist_ok=True)
-        for name in (old or {}).get("files", []):  # the earlier run's files this run does not write again
-            if name not in new and ".." not in Path(name).parts:
-                _remove(dest / name)
-                _prune_empty((dest / name).parent, dest)
+        _remove_stale(dest, new)
         for name in new:
             target = dest / name
             if target.is_dir() and not target.is_symlink():
                 shutil.rmtree(target)  # a file replacing a folder (or a rerun's adapter folder) of the same name
             target.parent.mkdir(parents=True, exist_ok=True)
             os.replace(staged / name, target)
-        (dest / MANIFEST).write_text(json.dumps({"job": self.job, "files": new}, indent=1) + "\n", encoding="utf-8")
+        write_manifest(dest, self.job, new)
+
+
+def _remove_stale(dest: Path, new) -> None:
+    """Remove the files the earlier run's manifest in ``dest`` lists that this run (``new``) does not write again."""
+    for name in (read_manifest(dest) or {}).get("files", []):
+        if name not in new and ".." not in Path(name).parts:
+            _remove(dest / name)
+            _prune_empty((dest / name).parent, dest)
+
+
+def mark_written(folder: Path, job: str, before: dict) -> None:
+    """For a job whose files a library writes in place (calm: the trainer's ``save_model``), after they are
+    written: the files new or changed since ``before`` (``snapshot``) are ``job``'s; the earlier run's files it
+    did not write again are removed (as ``AtomicOutputDir`` does) and the manifest written."""
+    new = written_since(folder, before)
+    _remove_stale(Path(folder), new)
+    write_manifest(folder, job, new)
+
+
+def write_manifest(folder: Path, job: str, files) -> None:
+    """Record that ``job`` wrote ``files`` (paths relative to ``folder``) in ``folder``'s ``MANIFEST``: the marker
+    a later run reads (module docstring). ``AtomicOutputDir`` writes it; a job whose files a library writes in
+    place calls ``mark_written``."""
+    text = json.dumps({"job": job, "files": sorted(files)}, indent=1) + "\n"
+    (Path(folder) / MANIFEST).write_text(text, encoding="utf-8")
+
+
+def snapshot(folder: Path) -> dict:
+    """``{relative path: (size, mtime_ns)}`` of the files under ``folder`` ({} when it does not exist): compared
+    with a later one, what a run wrote in place (``written_since``)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return {}
+    return {name: ((folder / name).stat().st_size, (folder / name).stat().st_mtime_ns) for name in _files(folder)
+            if name != MANIFEST and (folder / name).is_file()}
+
+
+def written_since(folder: Path, before: dict) -> list[str]:
+    """The files under ``folder`` that are new or changed since ``before`` (``snapshot``)."""
+    return sorted(name for name, stamp in snapshot(folder).items() if before.get(name) != stamp)

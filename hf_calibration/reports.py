@@ -226,6 +226,13 @@ def _check_record(record, where: str, path: str) -> None:
         raise bad(f": 'option_logits' must be finite, got {logits!r}")
     if answer >= len(logits):
         raise bad(f": 'answer' {answer} is out of range for {len(logits)} options")
+    if "prediction" in record:  # evaluate writes all three: an edited 'correct' would invert a fitted calibrator
+        prediction = record["prediction"]
+        if not isinstance(prediction, int) or isinstance(prediction, bool) or not 0 <= prediction < len(logits):
+            raise bad(f": 'prediction' must be an option index below {len(logits)}, got {prediction!r}")
+        if correct != (prediction == answer):
+            raise bad(f": 'correct' is {str(correct).lower()} but 'prediction' {prediction} "
+                      f"{'is' if prediction == answer else 'is not'} 'answer' {answer}; fix the line or score again")
 
 
 def read_predictions(path) -> list[dict]:

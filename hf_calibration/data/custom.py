@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import csv
 import math
+import warnings
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Sequence
@@ -25,7 +26,7 @@ from datasets import Dataset, Features, Value
 from datasets.exceptions import DatasetsError
 
 from hf_calibration.data.schema import MCQA_FEATURES, OPTION_LETTERS
-from hf_calibration.errors import ParameterError
+from hf_calibration.errors import ParameterError, ParameterWarning
 
 MCQA_FILE_FORMATS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}
 """File extension → the ``datasets`` builder that reads it: ``load_dataset(builder, data_files=path)``."""
@@ -161,7 +162,30 @@ def to_mcqa(
     read = [c for c in dict.fromkeys([question, *options, answer, subject]) if c is not None]
     rows = [_mcqa_row(row, f"row {i} of {name}", columns, choices_column, default_subject, source)
             for i, row in enumerate(dataset.select_columns(read))]
+    _warn_duplicate_options(rows, name, choices_column)
     return Dataset.from_list(rows, features=MCQA_FEATURES)
+
+
+def _warn_duplicate_options(rows: list[dict], name: str, choices_column) -> None:
+    """One ParameterWarning naming ``choices_column`` when rows offer the same option twice (equal after
+    stripping and case folding): the model's probability of that answer splits between its letters, and a
+    prediction of the other copy counts as wrong."""
+    repeated = []
+    for i, row in enumerate(rows):
+        seen = {}
+        for text in row["choices"]:
+            key = text.strip().casefold()
+            if key in seen:
+                repeated.append((i, seen[key], text))
+                break
+            seen[key] = text
+    if repeated:
+        i, first, again = repeated[0]
+        warnings.warn(ParameterWarning("choices_column", choices_column, f"{{choices_column}}: {len(repeated)} "
+                                       f"row(s) of {name} offer the same option twice (first: row {i}, {first!r} and "
+                                       f"{again!r}); "
+                                       "its probability splits between the copies, and only the answer's letter "
+                                       "counts as right"), stacklevel=3)
 
 
 def _check_present(dataset: Dataset, columns: dict, choices_column, name: str) -> None:

@@ -14,11 +14,17 @@ from hf_calibration.calm import CALMConfig, CALMTrainer, mcqa_to_prompt_completi
 from hf_calibration.data import MCQA_DATASETS, load_mcqa, resolve_subjects
 from hf_calibration.errors import ParameterError, renamed_parameters
 from hf_calibration.jobs.common import (JobResult, check_choice, check_int, check_output_dir, fit_mcqa_to_context,
-                                        model_field, on_overflow_field, prompt_format_field)
+                                        model_field, on_overflow_field, overwrite_field, prompt_format_field)
 from hf_calibration.modeling.context import OVERFLOW_POLICIES
 from hf_calibration.modeling.prompts import PROMPT_FORMATS
+from hf_calibration.outputs import check_result_folder, mark_written, snapshot
 
 SPLITS = ("train", "calibration", "eval")
+# what CALMTrainer.save_model writes (adapter or full model, α, tokenizer, card): another job's, or the same names
+# saved without this package's marker (a CALMTrainer run in Python), are refused unless --overwrite
+CALM_FILES = ("adapter_model.safetensors", "adapter_config.json", "model.safetensors", "config.json",
+              "logit_adjustment.safetensors", "logit_adjustment_config.json", "README.md", "training_args.bin",
+              "tokenizer.json", "tokenizer_config.json")
 
 
 @dataclass(kw_only=True)
@@ -43,6 +49,7 @@ class CALMJobConfig:
     on_overflow: str = on_overflow_field()
     lora_r: int = field(default=8, metadata={
         "help": "LoRA rank on the attention projections (0: full fine-tuning)."})
+    overwrite: bool = overwrite_field()
 
     def __post_init__(self):
         check_int(self.n_train, "n_train")
@@ -108,7 +115,9 @@ def run_calm(config: CALMJobConfig, training: CALMConfig) -> CALMJobResult:
     ``logit_adjustment.safetensors`` and a model card to ``training.output_dir``.
 
     The output folder and the model path are checked before the model loads; ParameterError naming the field
-    (``output_dir`` is ``CALMConfig``'s).
+    (``output_dir`` is ``CALMConfig``'s): a folder holding another job's results, or files ``CALM_FILES`` names that
+    no run of this package wrote (e.g. a ``CALMTrainer.save_model`` in Python), is refused unless ``overwrite``
+    (``outputs``). The folder is marked as calm's once the model is saved.
     """
     from hf_calibration.calm.lora import default_lora_config
 
@@ -116,6 +125,7 @@ def run_calm(config: CALMJobConfig, training: CALMConfig) -> CALMJobResult:
         raise ParameterError("output_dir", training.output_dir,
                              "required (the folder for the adapter, logit adjustment and model card)")
     out = check_output_dir(training.output_dir)
+    check_result_folder(out, "calm", CALM_FILES, overwrite=config.overwrite)
     modeling.resolve_model_path(config.model)
     model, tokenizer = modeling.load_model(config.model)
     tokenizer.padding_side = "right"
@@ -126,11 +136,13 @@ def run_calm(config: CALMJobConfig, training: CALMConfig) -> CALMJobResult:
     trainer = CALMTrainer(model, args=training, train_dataset=data["train"],
                           calibration_dataset=data["calibration"].remove_columns("completion"),
                           eval_dataset=data.get("eval"), processing_class=tokenizer, peft_config=peft)
-    start = time.perf_counter()
+    before, start = snapshot(out), time.perf_counter()
     trainer.train()
     seconds = time.perf_counter() - start
     metrics = {k: v for k, v in trainer.evaluate().items() if isinstance(v, float)} if "eval" in data else {}
     trainer.save_model(training.output_dir)
+    if trainer.args.should_save:  # the marker: this folder is calm's (checkpoints of this run included)
+        mark_written(out, "calm", before)
     lines = [f"trained {trainer.state.global_step} steps in {seconds:.0f} s"]
     if metrics:
         lines.append(str({k: round(v, 4) for k, v in metrics.items()}))

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hf_calibration.errors import MissingPathError, ParameterError, ParameterWarning, check_choice, renamed_parameters
+from hf_calibration.metrics._validation import check_n_bins
 from hf_calibration.metrics.binning import BINNINGS
 from hf_calibration.metrics.ece import NORMS
 from hf_calibration.modeling.context import OVERFLOW_POLICIES
@@ -174,7 +175,7 @@ ECE_DEFAULTS = {"n_bins": 15, "binning": "uniform", "norm": "l1"}
 def n_bins_field():
     return field(default=ECE_DEFAULTS["n_bins"], metadata={
         "help": "Bins of the binned metrics: conf-ECE and its bootstrap interval, MCE, ACE, cw-ECE, and the "
-                "reliability diagram."})
+                "reliability diagram; at most max(questions, 15) (docs/methods.md, 'Binned ECE family')."})
 
 
 def binning_field():
@@ -188,9 +189,12 @@ def norm_field():
         "help": "Norm of conf-ECE over the bins: l1 (ECE), l2 (RMSCE) or max (MCE).", "choices": list(NORMS)})
 
 
-def check_ece_options(config) -> None:
-    """ParameterError naming ``n_bins``, ``binning`` or ``norm`` of a config with the three ECE fields."""
+def check_ece_options(config, n: int | None = None) -> None:
+    """ParameterError naming ``n_bins``, ``binning`` or ``norm`` of a config with the three ECE fields; with ``n``
+    (the questions scored, or at most scored: ``limit``) ``n_bins`` must be ≤ max(n, 15) (``metrics.max_bins``)."""
     check_int(config.n_bins, "n_bins")
+    if n is not None:
+        check_n_bins(config.n_bins, n, of="questions")
     check_choice(config.binning, "binning", BINNINGS)
     check_choice(config.norm, "norm", NORMS)
 
@@ -380,7 +384,7 @@ class MCQAScoringConfig:
         check_choice(self.on_overflow, "on_overflow", OVERFLOW_POLICIES)
         check_non_empty(self.subjects, "subjects")
         check_int(self.seed, "seed", minimum=0)
-        check_ece_options(self)
+        check_ece_options(self, self.limit)
         from hf_calibration.modeling.backends import check_backend_options
 
         check_backend_options(self.backend, self.base_url, self.served_model)

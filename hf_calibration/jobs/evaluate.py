@@ -10,7 +10,8 @@ from hf_calibration import modeling, reports
 from hf_calibration.data import check_mcqa_arguments
 from hf_calibration.errors import ParameterError, renamed_parameters
 from hf_calibration.outputs import check_result_folder, partial_path
-from hf_calibration.jobs.common import (JobResult, MCQAScoringConfig, batch_size_field, check_device, check_input_file,
+from hf_calibration.jobs.common import (JobResult, MCQAScoringConfig, batch_size_field, check_device, check_ece_options,
+                                        check_input_file,
                                         check_output_dir, custom_data_options, dataset_field, ece_options,
                                         fit_mcqa_to_context, load_mcqa_for)
 
@@ -102,7 +103,7 @@ def run_evaluate(config: EvaluateConfig, *, progress: bool = True) -> EvaluateRe
     path. Raises ParameterError naming the config field; a ``limit`` above the questions there are is a
     ParameterWarning, not an error.
     """
-    from hf_calibration.posthoc import VectorScaler
+    from hf_calibration.jobs.fit_posthoc import check_option_counts
 
     out = check_output_dir(config.output_dir)
     check_result_folder(out, "evaluate", reports.EVALUATION_FILES, overwrite=config.overwrite)
@@ -110,11 +111,9 @@ def run_evaluate(config: EvaluateConfig, *, progress: bool = True) -> EvaluateRe
     dataset = load_mcqa_for(config.dataset, subjects=config.subjects, limit=config.limit, seed=config.seed,
                             default_limit=config.default_limit(),
                             **custom_data_options(config))
-    if isinstance(calibrator, VectorScaler):  # one weight per option: the option count must match
-        k = max(len(c) for c in dataset["choices"])
-        if len(calibrator.coef_) != k:
-            raise ParameterError("posthoc", config.posthoc, f"{config.posthoc!r} was fitted on {len(calibrator.coef_)} "
-                                 f"options, but {{dataset}} {config.dataset} has {k}", related=("dataset",))
+    check_ece_options(config, len(dataset))  # fewer questions than --limit: --n-bins against those there are
+    if calibrator is not None:  # fitted for other option counts: refused
+        check_option_counts(calibrator, dataset["choices"], path=config.posthoc, dataset=config.dataset)
     modeling.resolve_model_path(config.model)  # fails fast on a bad path before the heavy load
     start = time.perf_counter()
     checkpoint = _checkpoint(config, out) if config.backend == "openai" else None

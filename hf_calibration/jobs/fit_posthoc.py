@@ -79,6 +79,20 @@ def _fit(calibrator, records, config: FitPosthocConfig, correct: list[int]):
         warnings.warn(ParameterWarning("method", config.method, f"{{method}} {config.method}: {text}"), stacklevel=3)
 
 
+def check_option_counts(calibrator, choices, *, path, dataset) -> None:
+    """ParameterError naming ``posthoc`` (and ``dataset``) when ``choices`` (the options of each question) has an
+    option count ``calibrator`` was not fitted for (``option_counts()``; unknown for a file saved without them:
+    not checked)."""
+    fitted = calibrator.option_counts()
+    here = sorted({len(c) for c in choices})
+    other = [k for k in here if k not in (fitted or here)]
+    if other:
+        shown = "/".join(map(str, fitted))
+        raise ParameterError("posthoc", path, f"{path!r} was fitted on {shown} options, but {{dataset}} {dataset} has "
+                             f"{'/'.join(map(str, here))}; fit it on predictions with {'/'.join(map(str, other))} "
+                             "options", related=("dataset",))
+
+
 def _summary(calibrator) -> str:
     fitted = {k: v for k, v in vars(calibrator).items() if k.endswith("_") and not k.startswith("_")}
     return ", ".join(f"{k}={v:.4g}" for k, v in fitted.items() if isinstance(v, float))
@@ -109,6 +123,7 @@ def run_fit_posthoc(config: FitPosthocConfig) -> FitPosthocResult:
                                  f"{'right' if correct[0] else 'wrong'}; {config.method} needs right and wrong ones "
                                  f"to fit (on these the fit runs to a bound: no information about the labels)")
         _fit(calibrator, records, config, correct)
+    calibrator.n_options_ = sorted({len(r["option_logits"]) for r in records})  # what evaluate --posthoc checks
     out.parent.mkdir(parents=True, exist_ok=True)
     staged = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     try:

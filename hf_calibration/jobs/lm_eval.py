@@ -136,6 +136,8 @@ def run_lm_eval_import(config: LMEvalImportConfig) -> JobResult:
         raise ParameterError("tasks", config.tasks, f"no samples of {missing} under {{samples}} {config.samples} "
                                                     f"(found {sorted(found)})", related=("samples",))
     tasks = {t: read_samples(found[t], task=t) for t in (wanted or sorted(found))}
+    for samples in tasks.values():  # --n-bins against each task's documents, before anything is scored
+        check_ece_options(config, len(samples.labels))
     scorings = _names(config.scorings)
     check_result_folder(out, "lm-eval-import", overwrite=config.overwrite)
     for task in tasks:

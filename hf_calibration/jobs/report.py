@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hf_calibration.errors import MissingPathError, ParameterError, ParameterWarning
-from hf_calibration.html_report import GENERATOR, render_report
+from hf_calibration.html_report import GENERATOR, non_numeric_cells, render_report
 from hf_calibration.jobs.common import ECE_DEFAULTS, JobResult, check_choice, check_int, check_output_file, n_resamples_field
 from hf_calibration.metrics.binning import BINNINGS
 from hf_calibration.metrics.ece import NORMS
@@ -76,7 +76,7 @@ def run_report(config: ReportConfig) -> JobResult:
     _check_replaceable(out, config)
     page = render_report(folders, title=config.title, ece=config.ece_options(), n_resamples=config.n_resamples)
     n_tables, n_images = page.count("<table>"), page.count("<img ")
-    unreadable = _unreadable_json(folders)
+    unreadable, flagged = _check_json(folders)
     why = (f"not valid JSON: {', '.join(repr(str(p)) for p in unreadable[:3])}"
            + (f" and {len(unreadable) - 3} more" if len(unreadable) > 3 else "")) if unreadable else ""
     if n_tables == 0:  # diagrams alone are not a report: their numbers are what a reader compares
@@ -87,6 +87,10 @@ def run_report(config: ReportConfig) -> JobResult:
     if unreadable:
         warnings.warn(ParameterWarning("inputs", config.inputs, f"{{inputs}}: left out of the page, {why}"),
                       stacklevel=2)
+    if flagged:  # a hand-edited value is not an undefined metric: flagged on the page and said here
+        warnings.warn(ParameterWarning("inputs", config.inputs, f"{{inputs}}: {len(flagged)} metric value(s) are not "
+                                       f"numbers, flagged 'not a number' on the page: {'; '.join(flagged[:3])}"
+                                       + (" …" if len(flagged) > 3 else "")), stacklevel=2)
     staged = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -117,16 +121,19 @@ def _check_replaceable(out: Path, config: ReportConfig) -> None:
                              related=("overwrite",))
 
 
-def _unreadable_json(folders) -> list[Path]:
-    """The ``*.json`` files under ``folders`` that do not parse (a truncated or hand-edited metrics.json), which the
-    page skips; named in the error when nothing else was found."""
+def _check_json(folders) -> tuple[list[Path], list[str]]:
+    """(the ``*.json`` files under ``folders`` that do not parse (a truncated or hand-edited metrics.json), which the
+    page skips and the error names when nothing else was found; "<file>: <cell>" for each metric value that is not
+    a number (``html_report.non_numeric_cells``), which the page flags)."""
     import json
 
-    bad = []
+    bad, flagged = [], []
     for folder in folders:
         for path in sorted(Path(folder).rglob("*.json")):
             try:
-                json.loads(path.read_text(encoding="utf-8"))
+                data = json.loads(path.read_text(encoding="utf-8"))
             except (OSError, UnicodeDecodeError, ValueError):
                 bad.append(path)
-    return bad
+                continue
+            flagged += [f"{str(path)!r}: {cell}" for cell in non_numeric_cells(data)]
+    return bad, flagged

@@ -414,6 +414,7 @@ def reliability_diagram(y_true, y_prob, *, n_bins: int = 15, binning: str = "uni
     n_bins = check_n_bins(n_bins)
     check_choice(binning, "binning", BINNINGS)
     conf, correct = prepared_top_label(prepare(y_true, y_prob))
+    check_n_bins(n_bins, conf.shape[0])
     idx = bin_index(conf, n_bins, binning)
     return table_from_sums(bin_sums(idx, conf, correct, n_bins), bin_edges(conf, n_bins, binning))
 

@@ -79,6 +79,7 @@ def _ece_options(n_bins=15, binning="uniform", norm="l1", debiased=False) -> dic
 
 
 def _ece_impl(inputs: Inputs, weights, *, n_bins: int, binning: str, norm: str, debiased: bool) -> np.ndarray:
+    check_n_bins(n_bins, inputs.n)
     sums = _top_label_sums(inputs, weights, n_bins, binning)
     return np.atleast_1d(calibration_error_from_sums(sums, norm=norm, debiased=debiased))
 
@@ -105,7 +106,8 @@ def expected_calibration_error(
         (n, 2) array is treated as K = 2 classes (top-label), not as a positive-class column.
         numpy arrays, lists and torch tensors (any float dtype, incl. bfloat16) are accepted.
     n_bins : int, default 15
-        Number of bins (> 0). 15 follows Guo et al. 2017.
+        Number of bins, 1 to ``max(n, 15)`` (at most one bin per prediction; docs/methods.md). 15 follows
+        Guo et al. 2017.
     binning : {"uniform", "quantile"}, default "uniform"
         Equal-width or equal-mass bins; conventions in :mod:`hf_calibration.metrics.binning`.
     norm : {"l1", "l2", "max"}, default "l1"
@@ -126,7 +128,8 @@ def expected_calibration_error(
     ------
     ValueError
         Shapes or lengths that do not match, empty input, NaN/inf, values outside [0, 1], rows not
-        summing to 1, labels outside [0, K) (or not 0/1), non-integral labels, ``n_bins <= 0``,
+        summing to 1, labels outside [0, K) (or not 0/1), non-integral labels, ``n_bins <= 0`` or
+        above ``max(n, 15)``,
         unknown ``binning``/``norm``, ``debiased`` with ``norm="max"``. Messages name the argument
         and the first offending value.
     TypeError
@@ -149,6 +152,7 @@ def _cw_options(n_bins=15) -> dict:
 
 
 def _cw_impl(inputs: Inputs, weights, *, n_bins: int) -> np.ndarray:
+    check_n_bins(n_bins, inputs.n)
     if weights is None:
         sums = accumulate_bin_sums(inputs, n_bins, classwise=True)
     else:
@@ -199,6 +203,7 @@ def classwise_ece(y_true, y_prob, *, n_bins: int = 15) -> float:
 
 
 def _ace_impl(inputs: Inputs, weights, *, n_bins: int) -> np.ndarray:
+    check_n_bins(n_bins, inputs.n)
     counts, conf_sum, correct_sum = _top_label_sums(inputs, weights, n_bins, "quantile")
     nonempty = counts > 0
     safe = np.maximum(counts, 1.0)

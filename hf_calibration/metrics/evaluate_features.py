@@ -58,14 +58,28 @@ class CheckedInputs:
     def compute(self, *, predictions=None, references=None, **kwargs):
         """The metric of the predictions given here or added by ``add_batch`` (evaluate.Metric.compute)."""
         _not_empty(predictions)
+        _integer_labels(references)
         return super().compute(predictions=predictions, references=references, **kwargs)
 
     def add_batch(self, *, predictions=None, references=None, **kwargs):
         """Add a batch of predictions and references (evaluate.Metric.add_batch)."""
         _not_empty(predictions)
+        _integer_labels(references)
         return super().add_batch(predictions=predictions, references=references, **kwargs)
 
 
 def _not_empty(predictions) -> None:
     if predictions is not None and len(predictions) == 0:
         raise ValueError("predictions: empty; pass at least one prediction")
+
+
+def _integer_labels(references) -> None:
+    """ParameterError naming ``references`` for a label that is not an integer, before evaluate's int64 feature
+    would cast it (0.5 → 0): the library functions refuse it too (``check_labels``)."""
+    from hf_calibration.errors import ParameterError
+
+    for i, label in enumerate(references if references is not None else ()):
+        integral = isinstance(label, (int, bool)) or (hasattr(label, "is_integer") and label.is_integer())
+        if not integral and not (hasattr(label, "dtype") and label.dtype.kind in "biu"):
+            raise ParameterError("references", label, f"must hold integer labels (0/1 correctness, or class "
+                                 f"indices for probability vectors), got {label!r} at index {i}")

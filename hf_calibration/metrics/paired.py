@@ -68,8 +68,10 @@ def _term(metric: str, y, conf, ece_options: dict) -> float:
         return expected_calibration_error(y, conf, **ece_options)
     if metric == "accuracy":
         return float(np.mean(y))
-    if metric == "auroc":  # NaN where the answers are all right or all wrong
-        return confidence_auroc(y, conf)
+    if metric == "auroc":  # NaN where the answers are all right or all wrong: the strata's weights handle it
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ParameterWarning)
+            return confidence_auroc(y, conf)
     return brier_score(y, conf)
 
 

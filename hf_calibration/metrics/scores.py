@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
+from hf_calibration.errors import ParameterWarning
 from hf_calibration.metrics.registry import register
 from hf_calibration.metrics.validation import Inputs, prepare
 from hf_calibration.metrics.binning import prepared_top_label
@@ -141,7 +144,8 @@ def confidence_auroc(y_true, y_prob) -> float:
     Returns
     -------
     float
-        In [0, 1]; NaN when all predictions are correct or all are wrong (AUROC undefined).
+        In [0, 1]; NaN when all predictions are correct or all are wrong (AUROC undefined), with a
+        ``ParameterWarning`` naming ``y_true`` that says so (as scikit-learn's ``roc_auc_score`` warns).
 
     Raises
     ------
@@ -153,7 +157,15 @@ def confidence_auroc(y_true, y_prob) -> float:
     >>> confidence_auroc([1, 0, 1, 0], [0.9, 0.8, 0.7, 0.1])
     0.75
     """
-    return float(_auroc_impl(prepare(y_true, y_prob), None)[0])
+    inputs = prepare(y_true, y_prob)
+    value = float(_auroc_impl(inputs, None)[0])
+    if np.isnan(value):
+        correct = prepared_top_label(inputs)[1]
+        state = "correct" if correct[0] else "wrong"
+        warnings.warn(ParameterWarning("y_true", None, f"confidence_auroc: all {inputs.n} predictions are {state} "
+                                       f"(one class in {{y_true}}), so AUROC is undefined; returned nan"),
+                      stacklevel=2)
+    return value
 
 
 def _auprc_impl(inputs: Inputs, weights) -> np.ndarray:

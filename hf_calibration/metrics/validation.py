@@ -22,7 +22,8 @@ import numpy as np
 
 from hf_calibration.errors import ParameterError, ParameterTypeError, check_choice
 
-__all__ = ["Inputs", "check_choice", "check_labels", "check_n_bins", "check_prob_values", "prepare", "to_numpy"]
+__all__ = ["Inputs", "check_choice", "check_labels", "check_n_bins", "check_prob_values", "max_bins", "prepare",
+           "to_numpy"]
 
 #: Rows of a probability array must sum to 1 within ``max(ROW_SUM_ATOL, K * eps(dtype))``; the second
 #: term only matters for half-precision input, whose rounding alone moves a softmax row by ~K·eps.
@@ -82,12 +83,30 @@ def _first(arr: np.ndarray):
     return arr.ravel()[0] if arr.size else None
 
 
-def check_n_bins(n_bins) -> int:
-    """``n_bins`` as a positive int; ParameterTypeError for non-integers, ParameterError for values <= 0."""
+#: The bins a binned metric always accepts, whatever n: the default 15 (Guo et al. 2017), so small examples work.
+MIN_BIN_LIMIT = 15
+
+
+def max_bins(n: int) -> int:
+    """The most bins a binned metric takes for ``n`` predictions: ``max(n, MIN_BIN_LIMIT)``.
+
+    Beyond one bin per prediction every further bin is necessarily empty: it adds nothing to the estimate, while
+    its memory (and the bootstrap's R × n_bins sums) would exceed that of the data (docs/methods.md, "Binned ECE
+    family")."""
+    return max(int(n), MIN_BIN_LIMIT)
+
+
+def check_n_bins(n_bins, n: int | None = None, *, of: str = "predictions") -> int:
+    """``n_bins`` as a positive int, at most ``max_bins(n)`` when ``n`` (the number of predictions) is given;
+    ParameterTypeError for non-integers, ParameterError for values <= 0 or above the bound (``of`` names what
+    ``n`` counts in the message)."""
     if isinstance(n_bins, bool) or not isinstance(n_bins, (int, np.integer)):
         raise ParameterTypeError("n_bins", n_bins, f"must be an int, got {n_bins!r} ({type(n_bins).__name__})")
     if n_bins <= 0:
         raise ParameterError("n_bins", n_bins, f"must be a positive integer, got {n_bins}")
+    if n is not None and n_bins > max_bins(n):
+        raise ParameterError("n_bins", n_bins, f"must be ≤ {max_bins(n)} for {n} {of} (at most one bin per "
+                             f"prediction, or {MIN_BIN_LIMIT}: more bins are necessarily empty), got {n_bins}")
     return int(n_bins)
 
 

@@ -23,6 +23,8 @@ A fitted calibrator is saved as one small JSON file::
 
     {"format_version": 1, "method": "temperature", "params": {...}, "state": {...}}
 
+and, when known, ``"n_options": [K, ...]``: the option counts of the questions it was fitted on (``fit-posthoc``
+records them; ``evaluate --posthoc`` refuses data with another count; files without the key load, unchecked).
 ``params`` holds the constructor arguments and ``state`` the fitted values (plain floats and lists;
 Python's float repr round-trips exactly, so a loaded calibrator reproduces the saved one's outputs
 bit for bit). :func:`load_calibrator` dispatches on ``"method"`` through :data:`CALIBRATORS`.

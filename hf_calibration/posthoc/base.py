@@ -185,10 +185,21 @@ class _PosthocCalibrator(BaseEstimator):
     method: str = ""
     input_kind: str = ""
     _state_attrs: tuple[str, ...] = ()
+    _probability_attrs: tuple[str, ...] = ()  # state that holds probabilities: checked in [0, 1] on load
+
+    #: The option counts of the questions the calibrator was fitted on (sorted list of ints), set by whoever knows
+    #: them (``hf-calibration fit-posthoc``) and saved with it; None: unknown (``fit`` alone sees no options).
+    n_options_ = None
 
     def fit_transform(self, X, y):
         """``fit(X, y)`` then ``transform(X)``; see the subclass's ``fit`` for shapes."""
         return self.fit(X, y).transform(X)
+
+    def option_counts(self) -> list[int] | None:
+        """The option counts this calibrator was fitted for: ``n_options_``, else None (a file saved before they
+        were recorded). A confidence of a 2-option question lies in [1/2, 1], of a 4-option one in [1/4, 1]: a
+        map fitted on one does not carry over to the other."""
+        return None if self.n_options_ is None else list(self.n_options_)
 
     def _check_is_fitted(self):
         if not all(hasattr(self, attr) for attr in self._state_attrs):
@@ -207,6 +218,11 @@ class _PosthocCalibrator(BaseEstimator):
             value = np.asarray(state[attr], dtype=np.float64)
             if not np.all(np.isfinite(value)):
                 raise ValueError(f"saved {self.method!r} calibrator has a non-finite {attr!r}: {state[attr]!r}")
+            outside = (value < 0) | (value > 1)
+            if attr in self._probability_attrs and np.any(outside):
+                i = int(np.argmax(outside.ravel()))
+                raise ValueError(f"saved {self.method!r} calibrator's {attr!r} holds {float(value.ravel()[i])!r} at "
+                                 f"index {i}, outside [0, 1] (a probability)")
             setattr(self, attr, float(value) if value.ndim == 0 else value)
 
     def save(self, path):
@@ -221,6 +237,8 @@ class _PosthocCalibrator(BaseEstimator):
             "params": self.get_params(),
             "state": self._state_to_json(),
         }
+        if self.n_options_ is not None:  # optional: files without it load, their option counts unknown
+            payload["n_options"] = [int(k) for k in self.n_options_]
         with open(os.fspath(path), "w", encoding="utf-8") as fh:
             json.dump(payload, fh, indent=2)
             fh.write("\n")
@@ -244,6 +262,13 @@ class _PosthocCalibrator(BaseEstimator):
     def _from_payload(cls, payload):
         obj = cls(**payload.get("params", {}))
         obj._state_from_json(payload["state"])
+        counts = payload.get("n_options")
+        if counts is not None:
+            if not (isinstance(counts, list) and counts and all(isinstance(k, int) and not isinstance(k, bool)
+                                                                and k >= 2 for k in counts)):
+                raise ValueError(f"saved {cls.method!r} calibrator has 'n_options' {counts!r}; expected a list of "
+                                 "option counts ≥ 2")
+            obj.n_options_ = sorted(counts)
         return obj
 
 

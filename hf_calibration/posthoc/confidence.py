@@ -131,6 +131,7 @@ class IsotonicCalibrator(_ConfidenceCalibrator):
 
     method = "isotonic"
     _state_attrs = ("X_thresholds_", "y_thresholds_")
+    _probability_attrs = ("y_thresholds_",)
 
     def __init__(self, *, input_format="probability"):
         self.input_format = input_format
@@ -183,6 +184,7 @@ class HistogramBinningCalibrator(_ConfidenceCalibrator):
 
     method = "histogram"
     _state_attrs = ("bin_values_", "bin_counts_")
+    _probability_attrs = ("bin_values_",)
 
     def __init__(self, *, n_bins=15, input_format="probability"):
         self.n_bins = n_bins

@@ -166,6 +166,10 @@ class VectorScaler(_PosthocCalibrator):
         self.intercept_ = params[k:] - params[k:].mean()
         return self
 
+    def option_counts(self) -> list[int] | None:
+        """One weight per option: the K of ``coef_`` (whatever ``n_options_`` says)."""
+        return [int(np.asarray(self.coef_).shape[0])] if hasattr(self, "coef_") else super().option_counts()
+
     def transform(self, logits):
         """Calibrated probabilities ``softmax(logits * coef_ + intercept_)``, shape (n, K), float64."""
         self._check_is_fitted()

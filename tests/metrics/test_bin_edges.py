@@ -93,8 +93,10 @@ def test_uniform_bin_index_errors(conf, n_bins, exc, message):
 
 
 # The replay of issue 14: histogram binning disagreed with the reliability diagram on the same data.
-REPLAY_CONF = [0.25, 0.3, 0.3, 0.55, 0.6, 0.65, 0.7, 0.75]
-REPLAY_CORRECT = [0, 1, 1, 0, 1, 1, 0, 0]
+# three copies of eight predictions: every bin's accuracy and the ECE are those of the eight (each bin's counts
+# triple), and n = 24 allows the 20 bins (at most max(n, 15) bins: docs/methods.md)
+REPLAY_CONF = [0.25, 0.3, 0.3, 0.55, 0.6, 0.65, 0.7, 0.75] * 3
+REPLAY_CORRECT = [0, 1, 1, 0, 1, 1, 0, 0] * 3
 QUERIES = [0.3, 0.6, 0.7]
 # By hand from bins [k/B, (k+1)/B):
 #   B=5:  [.2,.4) {.25 x, .3 ok, .3 ok} acc 2/3;  [.4,.6) {.55 x} acc 0;

@@ -1,0 +1,50 @@
+"""n_bins is bounded by max(n, 15) (docs/methods.md, "Binned ECE family"): a larger value is refused with an error
+naming n_bins and the value, before any per-bin array is allocated."""
+
+import tracemalloc
+
+import numpy as np
+import pytest
+
+from hf_calibration import metrics as lib
+from hf_calibration.errors import ParameterError
+from hf_calibration.metrics.binning import reliability_diagram
+from tests.metrics.data import make_binary, make_multiclass
+
+
+@pytest.mark.parametrize("func", [lib.expected_calibration_error, lib.classwise_ece, lib.adaptive_calibration_error,
+                                  reliability_diagram])
+def test_a_billion_bins_is_refused_without_allocating(func):
+    labels, probs = make_multiclass(100, 4, seed=1)
+    tracemalloc.start()
+    try:
+        with pytest.raises(ParameterError) as err:
+            func(labels, probs, n_bins=10**9)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert err.value.parameter == "n_bins" and err.value.value == 10**9
+    assert "1000000000" in str(err.value) and "100" in str(err.value) and "\n" not in str(err.value)
+    # one float64 array of 10^9 bins is 8 GB; the inputs are 100 x 4 floats
+    assert peak < 1 << 20
+
+
+def test_the_bound_is_one_bin_per_prediction_or_15():
+    y, conf = make_binary(40, seed=2)
+    # n_bins = n: every prediction may have a bin of its own; the uniform bins of width 1/40 are computed as usual
+    by_hand_edges = np.arange(41) / 40
+    idx = np.clip(np.searchsorted(by_hand_edges, conf, side="right") - 1, 0, 39)
+    gaps = [abs(np.mean(y[idx == b]) - np.mean(conf[idx == b])) * np.sum(idx == b) for b in range(40) if np.any(idx == b)]
+    assert lib.expected_calibration_error(y, conf, n_bins=40) == pytest.approx(sum(gaps) / 40, abs=1e-12)
+    with pytest.raises(ParameterError, match=r"n_bins: must be ≤ 40 for 40 predictions.*got 41"):
+        lib.expected_calibration_error(y, conf, n_bins=41)
+    # the default 15 bins always work, also on 4 predictions (the docstring's examples)
+    assert lib.expected_calibration_error([1, 0, 1, 1], [0.9, 0.8, 0.3, 1.0], n_bins=15) >= 0
+    with pytest.raises(ParameterError, match="must be ≤ 15 for 4 predictions"):
+        lib.expected_calibration_error([1, 0, 1, 1], [0.9, 0.8, 0.3, 1.0], n_bins=16)
+
+
+def test_calibration_report_refuses_before_the_bootstrap():
+    labels, probs = make_multiclass(50, 4, seed=3)
+    with pytest.raises(ParameterError, match="n_bins: must be ≤ 50 for 50 predictions"):
+        lib.calibration_report(labels, probs, n_bins=10**6, n_resamples=1000)
