@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hf_calibration.errors import MissingPathError, ParameterError, ParameterWarning, check_choice, renamed_parameters
-from hf_calibration.metrics._validation import check_n_bins
+from hf_calibration.metrics.validation import check_n_bins
 from hf_calibration.metrics.binning import BINNINGS
 from hf_calibration.metrics.ece import NORMS
 from hf_calibration.modeling.context import OVERFLOW_POLICIES
