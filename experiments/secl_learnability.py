@@ -98,7 +98,7 @@ def score_item(secl, item, *, max_new_tokens: int, layers) -> dict:
              "p_true_option_text": secl.secl_followup(answer, option_text, cfg.p_true_template, PLAIN_P_TRUE_PREFIX)}
     hidden = {k: _hidden_at_end(secl, context, c, layers) for k, c in conts.items()}
     return {"answer_ids": answer, "text": text, "option_text": option_text, "correct": bool(judge(item, text)[1]),
-            "verbalized": float(secl.secl_records[0]["confidence"]), "verbalized_option_text": verbal_text,
+            "verbalized": float(secl.secl_records[0].confidence), "verbalized_option_text": verbal_text,
             "norm_p_true": label["norm_p_true"], "p_true_options": [float(v) for v in label["p_true"]],
             "hidden": hidden, "seconds": time.perf_counter() - start}
 
@@ -213,7 +213,7 @@ def train_offline(secl, train, *, epochs: int, batch_size: int, lr: float, seed:
     ``loss`` (``SECLConfig.confidence_loss``). Returns {"steps", "loss_per_epoch", "seconds"}."""
     from hf_calibration.secl.replay import minibatch_step
 
-    opt = torch.optim.AdamW(secl._secl_adapter_params(), lr=lr, weight_decay=0.0)
+    opt = torch.optim.AdamW(secl.secl_adapter_params(), lr=lr, weight_decay=0.0)
     rng = np.random.default_rng(seed)
     start, steps, losses = time.perf_counter(), 0, []
     secl.train()

@@ -166,7 +166,7 @@ def _secl_pass_worker(job: dict) -> tuple[list, dict, dict | None]:
     """One SECL pass in a spawned process (``SECLStreamConfig.workers``): the model loaded and wrapped as in the
     parent, its identity adapter set to the parent's (the same LoRA A), the same stream. Returns the pass's record
     fields (one dict per question, with its ``passes`` entry), its counters and, when ``job["keep"]``, the state
-    the pass left (adapter weights, gate, open burst, counters) for the parent to take over."""
+    the pass left (``SECLModel.secl_snapshot``: adapter weights and SECL state) for the parent to take over."""
     from hf_calibration.secl.mixin import apply_secl
 
     torch.set_num_threads(job["threads"])
@@ -175,7 +175,7 @@ def _secl_pass_worker(job: dict) -> tuple[list, dict, dict | None]:
     with warnings.catch_warnings():  # the parent warned about the settings and the prompts cut to fit, if any
         warnings.simplefilter("ignore", ParameterWarning)
         model = apply_secl(model, tokenizer, SECLConfig(**job["secl"]))
-        model.secl_initial_adapter = job["initial"]
+        model.secl_set_identity(job["initial"])
         items = build_stream(tokenizer, job["stream"], limit_per_domain=job["limit_per_domain"], seed=job["seed"],
                              balance_gold=job["balance_gold"], prompt_format=model.secl_config.prompt_format,
                              **stream_context(model, tokenizer, model.secl_config, on_overflow=job["on_overflow"],
@@ -183,12 +183,7 @@ def _secl_pass_worker(job: dict) -> tuple[list, dict, dict | None]:
     fields = [{"passes": {}} for _ in items]
     checkpoint = StreamCheckpoint(*job["checkpoint"]) if job["checkpoint"] is not None else None
     counters = secl_pass(model, items, fields, scope=job["scope"], checkpoint=checkpoint, **job["options"])
-    state = None
-    if job["keep"]:
-        state = {"adapter": {k: v.detach().cpu().clone() for k, v in model.secl_adapter_state().items()},
-                 "gate": model.secl_gate.state_dict(), "burst_left": model.secl_burst_left, "counters": counters,
-                 "replay": model.secl_replay.state_dict()}
-    return fields, counters, state
+    return fields, counters, model.secl_snapshot() if job["keep"] else None
 
 
 def _parallel_passes(model, items, config, secl, scopes, options, checkpoint) -> tuple[list, dict]:
@@ -198,10 +193,6 @@ def _parallel_passes(model, items, config, secl, scopes, options, checkpoint) ->
     counters), so it saves the same calibrated adapter. Threads: this process's count shared out (at least one
     each)."""
     import multiprocessing
-
-    from peft import set_peft_model_state_dict
-
-    from hf_calibration.secl.mixin import ADAPTER_NAME
 
     threads = max(1, torch.get_num_threads() // config.workers)
     initial = {k: v.detach().cpu().clone() for k, v in model.secl_initial_adapter.items()}
@@ -231,8 +222,7 @@ def _parallel_passes(model, items, config, secl, scopes, options, checkpoint) ->
                 rec["passes"].update(passes)
             counters_of[job["scope"]] = counters
             if state is not None:
-                set_peft_model_state_dict(model.peft_model, state["adapter"], adapter_name=ADAPTER_NAME)
-                model._secl_load_state(state)
+                model.load_secl_snapshot(state)
     return records, counters_of
 
 

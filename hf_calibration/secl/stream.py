@@ -22,7 +22,6 @@ confidence, fitted by 2-fold cross-fitting over the stream (each half calibrated
 
 from __future__ import annotations
 
-import contextlib
 import time
 
 import numpy as np
@@ -31,6 +30,7 @@ import torch
 from hf_calibration.metrics.paired import paired_differences, paired_strata_difference
 from hf_calibration.modeling.streams import StreamItem, judge
 from hf_calibration.secl.confidence import SIGNAL_NAMES
+from hf_calibration.secl.step import answer_length
 
 
 def _generate(model, item: StreamItem, *, max_new_tokens: int, update: bool) -> dict:
@@ -40,10 +40,9 @@ def _generate(model, item: StreamItem, *, max_new_tokens: int, update: bool) -> 
         return_dict_in_generate=True, output_scores=True, secl_choices=[item.choices], secl_update=update,
         pad_token_id=model.secl_tokenizer.pad_token_id,
     )
-    record = dict(model.secl_records[0])
+    record = model.secl_records[0].to_dict()
     answer = out.sequences[0, len(item.prompt_ids):].tolist()
-    stop = model.secl_stop_ids()
-    length = next((j for j, t in enumerate(answer) if t in stop), len(answer))
+    length = answer_length(answer, model.secl_stop_ids())
     steps = torch.stack([s[0].float() for s in out.scores[: max(length, 1)]])
     logp = torch.log_softmax(steps, dim=-1)
     chosen = torch.tensor(answer[: max(length, 1)])
@@ -126,17 +125,6 @@ def secl_field(key: str, name: str) -> str:
     return name if key == "secl" and name in _UNPREFIXED else f"{key}_{name}"
 
 
-@contextlib.contextmanager
-def _adapter_scope(model, scope: str | None):
-    own = model.secl_config
-    if scope is not None:
-        model.secl_config = own.replaced(adapter_scope=scope)
-    try:
-        yield
-    finally:
-        model.secl_config = own
-
-
 def secl_pass(model, items: list, records: list[dict], *, scope: str | None = None, max_new_tokens: int = 8,
               burst_at_start: bool = False, progress: bool = True, checkpoint=None) -> dict:
     """One SECL pass over ``items`` (module docstring), from the identity adapter with a fresh gate and counters;
@@ -150,7 +138,7 @@ def secl_pass(model, items: list, records: list[dict], *, scope: str | None = No
     from tqdm.auto import tqdm
 
     key = secl_key(scope, model.secl_config.adapter_scope)
-    with _adapter_scope(model, scope):
+    with model.secl_scope(scope):
         model.reset_calibration(counters=True)
         kept = [] if checkpoint is None else checkpoint.resume_pass(model, key)
         for rec, done in zip(records, kept):
@@ -195,7 +183,7 @@ def final_adapter_pass(model, items: list, records: list[dict], *, key: str = "s
 
         adapter = adapter_digest(model)
         kept = checkpoint.finals(key, adapter, len(items))
-    with _adapter_scope(model, None if key == "secl" else key.removeprefix("secl_")), torch.no_grad():
+    with model.secl_scope(None if key == "secl" else key.removeprefix("secl_")), torch.no_grad():
         for i, (item, rec) in enumerate(zip(tqdm(items, desc="final-adapter reads", disable=not progress, unit="q"),
                                             records)):
             if kept is not None and i < len(kept):
