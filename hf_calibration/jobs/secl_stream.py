@@ -27,7 +27,7 @@ from hf_calibration.outputs import AtomicOutputDir, check_result_folder
 from hf_calibration.reports import write_json, write_jsonl
 from hf_calibration.secl.config import ADAPTER_SCOPES, SECLConfig
 from hf_calibration.secl.confidence import SIGNAL_NAMES
-from hf_calibration.secl.stream import (FINAL_SUFFIX, baseline_pass, final_adapter_pass, format_stream_summary,
+from hf_calibration.evaluation.stream import (FINAL_SUFFIX, baseline_pass, final_adapter_pass, format_stream_summary,
                                         secl_field, secl_key, secl_pass, signal_rows, summarize_stream)
 from hf_calibration.secl.stream_checkpoint import RunLock, StreamCheckpoint, weights_fingerprint
 
@@ -188,7 +188,7 @@ def _secl_pass_worker(job: dict) -> tuple[list, dict, dict | None]:
 
 def _parallel_passes(model, items, config, secl, scopes, options, checkpoint) -> tuple[list, dict]:
     """The baseline pass here and the SECL passes of ``scopes`` in ``config.workers - 1`` spawned processes (each
-    pass independent, module docstring of ``secl.stream``); → (records as the sequential run builds them, counters
+    pass independent, module docstring of ``evaluation.stream``); → (records as the sequential run builds them, counters
     per scope). ``model`` is left as the last scope's pass leaves it in a sequential run (adapter, gate, open burst,
     counters), so it saves the same calibrated adapter. Threads: this process's count shared out (at least one
     each)."""
@@ -261,12 +261,12 @@ def _stream_checkpoint(out, config, secl, options, items, keys, weights: str) ->
 
 def run_secl_stream(config: SECLStreamConfig, secl: SECLConfig | None = None, *,
                     progress: bool = True) -> SECLStreamResult:
-    """Two passes over one stream with the same model (``secl.stream``): the baselines (verbalized, P(True),
+    """Two passes over one stream with the same model (``evaluation.stream``): the baselines (verbalized, P(True),
     P(True)Norm, DINCO-style; Platt/TS with labels, 2-fold) and SECL online (``secl``, default ``SECLConfig()``;
     its ``prompt_format`` formats the stream, its ``adapter_scope`` is recorded in ``run``); with
     ``compare_adapter_scopes`` a third pass, SECL with the other adapter scope (rows ``secl_<scope>``); then every
     answer of the configured scope's pass read again with the adapter that pass ended with (row "secl_final",
-    ``secl.stream.final_adapter_pass``: what the calibrated model says once the stream has trained it). Writes
+    ``evaluation.stream.final_adapter_pass``: what the calibrated model says once the stream has trained it). Writes
     ``records.jsonl``, ``metrics.json``, the calibrated adapter ``secl_adapter/`` and ``reliability_<domain>.png``
     per domain into ``output_dir``, atomically. Each pass keeps every question as it finishes in a hidden folder
     beside ``output_dir`` (``secl.stream_checkpoint``): a run that stops is resumed by running it again.

@@ -118,7 +118,7 @@ class SECLBurstMixin:
         k, own = cfg.num_distractors, self.secl_answer_text(answer_ids)
         if choices is not None:
             # as diagnose asks (confidence.mcqa_signals): the letter is the turn, "<letter>. <text>" is asked about
-            chosen, own = self._secl_option(own, choices)
+            chosen, own = self.secl_option(own, choices)
             others = [j for j in range(len(choices)) if j != chosen][:k]
             return [(answer_ids, own)] + [(assistant_answer_ids(tok, LETTERS[j], fmt),
                                            mcqa_answer_text(LETTERS[j], choices[j], cfg.answer_max_chars))

@@ -64,17 +64,16 @@ from hf_calibration.secl.burst import (  # noqa: F401  (confidence_bin, same_opt
 from hf_calibration.secl.config import SECLConfig
 from hf_calibration.secl.confidence import (
     PLAIN_CONFIDENCE_PREFIX, ConfidenceTokens, cache_row, confidence_distribution, continuation_then_token,
-    extend_cache, followup_ids, mcqa_answer_text, norm_p_true, prefix_pass, verbalized_from_logprobs)
-from hf_calibration.secl.drift import gate_state_from_json
-from hf_calibration.secl.replay import ReplayBuffer, ReplayItem, directional_target, item_confidence  # noqa: F401
-from hf_calibration.secl.state import COUNTERS, SECLState  # noqa: F401  (COUNTERS: re-exported)
-from hf_calibration.secl.step import SECLQuestion, SECLReads, SECLRecord, answer_length, secl_step
+    extend_cache, followup_ids, mcqa_answer_text, prefix_pass, verbalized_from_logprobs)
+from hf_calibration.secl.reads import ModelReads
+from hf_calibration.secl.replay import ReplayBuffer, directional_target  # noqa: F401  (directional_target: re-exported)
+from hf_calibration.secl.state import (  # noqa: F401  (COUNTERS, FORMAT_VERSION, write_secl_files: re-exported)
+    COUNTERS, FORMAT_VERSION, STATE_NAME, SECLState, read_secl_state, write_secl_files)
+from hf_calibration.secl.step import SECLQuestion, SECLRecord, answer_length, secl_step
 
 # PEFT's default name: PeftModel.save_pretrained writes any other adapter into a subfolder named after it,
 # which PeftModel.from_pretrained(base, folder) would not find.
 ADAPTER_NAME = "default"
-STATE_NAME = "secl_state.json"
-FORMAT_VERSION = 2  # of secl_state.json (2: the replay buffer; 1 is read as an empty one); bump when the layout changes
 PAPER_URL = "https://arxiv.org/abs/2604.09624"
 
 
@@ -311,7 +310,7 @@ class SECLGenerationMixin(SECLBurstMixin):
         # one device-to-host transfer each for the ids, the mask and the per-step entropies of the batch
         answers = out.sequences[:, n_prompt:].tolist()
         prompt_ids, prompt_mask = input_ids.tolist(), attention_mask.cpu()
-        step_entropy = self._secl_step_entropies(out.scores)
+        step_entropy = self.secl_step_entropies(out.scores)
         confidences, records = [], []
         for i, answer in enumerate(answers):
             prompt = [t for t, m in zip(prompt_ids[i], prompt_mask[i].tolist()) if m]
@@ -353,7 +352,7 @@ class SECLGenerationMixin(SECLBurstMixin):
         return ids
 
     @staticmethod
-    def _secl_step_entropies(step_scores) -> torch.Tensor:
+    def secl_step_entropies(step_scores) -> torch.Tensor:
         """Entropy (nats) of each step's next-token distribution, (steps, batch) float32 on the CPU;
         an answer's gate input is the mean over its own steps."""
         if not step_scores:
@@ -368,7 +367,7 @@ class SECLGenerationMixin(SECLBurstMixin):
         limit = self.secl_config.answer_max_chars
         return text if len(text) <= limit else "…" + text[-limit:]
 
-    def _secl_option(self, own: str, choices) -> tuple[int | None, str]:
+    def secl_option(self, own: str, choices) -> tuple[int | None, str]:
         """(index of the option ``own`` names or None, its text as "<letter>. <option text>" or ``own``)."""
         letter = first_option_letter(own)
         if choices is None or letter is None or LETTERS.index(letter) >= len(choices):
@@ -379,7 +378,7 @@ class SECLGenerationMixin(SECLBurstMixin):
     def secl_restated(self, answer_ids, choices) -> str:
         """What the confidence turn restates (``SECLConfig.restate``): the decoded answer, or its option's text."""
         own = self.secl_answer_text(answer_ids)
-        return self._secl_option(own, choices)[1] if self.secl_config.restate == "option_text" else own
+        return self.secl_option(own, choices)[1] if self.secl_config.restate == "option_text" else own
 
     def _secl_answer_ids(self, answer_ids) -> list[int]:
         # an empty answer is stated as a space, so the follow-up turn still follows an assistant turn
@@ -392,7 +391,7 @@ class SECLGenerationMixin(SECLBurstMixin):
             self.secl_tokenizer, template.replace("{answer}", answer_text), prompt_format=self.secl_prompt_format,
             plain_prefix=plain_prefix)
 
-    def _secl_answer_context(self, prompt, answer_ids, context=None):
+    def secl_answer_context(self, prompt, answer_ids, context=None):
         """(cache, prefix mask, answer tokens cached) over the prompt and the whole answer, computed as the
         answer was (``_secl_base``: the adapter off in the "confidence" scope), without gradients.
 
@@ -427,7 +426,7 @@ class SECLGenerationMixin(SECLBurstMixin):
         context : (cache, prefix_mask, n_cached_answer_tokens), e.g. from ``generate``, whose cache already
             holds the prompt and the answer's first tokens; then only the rest is run (no prompt pass).
         In the "confidence" scope the prompt and the whole answer always come from a cache computed with the
-        adapter off (``_secl_answer_context``) and only the follow-up turn runs, with the adapter on (and the
+        adapter off (``secl_answer_context``) and only the follow-up turn runs, with the adapter on (and the
         gradients, when asked). In the "all" scope without a context, everything runs with the adapter on and
         gradients flow through the whole conversation. restated : the text the turn restates (``secl_restated``;
         default the decoded answer).
@@ -450,7 +449,7 @@ class SECLGenerationMixin(SECLBurstMixin):
         text = self.secl_answer_text(answer_ids) if restated is None else restated
         cont = self.secl_followup(answer_ids, text, self.secl_config.confidence_template, PLAIN_CONFIDENCE_PREFIX)
         if self.secl_config.adapter_scope == "confidence":
-            context = self._secl_answer_context(prompt, answer_ids, context)
+            context = self.secl_answer_context(prompt, answer_ids, context)
         if context is None:
             _, cache, n = prefix_pass(self, prompt, requires_grad=requires_grad)
             mask = start = None
@@ -489,7 +488,7 @@ class SECLGenerationMixin(SECLBurstMixin):
             self.eval()
         if self.secl_config.adapter_scope == "confidence":
             # one cache of prompt and answer (adapter off) for every read and update step of this answer
-            context = self._secl_answer_context(question.prompt, question.answer_ids, context)
+            context = self.secl_answer_context(question.prompt, question.answer_ids, context)
         try:
             return secl_step(self.secl_state, ModelReads(self, context, prompt_context), question,
                              update=update_enabled)
@@ -498,82 +497,12 @@ class SECLGenerationMixin(SECLBurstMixin):
                 self.train()
 
 
-class ModelReads(SECLReads):
-    """``secl.step.SECLReads`` in process, on a ``SECLModel``, for one question: the cached reads.
-
-    context : the (cache, prefix mask, cached answer tokens) of the prompt and the answer (``generate``'s, made
-    whole by ``_secl_answer_context`` in the "confidence" scope): the confidence follow-up runs on it (no prompt or
-    answer token again), and in the "confidence" scope the update steps and the replayed reads too. prompt_context
-    : (cache, mask) of the prompt as the teacher reads it ("confidence" scope), on which the P(True) candidates run.
-    The update steps train the model's adapter with the state's AdamW.
-    """
-
-    def __init__(self, model: SECLGenerationMixin, context=None, prompt_context=None):
-        self.model, self.context, self.prompt_context = model, context, prompt_context
-
-    def verbalized(self, question):
-        m = self.model
-        with torch.no_grad():
-            conf, greedy, passes = m.secl_verbalized(question.prompt, question.answer_ids, context=self.context,
-                                                     restated=self.restated(question))
-        return float(conf[0]), greedy, passes
-
-    def restated(self, question):
-        return self.model.secl_restated(question.answer_ids, question.choices)
-
-    def pseudo_label(self, question):
-        label = self.model._secl_label(question.prompt, question.answer_ids, question.distractors, question.choices,
-                                       self.prompt_context)
-        return (float(label["p_true"][0]), label["norm_p_true"], label["n_distractors"], label["forward_passes"])
-
-    def replay_context(self, question):
-        # "all": an update changes the adapter under generate's cache, so the steps run everything again
-        return self.context if self.model.secl_config.adapter_scope == "confidence" else None
-
-    def update(self, state, item):
-        return self.model.secl_update(item, state.replay, state=state)
-
-    def confidence_after(self, state, item):
-        with torch.no_grad():  # for the record only: not part of SECL's cost
-            return float(item_confidence(self.model, item)[0][0])
-
-    def consolidate(self, state):
-        return self.model.secl_consolidation(state.replay, burst=state.counters["bursts"], state=state)
-
-
 class GenerationMixinCall:
     """The model class's own ``generate`` (bypassing SECL), for internal beam searches."""
 
     @staticmethod
     def generate(model, *args, **kwargs):
         return super(SECLGenerationMixin, model).generate(*args, **kwargs)
-
-
-def write_secl_files(folder, config: SECLConfig, state: SECLState) -> None:
-    """Write ``secl_config.json`` (``config``) and ``secl_state.json`` (``state`` without its optimizer: gate, open
-    burst, counters, replay buffer without caches, adapter version) into ``folder``: the SECL half of a saved
-    adapter folder (``SECLModel.save_pretrained``, a service's adapter versions)."""
-    config.save_pretrained(folder)
-    saved = {"format_version": FORMAT_VERSION, **state.state_dict(optimizer=False)}
-    (Path(folder) / STATE_NAME).write_text(json.dumps(saved, indent=2) + "\n", encoding="utf-8")
-
-
-def read_secl_state(folder) -> dict:
-    """The ``secl_state.json`` that ``save_pretrained`` wrote into ``folder``, checked and ready for the gate.
-
-    Raises FileNotFoundError when it is missing; ValueError when it was written by a newer release
-    (``format_version``).
-    """
-    from hf_calibration.hub import check_artifact_config
-
-    path = Path(folder) / STATE_NAME
-    if not path.is_file():
-        raise FileNotFoundError(f"{folder}: no {STATE_NAME} (not a SECL folder)")
-    state = json.loads(path.read_text(encoding="utf-8"))
-    check_artifact_config(state, kind="SECL state", max_format_version=FORMAT_VERSION, source=str(path))
-    state["gate"] = gate_state_from_json(state["gate"])  # JSON has no infinity: save_pretrained writes None
-    state.setdefault("replay", ReplayBuffer(0, 0).state_dict())  # format 1 kept no buffer: an empty one
-    return state
 
 
 def _check_plain(model) -> None:

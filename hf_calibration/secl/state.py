@@ -21,12 +21,16 @@ Public API::
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from hf_calibration.secl.config import SECLConfig
 from hf_calibration.secl.drift import EntropyShiftDetector, gate_state_from_json, gate_state_to_json
 from hf_calibration.secl.replay import ReplayBuffer
 
+STATE_NAME = "secl_state.json"
+FORMAT_VERSION = 2  # of secl_state.json (2: the replay buffer; 1 is read as an empty one); bump when the layout changes
 COUNTERS = ("questions", "alarms", "bursts", "burst_questions", "updates", "skipped_by_bin_gate", "forward_passes")
 
 
@@ -120,3 +124,30 @@ class SECLState:
             self.replay.clear()
         self.version = int(state.get("version", 0))
         self._adamw, self._adamw_state = None, state.get("optimizer")
+
+
+def write_secl_files(folder, config: SECLConfig, state: SECLState) -> None:
+    """Write ``secl_config.json`` (``config``) and ``secl_state.json`` (``state`` without its optimizer: gate, open
+    burst, counters, replay buffer without caches, adapter version) into ``folder``: the SECL half of a saved
+    adapter folder (``SECLModel.save_pretrained``, a service's adapter versions)."""
+    config.save_pretrained(folder)
+    saved = {"format_version": FORMAT_VERSION, **state.state_dict(optimizer=False)}
+    (Path(folder) / STATE_NAME).write_text(json.dumps(saved, indent=2) + "\n", encoding="utf-8")
+
+
+def read_secl_state(folder) -> dict:
+    """The ``secl_state.json`` that ``save_pretrained`` wrote into ``folder``, checked and ready for the gate.
+
+    Raises FileNotFoundError when it is missing; ValueError when it was written by a newer release
+    (``format_version``).
+    """
+    from hf_calibration.hub import check_artifact_config
+
+    path = Path(folder) / STATE_NAME
+    if not path.is_file():
+        raise FileNotFoundError(f"{folder}: no {STATE_NAME} (not a SECL folder)")
+    state = json.loads(path.read_text(encoding="utf-8"))
+    check_artifact_config(state, kind="SECL state", max_format_version=FORMAT_VERSION, source=str(path))
+    state["gate"] = gate_state_from_json(state["gate"])  # JSON has no infinity: save_pretrained writes None
+    state.setdefault("replay", ReplayBuffer(0, 0).state_dict())  # format 1 kept no buffer: an empty one
+    return state

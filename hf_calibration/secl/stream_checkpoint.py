@@ -14,7 +14,7 @@ without the ``.jsonl``; a run that stops leaves the result folder as it was):
   open burst, the counters, the replay buffer (``ReplayBuffer.state_dict``) and how many questions it covers,
   written to a temporary file and renamed (atomic). Lines past that count (a question finished after the last
   state was written) are dropped on resume.
-- ``<key>_final.jsonl``: the final-adapter reads (``secl.stream.final_adapter_pass``) after the passes, one line per
+- ``<key>_final.jsonl``: the final-adapter reads (``evaluation.stream.final_adapter_pass``) after the passes, one line per
   question, each with the digest of the adapter it was read with (``adapter_digest``); lines read with another
   adapter (the pass was run again) are dropped.
 
@@ -22,7 +22,7 @@ Each line holds its JSON text and that text's sha256: a line cut or changed afte
 there. A state file that cannot be read makes its pass start over. Floats are written as JSON writes Python floats
 (``repr``, NaN as ``NaN``), so records read back bit-for-bit. A resumed SECL pass continues with the saved adapter
 and optimizer; the replayed questions' caches of prompt and answer are recomputed with the adapter off
-(``SECLGenerationMixin._secl_answer_context``) instead of taken from ``generate``'s cache. That is a float rounding
+(``SECLGenerationMixin.secl_answer_context``) instead of taken from ``generate``'s cache. That is a float rounding
 difference in each replayed read, which later update steps carry on: without replay a resumed run is bit-identical
 to one that never stopped; with replay (tiny test model, learning rate 0.1) its confidences differed by up to 5e-5.
 The fingerprint covers the model's weights (``weights_fingerprint``), so a different model under the same name or

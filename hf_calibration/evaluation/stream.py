@@ -1,4 +1,6 @@
-"""A stream of questions from several domains run through SECL, with the baselines on the same answers.
+"""The SECL stream evaluation protocol: a labelled stream of questions from several domains run through SECL, with
+the baselines on the same answers, and its summary (docs/methods.md, "SECL"; docs/secl_results.md for the
+measurements). It drives a ``SECLModel`` (``hf_calibration.secl``) from above; nothing in ``secl`` imports it.
 
 Two passes over the same stream with the same model:
 
@@ -198,8 +200,10 @@ def final_adapter_pass(model, items: list, records: list[dict], *, key: str = "s
     return len(kept or ())
 
 
-def _cross_fit(conf: np.ndarray, correct: np.ndarray, method: str, seed: int) -> np.ndarray:
-    """2-fold cross-fitted Platt or temperature scaling of a binary confidence."""
+def cross_fit(conf: np.ndarray, correct: np.ndarray, method: str, seed: int) -> np.ndarray:
+    """2-fold cross-fitted Platt (``method`` "platt") or temperature scaling (else) of a binary confidence ``conf``
+    (n,) in [0, 1] against ``correct`` (n,) bool: each half calibrated by a fit on the other (folds drawn with
+    ``seed``). Returns (n,) calibrated confidences."""
     from hf_calibration.posthoc import PlattScaler, TemperatureScaler, log_odds
 
     rng = np.random.default_rng(seed)
@@ -275,8 +279,8 @@ def summarize_stream(records: list[dict], *, n_resamples: int = 1000, seed: int 
     secl_keys = pass_keys(signals)
     correct_all = np.array([r["correct"] for r in records], dtype=int)
     verbal_all = np.array([r["verbalized"] for r in records])
-    platt = _cross_fit(verbal_all, correct_all, "platt", seed)
-    temp = _cross_fit(verbal_all, correct_all, "temperature", seed)
+    platt = cross_fit(verbal_all, correct_all, "platt", seed)
+    temp = cross_fit(verbal_all, correct_all, "temperature", seed)
     domains = list(dict.fromkeys(r["domain"] for r in records))
     out = {}
     for name in domains + ["overall"]:
