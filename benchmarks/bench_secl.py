@@ -67,14 +67,14 @@ def measure(model, items, max_new_tokens, pad_id, *, full_length=False, burst=Tr
         sums["plain"] += seconds
         sums["tokens"] += answer_length(out[0], ids.shape[1], stop)
         seconds, _ = timed(lambda: model.generate(**inputs, **kw))
-        record = model.secl_records[0]
+        record = model.secl_records[0].to_dict()
         assert not record["in_burst"], "an alarm opened a burst during the outside-burst measurement"
         sums["quiet"] += seconds
         sums["quiet_passes"] += record["forward_passes"]
         if burst:
             model.start_burst()
             seconds, _ = timed(lambda: model.generate(**inputs, secl_choices=[item.choices], **kw))
-            record = model.secl_records[0]
+            record = model.secl_records[0].to_dict()
             sums["burst"] += seconds
             sums["burst_passes"] += record["forward_passes"]
             sums["updates"] += record["updated"]

@@ -70,7 +70,7 @@ def in_process(args, items, config):
         ids = torch.tensor([item.prompt_ids])
         secl.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=args.max_new_tokens, do_sample=False,
                       secl_choices=[item.choices], secl_update=update, pad_token_id=secl.secl_tokenizer.pad_token_id)
-        return secl.secl_records[0]
+        return secl.secl_records[0].to_dict()
 
     with secl.peft_model.disable_adapter():
         plain, _ = _timed(lambda it: secl.peft_model.generate(

@@ -59,7 +59,7 @@ def answer_entropies(model, tokenizer, items, *, batch_size: int, max_new_tokens
         with torch.no_grad():
             gen = model.generate(ids, attention_mask=mask, max_new_tokens=max_new_tokens, do_sample=False,
                                  return_dict_in_generate=True, output_scores=True, pad_token_id=pad)
-        steps = SECLGenerationMixin._secl_step_entropies(gen.scores)  # (steps, batch)
+        steps = SECLGenerationMixin.secl_step_entropies(gen.scores)  # (steps, batch)
         for i, answer in enumerate(gen.sequences[:, width:].tolist()):
             length = next((j for j, t in enumerate(answer) if t in stop), len(answer))
             out.append(float(steps[: max(length, 1), i].mean()))

@@ -43,7 +43,7 @@ def main():
             pad_token_id=tokenizer.pad_token_id,
         )
         text = tokenizer.decode(out.sequences[0, len(item.prompt_ids):], skip_special_tokens=True)
-        record = model.secl_records[0]
+        record = model.secl_records[0].to_dict()
         _, correct = judge(item, text)
         print(f"{item.domain:16s} answer={text.strip()[:12]!r:16s} correct={correct!s:5s} "
               f"confidence={float(out.confidences[0]):.2f} burst={record['in_burst']!s:5s} updated={record['updated']}")

@@ -8,14 +8,14 @@ the test streams of docs/secl_results.md use seed 1. A burst opens at the first 
 ``python -m experiments secl``), so SECL trains during the first ``burst_size`` questions and the later ones are read with
 the adapter those produced.
 
-1. **Baseline pass** (``secl.stream.baseline_pass``, identity adapter): each answer, its verbalized confidence c
+1. **Baseline pass** (``evaluation.stream.baseline_pass``, identity adapter): each answer, its verbalized confidence c
    and P(True) of every candidate (``p_true_options``). Saved to ``baseline.jsonl``; a rerun with the same
    model, stream, seed and size reads it back.
 2. **Teacher, offline.** c*(τ_n) = P(True)Norm at each τ_n of ``TAU_GRID``, recomputed from the saved P(True)s
    (``secl.confidence.norm_p_true``): its Brier score, ECE and mean (its AUROC does not depend on τ_n), and how
    many burst questions each bin-gate width would let through, given the baseline c (the gate's input at the
    first burst question; later ones see the adapted c, which the SECL passes below count).
-3. **SECL passes** (``secl.stream.secl_pass``, adapter scope "confidence", so every pass gives the same answers):
+3. **SECL passes** (``evaluation.stream.secl_pass``, adapter scope "confidence", so every pass gives the same answers):
    the current defaults and each one-at-a-time variant of ``VARIANTS``. For each: ECE, Brier and AUROC of the
    SECL confidence over the split and over the questions after the burst, the share trained, and the paired
    bootstrap difference of Brier against the defaults' pass on the same questions.
@@ -101,7 +101,7 @@ def main(argv=None):
     from hf_calibration.metrics import brier_score, paired_bootstrap
     from hf_calibration.secl import SECLConfig, apply_secl
     from hf_calibration.modeling.streams import build_stream
-    from hf_calibration.secl.stream import baseline_pass, secl_pass
+    from hf_calibration.evaluation.stream import baseline_pass, secl_pass
 
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)

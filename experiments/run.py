@@ -37,7 +37,7 @@ from hf_calibration.jobs.secl_stream import SECLStreamConfig, check_stream, run_
 from hf_calibration.reports import format_cell, format_table, write_json
 from hf_calibration.secl.config import SECLConfig
 from hf_calibration.secl.confidence import SIGNAL_NAMES
-from hf_calibration.secl.stream import STREAM_COLUMNS, WITHIN_DOMAIN, pass_keys, signal_rows, summarize_stream
+from hf_calibration.evaluation.stream import STREAM_COLUMNS, WITHIN_DOMAIN, pass_keys, signal_rows, summarize_stream
 
 from experiments.calm import run_calm_experiment
 from experiments.calm_config import CALMExperimentConfig

@@ -13,7 +13,7 @@ adapter off, on the same answers; schedules whose answers differ from the baseli
 
 Per domain (``--schedules``: per seed and schedule) the AUROC, ECE (15 equal-width bins) and Brier with 95 %
 bootstrap intervals of: the verbalized baseline, the SECL read, the SECL read with c* in the burst, c* itself (every
-question) and the constant-accuracy reference; then, within domains (``secl.stream.within_domain_difference``'s
+question) and the constant-accuracy reference; then, within domains (``evaluation.stream.within_domain_difference``'s
 weighting, stratified paired bootstrap), c*-in-burst − read for AUROC, ECE and Brier. Prints the report and writes
 it, with the numbers as JSON, beside the input (``--output``).
 """

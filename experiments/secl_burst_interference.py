@@ -58,38 +58,34 @@ def burst_steps(secl, burst: list, buffer) -> int:
             c = float(item_confidence(secl, item)[0][0])
         current = dataclasses.replace(item, target=directional_target(c, item.c_star, alpha_step=cfg.alpha_step,
                                                                       delta=cfg.delta))
-        passes += 1 + secl.secl_update(current, buffer, {})
+        passes += 1 + secl.secl_update(current, buffer)[0]
     return passes
 
 
 def run_seed(secl, sets: dict, seed: int, burst_size: int) -> list[dict]:
     """The first burst, then each arm of the second from the state it leaves; a row after each point."""
-    from peft import set_peft_model_state_dict
-
-    from hf_calibration.secl.mixin import ADAPTER_NAME
     from hf_calibration.secl.replay import ReplayBuffer
 
     secl.reset_calibration()
     buffer = ReplayBuffer(2 * burst_size, 0, seed=seed)
     start = time.perf_counter()
     passes = burst_steps(secl, sets["first burst"][0], buffer)
-    record: dict = {}
-    passes += secl.secl_consolidation(buffer, record, burst=seed)
+    passes += secl.secl_consolidation(buffer, burst=seed)["forward_passes"]
     rows = [{"arm": "first burst only", "point": "after the first burst", "passes": passes,
              "seconds": time.perf_counter() - start, **level_row(secl, sets)}]
     adapter = {k: v.detach().clone() for k, v in secl.secl_adapter_state().items()}
     optimizer = copy.deepcopy(secl.secl_optimizer().state_dict())
     kept_items = list(buffer.items)
     for arm in ARMS:
-        set_peft_model_state_dict(secl.peft_model, {k: v.clone() for k, v in adapter.items()}, adapter_name=ADAPTER_NAME)
+        secl.secl_set_adapter(adapter)
         secl.secl_optimizer().load_state_dict(copy.deepcopy(optimizer))
         buffer = ReplayBuffer(2 * burst_size, 0, seed=seed)
         if arm == "kept":
             buffer.items = list(kept_items)
         start = time.perf_counter()
         passes = burst_steps(secl, sets["second burst"][0], buffer)
-        record = {}
-        passes += secl.secl_consolidation(buffer, record, burst=seed + 1)
+        record = {"consolidation": secl.secl_consolidation(buffer, burst=seed + 1)}
+        passes += record["consolidation"]["forward_passes"]
         rows.append({"arm": arm, "point": "after the second burst", "passes": passes,
                      "seconds": time.perf_counter() - start, "consolidated": record["consolidation"]["questions"],
                      **level_row(secl, sets)})

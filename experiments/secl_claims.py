@@ -1,4 +1,4 @@
-"""The check of the SECL paper's claims (Hedna et al. 2026) on a stream's summary (``secl.stream.summarize_stream``),
+"""The check of the SECL paper's claims (Hedna et al. 2026) on a stream's summary (``evaluation.stream.summarize_stream``),
 with the paper's thresholds: ECE at least 56 % below the verbalized confidence, 6–26 % of the questions trained,
 at most 4.6 forward passes per question."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from hf_calibration.metrics import interval_verdict
-from hf_calibration.secl.stream import WITHIN_DOMAIN
+from hf_calibration.evaluation.stream import WITHIN_DOMAIN
 
 from experiments.common import format_interval
 
@@ -18,7 +18,7 @@ PASS_BUDGET = 4.6
 
 
 def secl_claim_check(domain: dict, key: str = "secl") -> list[tuple[str, bool | None, str]]:
-    """The paper's claims on one domain's summary (``secl.stream.summarize_stream``) for the SECL pass ``key``: a list of
+    """The paper's claims on one domain's summary (``evaluation.stream.summarize_stream``) for the SECL pass ``key``: a list of
     (claim, held, evidence). held is True/False, or None when the interval does not decide. Rules: ECE at least
     56 % below verbalized (point estimate, and the paired ΔECE interval below 0); within-domain AUROC not below
     verbalized (held unless the paired ΔAUROC interval lies below 0); Brier below the constant-accuracy Brier

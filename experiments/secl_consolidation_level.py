@@ -65,11 +65,10 @@ def run_burst(secl, burst: list, seed: int, sets: dict) -> list[dict]:
             c = float(item_confidence(secl, item)[0][0])
         current = dataclasses.replace(item, target=directional_target(c, item.c_star, alpha_step=cfg.alpha_step,
                                                                       delta=cfg.delta))
-        secl.secl_update(current, buffer, {})
+        secl.secl_update(current, buffer)
     rows = [{"point": "after the burst", **level_row(secl, sets)}]
-    record: dict = {}
     start = time.perf_counter()
-    secl.secl_consolidation(buffer, record, burst=seed)
+    record = {"consolidation": secl.secl_consolidation(buffer, burst=seed)}
     rows.append({"point": "after the consolidation", **level_row(secl, sets), **record,
                  "consolidation_seconds": time.perf_counter() - start})
     return rows

@@ -84,10 +84,10 @@ def score_item(secl, item, *, max_new_tokens: int, layers) -> dict:
     text = secl.secl_tokenizer.decode(answer, skip_special_tokens=True)
     label = secl.secl_pseudo_label(item.prompt_ids, answer, choices=item.choices, prompt_cache=out.cache)
     own = secl.secl_answer_text(answer)
-    option_text = secl._secl_option(own, item.choices)[1]
+    option_text = secl.secl_option(own, item.choices)[1]
     # generate's cache holds the prompt and every answer token but the last: extended, not run again
     keep = min(out.cache.get_seq_length(), len(item.prompt_ids) + len(answer))
-    context = secl._secl_answer_context(item.prompt_ids, answer, (
+    context = secl.secl_answer_context(item.prompt_ids, answer, (
         cache_row(out.cache, 0, keep), torch.ones(keep, dtype=torch.long), keep - len(item.prompt_ids)))
     with torch.no_grad():
         verbal_text = float(secl.secl_verbalized(item.prompt_ids, answer, context=context, restated=option_text)[0])
@@ -98,7 +98,7 @@ def score_item(secl, item, *, max_new_tokens: int, layers) -> dict:
              "p_true_option_text": secl.secl_followup(answer, option_text, cfg.p_true_template, PLAIN_P_TRUE_PREFIX)}
     hidden = {k: _hidden_at_end(secl, context, c, layers) for k, c in conts.items()}
     return {"answer_ids": answer, "text": text, "option_text": option_text, "correct": bool(judge(item, text)[1]),
-            "verbalized": float(secl.secl_records[0]["confidence"]), "verbalized_option_text": verbal_text,
+            "verbalized": float(secl.secl_records[0].confidence), "verbalized_option_text": verbal_text,
             "norm_p_true": label["norm_p_true"], "p_true_options": [float(v) for v in label["p_true"]],
             "hidden": hidden, "seconds": time.perf_counter() - start}
 
@@ -199,7 +199,7 @@ def replay_items(secl, items, rows, indices, *, target: str, contexts: dict, tau
         context = None
         if secl.secl_config.adapter_scope == "confidence":
             if i not in contexts:
-                contexts[i] = secl._secl_answer_context(items[i].prompt_ids, row["answer_ids"])
+                contexts[i] = secl.secl_answer_context(items[i].prompt_ids, row["answer_ids"])
             context = contexts[i]
         restated = row["option_text"] if secl.secl_config.restate == "option_text" else secl.secl_answer_text(
             row["answer_ids"])
@@ -213,7 +213,7 @@ def train_offline(secl, train, *, epochs: int, batch_size: int, lr: float, seed:
     ``loss`` (``SECLConfig.confidence_loss``). Returns {"steps", "loss_per_epoch", "seconds"}."""
     from hf_calibration.secl.replay import minibatch_step
 
-    opt = torch.optim.AdamW(secl._secl_adapter_params(), lr=lr, weight_decay=0.0)
+    opt = torch.optim.AdamW(secl.secl_adapter_params(), lr=lr, weight_decay=0.0)
     rng = np.random.default_rng(seed)
     start, steps, losses = time.perf_counter(), 0, []
     secl.train()
@@ -385,7 +385,7 @@ def parse_args(argv=None):
 
     ap = script_parser("python -m experiments.secl_learnability", __doc__.split("\n\n")[0])
     ap.add_argument("--model", default="smollm2", help="an alias (smollm2, qwen), a Hub id or a local folder")
-    ap.add_argument("--dataset", default="halueval_qa_lm", help="one MCQA domain of secl.stream")
+    ap.add_argument("--dataset", default="halueval_qa_lm", help="one MCQA domain of the stream (modeling.streams)")
     ap.add_argument("--limit", type=int, default=None, help="items of the domain (default: all)")
     ap.add_argument("--n-test", type=int, default=200, help="held-out items")
     ap.add_argument("--sizes", type=lambda s: [int(x) for x in s.split(",")], default=[25, 50, 100, 200],

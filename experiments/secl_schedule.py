@@ -5,10 +5,10 @@ confidence toward the offline ceiling of ``experiments/secl_learnability.py``?
 
 One domain (default: length-matched HaluEval QA, gold letters balanced) as a stream of ``--limit`` questions with a
 burst at the start (``SECLConfig.burst_size`` questions trained, then the entropy gate). Per seed the baseline
-pass (``secl.stream.baseline_pass``, identity adapter: the answers, the verbalized confidence restating the decoded
+pass (``evaluation.stream.baseline_pass``, identity adapter: the answers, the verbalized confidence restating the decoded
 answer, P(True)Norm) runs once and is saved; then, for every schedule, a fresh SECL model (torch seeded with the
-seed, so every schedule starts from the same identity adapter) runs the SECL pass (``secl.stream.secl_pass``) and
-every question is read again with the adapter the pass ended with (``secl.stream.final_adapter_pass``): the
+seed, so every schedule starts from the same identity adapter) runs the SECL pass (``evaluation.stream.secl_pass``) and
+every question is read again with the adapter the pass ended with (``evaluation.stream.final_adapter_pass``): the
 confidence **over the stream** (each question read with the adapter the questions before it produced, what a user
 of the stream gets) and **after the burst** (the final adapter on the same answers, on every question and on the
 burst's, and on the questions no step trained on: ``held_out``). The schedules are ``SECLConfig`` fields
@@ -133,7 +133,7 @@ def run_schedule(args, name: str, seed: int, items, baseline: list[dict]) -> dic
     from hf_calibration.modeling import load_model
     from hf_calibration.secl.config import SECLConfig
     from hf_calibration.secl.mixin import apply_secl
-    from hf_calibration.secl.stream import final_adapter_pass, secl_pass
+    from hf_calibration.evaluation.stream import final_adapter_pass, secl_pass
 
     model, tokenizer = load_model(MODEL_ALIASES.get(args.model, args.model))
     torch.manual_seed(seed)
@@ -175,7 +175,7 @@ def load_baseline(args, seed: int):
     from hf_calibration.modeling.streams import build_stream
     from hf_calibration.secl.config import SECLConfig
     from hf_calibration.secl.mixin import apply_secl
-    from hf_calibration.secl.stream import baseline_pass
+    from hf_calibration.evaluation.stream import baseline_pass
 
     model, tokenizer = load_model(MODEL_ALIASES.get(args.model, args.model))
     items = build_stream(tokenizer, args.dataset, limit_per_domain=args.limit, seed=seed, balance_gold=True)

@@ -22,10 +22,10 @@ from hf_calibration.reports import write_json, write_jsonl
 from hf_calibration.secl.config import SECLConfig
 from hf_calibration.secl.confidence import DEFAULT_TAU_N, SIGNAL_NAMES
 from hf_calibration.secl.diagnose import diagnose, format_diagnosis, generation_discrimination_gap, plot_diagnosis
-from hf_calibration.secl.stream import BASELINE_ROWS, run_stream, summarize_stream
+from hf_calibration.evaluation.stream import BASELINE_ROWS, run_stream, summarize_stream
 
 DATASETS = {**MCQA_DATASETS, **OPEN_QA_DATASETS}
-OPEN_MAX_NEW_TOKENS = 8  # answer length of the open-ended baseline pass (``secl.stream.run_stream``'s default)
+OPEN_MAX_NEW_TOKENS = 8  # answer length of the open-ended baseline pass (``evaluation.stream.run_stream``'s default)
 
 
 @dataclass(kw_only=True)

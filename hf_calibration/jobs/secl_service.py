@@ -139,6 +139,6 @@ def run_secl_service(config: SECLServiceConfig, secl_config: SECLConfig | None =
                       f"served as {versions[name] or 'the base model'}" for name, c in counters.items())
     if stopped:
         table += f"\nstopped: {stopped} (rerun the same command to resume)"
+    records = {name: [r.to_dict() for r in s.records] for name, s in service.streams.items()}
     return SECLServiceResult(metrics={"counters": counters}, run=run, paths={"service": out / "service.json"},
-                             output_dir=out, table=table,
-                             records={name: s.records for name, s in service.streams.items()}, counters=counters)
+                             output_dir=out, table=table, records=records, counters=counters)

@@ -27,7 +27,7 @@ from hf_calibration.outputs import AtomicOutputDir, check_result_folder
 from hf_calibration.reports import write_json, write_jsonl
 from hf_calibration.secl.config import ADAPTER_SCOPES, SECLConfig
 from hf_calibration.secl.confidence import SIGNAL_NAMES
-from hf_calibration.secl.stream import (FINAL_SUFFIX, baseline_pass, final_adapter_pass, format_stream_summary,
+from hf_calibration.evaluation.stream import (FINAL_SUFFIX, baseline_pass, final_adapter_pass, format_stream_summary,
                                         secl_field, secl_key, secl_pass, signal_rows, summarize_stream)
 from hf_calibration.secl.stream_checkpoint import RunLock, StreamCheckpoint, weights_fingerprint
 
@@ -166,7 +166,7 @@ def _secl_pass_worker(job: dict) -> tuple[list, dict, dict | None]:
     """One SECL pass in a spawned process (``SECLStreamConfig.workers``): the model loaded and wrapped as in the
     parent, its identity adapter set to the parent's (the same LoRA A), the same stream. Returns the pass's record
     fields (one dict per question, with its ``passes`` entry), its counters and, when ``job["keep"]``, the state
-    the pass left (adapter weights, gate, open burst, counters) for the parent to take over."""
+    the pass left (``SECLModel.secl_snapshot``: adapter weights and SECL state) for the parent to take over."""
     from hf_calibration.secl.mixin import apply_secl
 
     torch.set_num_threads(job["threads"])
@@ -175,7 +175,7 @@ def _secl_pass_worker(job: dict) -> tuple[list, dict, dict | None]:
     with warnings.catch_warnings():  # the parent warned about the settings and the prompts cut to fit, if any
         warnings.simplefilter("ignore", ParameterWarning)
         model = apply_secl(model, tokenizer, SECLConfig(**job["secl"]))
-        model.secl_initial_adapter = job["initial"]
+        model.secl_set_identity(job["initial"])
         items = build_stream(tokenizer, job["stream"], limit_per_domain=job["limit_per_domain"], seed=job["seed"],
                              balance_gold=job["balance_gold"], prompt_format=model.secl_config.prompt_format,
                              **stream_context(model, tokenizer, model.secl_config, on_overflow=job["on_overflow"],
@@ -183,25 +183,16 @@ def _secl_pass_worker(job: dict) -> tuple[list, dict, dict | None]:
     fields = [{"passes": {}} for _ in items]
     checkpoint = StreamCheckpoint(*job["checkpoint"]) if job["checkpoint"] is not None else None
     counters = secl_pass(model, items, fields, scope=job["scope"], checkpoint=checkpoint, **job["options"])
-    state = None
-    if job["keep"]:
-        state = {"adapter": {k: v.detach().cpu().clone() for k, v in model.secl_adapter_state().items()},
-                 "gate": model.secl_gate.state_dict(), "burst_left": model.secl_burst_left, "counters": counters,
-                 "replay": model.secl_replay.state_dict()}
-    return fields, counters, state
+    return fields, counters, model.secl_snapshot() if job["keep"] else None
 
 
 def _parallel_passes(model, items, config, secl, scopes, options, checkpoint) -> tuple[list, dict]:
     """The baseline pass here and the SECL passes of ``scopes`` in ``config.workers - 1`` spawned processes (each
-    pass independent, module docstring of ``secl.stream``); → (records as the sequential run builds them, counters
+    pass independent, module docstring of ``evaluation.stream``); → (records as the sequential run builds them, counters
     per scope). ``model`` is left as the last scope's pass leaves it in a sequential run (adapter, gate, open burst,
     counters), so it saves the same calibrated adapter. Threads: this process's count shared out (at least one
     each)."""
     import multiprocessing
-
-    from peft import set_peft_model_state_dict
-
-    from hf_calibration.secl.mixin import ADAPTER_NAME
 
     threads = max(1, torch.get_num_threads() // config.workers)
     initial = {k: v.detach().cpu().clone() for k, v in model.secl_initial_adapter.items()}
@@ -231,8 +222,7 @@ def _parallel_passes(model, items, config, secl, scopes, options, checkpoint) ->
                 rec["passes"].update(passes)
             counters_of[job["scope"]] = counters
             if state is not None:
-                set_peft_model_state_dict(model.peft_model, state["adapter"], adapter_name=ADAPTER_NAME)
-                model._secl_load_state(state)
+                model.load_secl_snapshot(state)
     return records, counters_of
 
 
@@ -271,12 +261,12 @@ def _stream_checkpoint(out, config, secl, options, items, keys, weights: str) ->
 
 def run_secl_stream(config: SECLStreamConfig, secl: SECLConfig | None = None, *,
                     progress: bool = True) -> SECLStreamResult:
-    """Two passes over one stream with the same model (``secl.stream``): the baselines (verbalized, P(True),
+    """Two passes over one stream with the same model (``evaluation.stream``): the baselines (verbalized, P(True),
     P(True)Norm, DINCO-style; Platt/TS with labels, 2-fold) and SECL online (``secl``, default ``SECLConfig()``;
     its ``prompt_format`` formats the stream, its ``adapter_scope`` is recorded in ``run``); with
     ``compare_adapter_scopes`` a third pass, SECL with the other adapter scope (rows ``secl_<scope>``); then every
     answer of the configured scope's pass read again with the adapter that pass ended with (row "secl_final",
-    ``secl.stream.final_adapter_pass``: what the calibrated model says once the stream has trained it). Writes
+    ``evaluation.stream.final_adapter_pass``: what the calibrated model says once the stream has trained it). Writes
     ``records.jsonl``, ``metrics.json``, the calibrated adapter ``secl_adapter/`` and ``reliability_<domain>.png``
     per domain into ``output_dir``, atomically. Each pass keeps every question as it finishes in a hidden folder
     beside ``output_dir`` (``secl.stream_checkpoint``): a run that stops is resumed by running it again.

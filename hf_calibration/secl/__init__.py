@@ -5,7 +5,9 @@ signals it shares with ``hf-calibration diagnose``.
 - ``drift``: Page-Hinkley and the EMA-standardised entropy gate.
 - ``config`` / ``mixin``: ``SECLConfig`` and ``SECLGenerationMixin`` (``apply_secl``, ``SECLModel``).
 - ``diagnose``: the generation–discrimination gap and whether SECL can help a model.
-- ``stream``: a multi-domain stream through SECL with the baselines (``hf-calibration secl``).
+- ``state`` / ``step``: one stream's ``SECLState`` and the per-question ``secl_step`` that every driver calls.
+- ``service``: SECL beside a server, one state per named stream.
+(The stream evaluation protocol, ``hf-calibration secl``'s passes and summary, is ``hf_calibration.evaluation.stream``.)
 """
 
 from hf_calibration.secl.config import SECLConfig

@@ -2,9 +2,9 @@
 update steps on the directional target (docs/methods.md, "SECL: P(True)Norm", "SECL: bin gate", "SECL:
 directional target"; Hedna et al. 2026, arXiv 2604.09624).
 
-``SECLBurstMixin`` is the part of ``SECLGenerationMixin`` (``mixin.py``) that runs inside a burst; it reads the
-state that ``SECLGenerationMixin`` sets up (``secl_config``, ``secl_tokenizer``, ``secl_counters``, the replay
-buffer) and its reads (``secl_followup``, ``secl_answer_text``, ``secl_restated``, ``_secl_alternatives``).
+``SECLBurstMixin`` holds the burst's model reads and training on a ``SECLModel`` (``mixin.py``): the pseudo-label
+(``secl_pseudo_label``), the update steps (``secl_update``) and the consolidation (``secl_consolidation``). The
+decisions around them (the bin gate, the replay buffer, the counters) are ``secl.step.secl_step``'s.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from hf_calibration.secl.confidence import (
     p_true_from_logprobs,
     prefix_pass,
 )
-from hf_calibration.secl.replay import ReplayItem, consolidate, directional_target, item_confidence, update_steps
+from hf_calibration.secl.replay import ReplayItem, consolidate, update_steps
 
 
 def confidence_bin(c: float, n_bins: int) -> int:
@@ -53,23 +53,6 @@ def same_option(answer: str, distractor: str) -> bool:
 def bin_gate_passes(c: float, c_star: float, *, n_bins: int, width: int) -> bool:
     """True when the update should run: |bin(c) − bin(c*)| > width (docs/methods.md, "SECL: bin gate")."""
     return abs(confidence_bin(c, n_bins) - confidence_bin(c_star, n_bins)) > width
-
-
-def step_record(c: float, greedy, entropy: float) -> dict:
-    """The record of one SECL question before its burst (if any) fills it: ``confidence`` (returned) and
-    ``verbalized`` both the verbalized read c, the burst fields empty. Shared by ``SECLModel`` and ``SECLService``."""
-    return {"confidence": c, "verbalized": c, "verbalized_greedy": greedy, "entropy": entropy, "alarm": False,
-            "in_burst": False, "p_true": None, "norm_p_true": None, "skipped_by_bin_gate": False, "updated": False,
-            "target": None, "confidence_after": c, "n_distractors": 0, "replayed": []}
-
-
-def record_pseudo_label(record: dict, config, p_true: float, c_star: float, n_distractors: int) -> None:
-    """Write a burst question's pseudo-label into its ``record``; with ``config.burst_confidence`` "teacher" the
-    confidence returned for the question becomes c* (docs/methods.md, "SECL: the confidence returned in a burst"),
-    its verbalized read staying in ``record["verbalized"]``."""
-    record.update(p_true=p_true, norm_p_true=c_star, n_distractors=n_distractors)
-    if config.burst_confidence == "teacher":
-        record["confidence"] = c_star
 
 
 class SECLBurstMixin:
@@ -135,7 +118,7 @@ class SECLBurstMixin:
         k, own = cfg.num_distractors, self.secl_answer_text(answer_ids)
         if choices is not None:
             # as diagnose asks (confidence.mcqa_signals): the letter is the turn, "<letter>. <text>" is asked about
-            chosen, own = self._secl_option(own, choices)
+            chosen, own = self.secl_option(own, choices)
             others = [j for j in range(len(choices)) if j != chosen][:k]
             return [(answer_ids, own)] + [(assistant_answer_ids(tok, LETTERS[j], fmt),
                                            mcqa_answer_text(LETTERS[j], choices[j], cfg.answer_max_chars))
@@ -146,35 +129,12 @@ class SECLBurstMixin:
         alts = [d for d in dict.fromkeys(distractors) if not same_option(own, d)][:k]
         return [(answer_ids, own)] + [(assistant_answer_ids(tok, d, fmt), d) for d in alts], 0
 
-    def _secl_burst_item(self, prompt, answer_ids, c, distractors, choices, record, context, prompt_context) -> int:
-        """The pseudo-label and, past the bin gate, the update steps. context : the answer's cache (adapter off)
-        in the "confidence" scope, reused by every step; None in the "all" scope."""
-        cfg = self.secl_config
-        label = self._secl_label(prompt, answer_ids, distractors, choices, prompt_context)
-        passes, c_star = label["forward_passes"], label["norm_p_true"]
-        record_pseudo_label(record, cfg, float(label["p_true"][0]), c_star, label["n_distractors"])
-        # every burst question with its pseudo-label is replayed later, whether or not it passes the gate
-        item = ReplayItem(list(prompt), list(answer_ids), self.secl_restated(answer_ids, choices), c_star, context,
-                          self.secl_counters["questions"] - 1)
-        if not bin_gate_passes(c, c_star, n_bins=cfg.n_bins, width=cfg.bin_gate_width):
-            record["skipped_by_bin_gate"] = True
-            self.secl_counters["skipped_by_bin_gate"] += 1
-            self.secl_replay.add(item)
-            return passes
-        item.target = record["target"] = directional_target(c, c_star, alpha_step=cfg.alpha_step, delta=cfg.delta)
-        steps = self.secl_update(item, self.secl_replay, record)
-        self.secl_counters["updates"] += 1
-        record["updated"] = True
-        with torch.no_grad():  # for the record only: not part of SECL's cost
-            after, _ = item_confidence(self, item)
-        record["confidence_after"] = float(after[0])
-        return passes + steps
-
     @contextlib.contextmanager
-    def secl_training(self):
-        """The adapter's AdamW (``secl_optimizer``) with the model in train mode; on leaving, also on an error,
-        the gradients are dropped and the model is back in eval mode (where every SECL read runs)."""
-        opt = self.secl_optimizer()
+    def secl_training(self, state=None):
+        """The AdamW of ``state`` (a ``secl.state.SECLState``; default the model's own ``secl_state``) over the
+        adapter's LoRA weights, with the model in train mode; on leaving, also on an error, the gradients are dropped
+        and the model is back in eval mode (where every SECL read runs)."""
+        opt = (state or self.secl_state).optimizer(self.secl_adapter_params())
         self.train()
         try:
             yield opt
@@ -182,28 +142,26 @@ class SECLBurstMixin:
             opt.zero_grad(set_to_none=True)
             self.eval()
 
-    def secl_update(self, item: ReplayItem, buffer, record: dict) -> int:
+    def secl_update(self, item: ReplayItem, buffer, *, state=None) -> tuple[int, list]:
         """``steps_per_update`` steps on ``item`` (its ``target`` set) with minibatches drawn from ``buffer`` (a
-        ``secl.replay.ReplayBuffer`` of earlier burst questions; ``secl.replay.update_steps``), then ``item`` joins
-        the buffer with its target recomputed later. ``record["replayed"]``: the indices replayed per step.
-        Returns the forward passes."""
+        ``secl.replay.ReplayBuffer`` of earlier burst questions; ``secl.replay.update_steps``) and the AdamW of
+        ``state`` (default the model's own), then ``item`` joins the buffer with its target recomputed later.
+        Returns (forward passes, the stream indices replayed at each step)."""
         cfg = self.secl_config
-        with self.secl_training() as opt:
-            steps, record["replayed"] = update_steps(self, item, buffer, opt, steps=cfg.steps_per_update,
-                                                     alpha_step=cfg.alpha_step, delta=cfg.delta,
-                                                     loss=cfg.confidence_loss)
+        with self.secl_training(state) as opt:
+            steps, replayed = update_steps(self, item, buffer, opt, steps=cfg.steps_per_update,
+                                           alpha_step=cfg.alpha_step, delta=cfg.delta, loss=cfg.confidence_loss)
         buffer.add(dataclasses.replace(item, target=None))
-        return steps
+        return steps, replayed
 
-    def secl_consolidation(self, buffer, record: dict, *, burst: int) -> int:
+    def secl_consolidation(self, buffer, *, burst: int, state=None) -> dict:
         """``consolidation_epochs`` over ``buffer`` (a ``secl.replay.ReplayBuffer``) in minibatches of
-        ``consolidation_batch_size`` (``secl.replay.consolidate``, seeded by the burst's number ``burst``);
-        ``record["consolidation"]`` = {questions, steps, forward_passes}. Returns the forward passes."""
+        ``consolidation_batch_size`` (``secl.replay.consolidate``, seeded by the burst's number ``burst``) with the
+        AdamW of ``state`` (default the model's own). Returns {questions, steps, forward_passes}."""
         cfg = self.secl_config
-        with self.secl_training() as opt:
+        with self.secl_training(state) as opt:
             passes, steps = consolidate(self, buffer, opt, epochs=cfg.consolidation_epochs,
                                         batch_size=cfg.consolidation_batch_size, alpha_step=cfg.alpha_step,
                                         delta=cfg.delta, seed=burst, lr_scheduler=cfg.consolidation_lr_scheduler,
                                         loss=cfg.confidence_loss)
-        record["consolidation"] = {"questions": len(buffer), "steps": steps, "forward_passes": passes}
-        return passes
+        return {"questions": len(buffer), "steps": steps, "forward_passes": passes}

@@ -407,7 +407,7 @@ SIGNAL_NAMES = {
     "temperature": "TS (labels, 2-fold)",
     # a SECL stream's comparison pass with the other adapter scope (SECLConfig.adapter_scope)
     "secl_all": "SECL (scope all)", "secl_confidence": "SECL (scope confidence)",
-    # the same answers read again with the adapter the stream ended with (secl.stream.final_adapter_pass)
+    # the same answers read again with the adapter the stream ended with (evaluation.stream.final_adapter_pass)
     "secl_final": "SECL, final adapter",
 }
 

@@ -60,21 +60,21 @@ from transformers.generation.utils import GenerateDecoderOnlyOutput
 from hf_calibration.modeling.prompts import LETTERS, first_option_letter, resolve_prompt_format
 from hf_calibration.secl.adapted import AdaptedModel
 from hf_calibration.secl.burst import (  # noqa: F401  (confidence_bin, same_option, bin_gate_passes: re-exported)
-    SECLBurstMixin, bin_gate_passes, confidence_bin, same_option, step_record)
+    SECLBurstMixin, bin_gate_passes, confidence_bin, same_option)
 from hf_calibration.secl.config import SECLConfig
 from hf_calibration.secl.confidence import (
     PLAIN_CONFIDENCE_PREFIX, ConfidenceTokens, cache_row, confidence_distribution, continuation_then_token,
-    extend_cache, followup_ids, mcqa_answer_text, norm_p_true, prefix_pass, verbalized_from_logprobs)
-from hf_calibration.secl.drift import EntropyShiftDetector, gate_state_from_json, gate_state_to_json
+    extend_cache, followup_ids, mcqa_answer_text, prefix_pass, verbalized_from_logprobs)
+from hf_calibration.secl.reads import ModelReads
 from hf_calibration.secl.replay import ReplayBuffer, directional_target  # noqa: F401  (directional_target: re-exported)
+from hf_calibration.secl.state import (  # noqa: F401  (COUNTERS, FORMAT_VERSION, write_secl_files: re-exported)
+    COUNTERS, FORMAT_VERSION, STATE_NAME, SECLState, read_secl_state, write_secl_files)
+from hf_calibration.secl.step import SECLQuestion, SECLRecord, answer_length, secl_step
 
 # PEFT's default name: PeftModel.save_pretrained writes any other adapter into a subfolder named after it,
 # which PeftModel.from_pretrained(base, folder) would not find.
 ADAPTER_NAME = "default"
-STATE_NAME = "secl_state.json"
-FORMAT_VERSION = 2  # of secl_state.json (2: the replay buffer; 1 is read as an empty one); bump when the layout changes
 PAPER_URL = "https://arxiv.org/abs/2604.09624"
-COUNTERS = ("questions", "alarms", "bursts", "burst_questions", "updates", "skipped_by_bin_gate", "forward_passes")
 
 
 @dataclass
@@ -119,20 +119,36 @@ class SECLGenerationMixin(SECLBurstMixin):
         self.secl_tokenizer = tokenizer
         self.secl_tokens = ConfidenceTokens.from_tokenizer(tokenizer)
         self.secl_prompt_format = resolve_prompt_format(tokenizer, config.prompt_format)
-        self.secl_gate = EntropyShiftDetector(
-            ema_rate=config.ema_rate, delta=config.ph_delta, threshold=config.ph_threshold,
-            min_instances=config.ph_min_instances, warmup=config.warmup,
-        )
-        self.secl_counters = dict.fromkeys(COUNTERS, 0)
-        self.secl_burst_left = 0
-        self.secl_records: list[dict] = []
+        self.secl_state = SECLState.new(config)
+        self.secl_records: list[SECLRecord] = []
         # the identity adapter: LoRA's ΔW = B·A is 0 with B = 0 (a new adapter is initialised so; a loaded one keeps A)
-        self.secl_initial_adapter = {k: torch.zeros_like(v) if "lora_B" in k else v.detach().clone()
-                              for k, v in self.secl_adapter_state().items()}
-        self.secl_adamw = None
-        self.secl_replay = ReplayBuffer(config.replay_size, config.replay_batch_size)
+        self.secl_set_identity(self.secl_adapter_state())
 
-    def _secl_adapter_params(self):
+    # the stream's state, read-only views (the state is ``secl_state``; ``secl.step.secl_step`` advances it)
+    @property
+    def secl_gate(self):
+        return self.secl_state.gate
+
+    @property
+    def secl_counters(self) -> dict:
+        return self.secl_state.counters
+
+    @property
+    def secl_burst_left(self) -> int:
+        return self.secl_state.burst_left
+
+    @property
+    def secl_replay(self) -> ReplayBuffer:
+        return self.secl_state.replay
+
+    def secl_set_identity(self, adapter: dict) -> None:
+        """Take ``adapter`` (name → tensor, as ``secl_adapter_state``; its B is zeroed) as the identity adapter that
+        ``reset_calibration`` restores, e.g. another process's, so both start from the same LoRA A."""
+        self.secl_initial_adapter = {k: torch.zeros_like(v) if "lora_B" in k else v.detach().clone()
+                                     for k, v in adapter.items()}
+
+    def secl_adapter_params(self):
+        """The adapter's LoRA parameters (those SECL trains), in a fixed order."""
         # by name, not requires_grad: PEFT's disable_adapter() switches requires_grad off while it is active
         return [p for n, p in self.peft_model.named_parameters() if "lora_" in n and f".{ADAPTER_NAME}." in n]
 
@@ -143,6 +159,18 @@ class SECLGenerationMixin(SECLBurstMixin):
             return self.peft_model.disable_adapter()
         return contextlib.nullcontext()
 
+    @contextlib.contextmanager
+    def secl_scope(self, scope: str | None):
+        """Run the block with ``SECLConfig.adapter_scope`` = ``scope`` ("confidence" or "all"; None: unchanged), the
+        model's own config restored afterwards, also on an error."""
+        own = self.secl_config
+        if scope is not None:
+            self.secl_config = own.replaced(adapter_scope=scope)
+        try:
+            yield self
+        finally:
+            self.secl_config = own
+
     def secl_adapter_state(self) -> dict:
         """The adapter's weights, keyed as PEFT saves them (name → tensor, live, not copied)."""
         from peft import get_peft_model_state_dict
@@ -151,36 +179,43 @@ class SECLGenerationMixin(SECLBurstMixin):
         # (offline: a warning the user cannot act on) to find out.
         return get_peft_model_state_dict(self.peft_model, adapter_name=ADAPTER_NAME, save_embedding_layers=False)
 
+    def secl_set_adapter(self, adapter: dict) -> None:
+        """Put ``adapter`` (name → tensor, as ``secl_adapter_state`` returns) into the model's LoRA adapter (copied)."""
+        from peft import set_peft_model_state_dict
+
+        set_peft_model_state_dict(self.peft_model, {k: v.clone() for k, v in adapter.items()},
+                                  adapter_name=ADAPTER_NAME)
+
     def secl_optimizer(self):
-        """The AdamW over the adapter's LoRA weights (``secl_adamw``; made on first use, dropped by
-        ``reset_calibration``). A service that trains several streams in one model swaps ``secl_adamw``."""
-        if self.secl_adamw is None:
-            self.secl_adamw = torch.optim.AdamW(self._secl_adapter_params(), lr=self.secl_config.learning_rate,
-                                                     weight_decay=0.0)
-        return self.secl_adamw
+        """The AdamW over the adapter's LoRA weights (the state's, ``SECLState.optimizer``; made on first use,
+        dropped by ``reset_calibration``)."""
+        return self.secl_state.optimizer(self.secl_adapter_params())
 
     def reset_calibration(self, *, counters: bool = False) -> None:
         """Restore the identity adapter exactly (B = 0, A as when the SECL model was built: PEFT's initial A
-        for ``apply_secl``, the loaded A for ``SECLModel.from_pretrained``); forget the optimizer state, the gate
-        and the open burst. counters : also zero ``secl_counters`` (a new stream)."""
-        from peft import set_peft_model_state_dict
-
-        set_peft_model_state_dict(self.peft_model, {k: v.clone() for k, v in self.secl_initial_adapter.items()},
-                                  adapter_name=ADAPTER_NAME)
-        self.secl_adamw = None
-        self.secl_gate.reset()
-        self.secl_burst_left = 0
-        self.secl_replay.clear()
-        if counters:
-            self.secl_counters = dict.fromkeys(COUNTERS, 0)
+        for ``apply_secl``, the loaded A for ``SECLModel.from_pretrained``); forget the optimizer state, the gate,
+        the open burst and the replay buffer (``SECLState.reset``). counters : also zero ``secl_counters`` (a new
+        stream)."""
+        self.secl_set_adapter(self.secl_initial_adapter)
+        self.secl_state.reset(counters=counters)
 
     def start_burst(self) -> None:
-        """Open a calibration burst now, as an alarm would (e.g. at a known domain boundary)."""
-        if self.secl_burst_left == 0:
-            self.secl_counters["bursts"] += 1
-            if self.secl_config.replay_scope == "burst":
-                self.secl_replay.clear()  # replay stays within one burst
-        self.secl_burst_left = self.secl_config.burst_size
+        """Open a calibration burst now, as an alarm would (e.g. at a known domain boundary; ``SECLState.start_burst``)."""
+        self.secl_state.start_burst()
+
+    # -- the state with the adapter: the one checkpoint of a stream ---------------------------------------------------
+    def secl_snapshot(self) -> dict:
+        """{"adapter": the adapter's weights (CPU copies), "state": ``secl_state.state_dict()``}: everything this stream
+        needs to go on exactly where it is (``load_secl_snapshot``). The stream job's checkpoint and its worker
+        processes keep this; ``save_pretrained`` writes the same as files."""
+        return {"adapter": {k: v.detach().cpu().clone() for k, v in self.secl_adapter_state().items()},
+                "state": self.secl_state.state_dict()}
+
+    def load_secl_snapshot(self, snapshot: dict) -> None:
+        """Restore what ``secl_snapshot`` returned: the adapter's weights and the state (gate, open burst, counters,
+        replay buffer, optimizer)."""
+        self.secl_set_adapter(snapshot["adapter"])
+        self.secl_state.load_state_dict(snapshot["state"])
 
     # -- saving ---------------------------------------------------------------------------------
     def save_pretrained(self, save_directory, **kwargs) -> None:
@@ -194,12 +229,7 @@ class SECLGenerationMixin(SECLBurstMixin):
         save_artifact(self.peft_model, save_directory, self._secl_save_state, **kwargs)
 
     def _secl_save_state(self, folder: Path) -> None:
-        self.secl_config.save_pretrained(folder)
-        gate = gate_state_to_json(self.secl_gate)
-        (folder / STATE_NAME).write_text(json.dumps(
-            {"format_version": FORMAT_VERSION, "gate": gate, "burst_left": self.secl_burst_left,
-             "counters": self.secl_counters, "replay": self.secl_replay.state_dict()}, indent=2) + "\n",
-            encoding="utf-8")
+        write_secl_files(folder, self.secl_config, self.secl_state)
 
     def load_calibration(self, folder) -> None:
         """Load an adapter and gate state written by ``save_pretrained`` (a local folder or a Hub repo id) into
@@ -213,14 +243,7 @@ class SECLGenerationMixin(SECLBurstMixin):
         folder = download_folder(folder, required_files=[ADAPTER_WEIGHTS_NAME, STATE_NAME])
         state = read_secl_state(folder)
         load_artifact_weights(self.peft_model, folder)
-        self._secl_load_state(state)
-
-    def _secl_load_state(self, state: dict) -> None:
-        self.secl_gate.load_state_dict(state["gate"])
-        self.secl_burst_left = state["burst_left"]
-        self.secl_counters = state["counters"]
-        self.secl_adamw = None
-        self.secl_replay.load_state_dict(state["replay"])
+        self.secl_state.load_state_dict(state)
 
     def push_to_hub(self, repo_id: str, *, metrics: dict | None = None, token: str | None = None,
                     private: bool = False, base_model: str | None = None) -> str:
@@ -287,11 +310,11 @@ class SECLGenerationMixin(SECLBurstMixin):
         # one device-to-host transfer each for the ids, the mask and the per-step entropies of the batch
         answers = out.sequences[:, n_prompt:].tolist()
         prompt_ids, prompt_mask = input_ids.tolist(), attention_mask.cpu()
-        step_entropy = self._secl_step_entropies(out.scores)
+        step_entropy = self.secl_step_entropies(out.scores)
         confidences, records = [], []
         for i, answer in enumerate(answers):
             prompt = [t for t, m in zip(prompt_ids[i], prompt_mask[i].tolist()) if m]
-            length = next((j for j, t in enumerate(answer) if t in eos), len(answer))
+            length = answer_length(answer, eos)
             entropy = float(step_entropy[: max(length, 1), i].mean()) if len(step_entropy) else 0.0
             distractors = None if secl_distractors is None else list(secl_distractors[i])
             choices = None if secl_choices is None or secl_choices[i] is None else list(secl_choices[i])
@@ -303,9 +326,9 @@ class SECLGenerationMixin(SECLBurstMixin):
                 context = (cache_row(cache, i, keep), mask, keep - n_prompt)
                 if base_cache:  # computed with the adapter off, as the teacher is: its prompt part serves P(True)
                     prompt_context = (cache_row(cache, i, n_prompt), prompt_mask[i])
-            record = self._secl_step(prompt, answer[:length], entropy, distractors, choices, secl_update, context,
-                                     prompt_context)
-            confidences.append(record["confidence"])
+            record = self._secl_step(SECLQuestion(prompt, answer[:length], entropy, choices, distractors), secl_update,
+                                     context, prompt_context)
+            confidences.append(record.confidence)
             records.append(record)
         self.secl_records = records
         conf = torch.tensor(confidences, dtype=torch.float32)
@@ -329,7 +352,7 @@ class SECLGenerationMixin(SECLBurstMixin):
         return ids
 
     @staticmethod
-    def _secl_step_entropies(step_scores) -> torch.Tensor:
+    def secl_step_entropies(step_scores) -> torch.Tensor:
         """Entropy (nats) of each step's next-token distribution, (steps, batch) float32 on the CPU;
         an answer's gate input is the mean over its own steps."""
         if not step_scores:
@@ -344,7 +367,7 @@ class SECLGenerationMixin(SECLBurstMixin):
         limit = self.secl_config.answer_max_chars
         return text if len(text) <= limit else "…" + text[-limit:]
 
-    def _secl_option(self, own: str, choices) -> tuple[int | None, str]:
+    def secl_option(self, own: str, choices) -> tuple[int | None, str]:
         """(index of the option ``own`` names or None, its text as "<letter>. <option text>" or ``own``)."""
         letter = first_option_letter(own)
         if choices is None or letter is None or LETTERS.index(letter) >= len(choices):
@@ -355,7 +378,7 @@ class SECLGenerationMixin(SECLBurstMixin):
     def secl_restated(self, answer_ids, choices) -> str:
         """What the confidence turn restates (``SECLConfig.restate``): the decoded answer, or its option's text."""
         own = self.secl_answer_text(answer_ids)
-        return self._secl_option(own, choices)[1] if self.secl_config.restate == "option_text" else own
+        return self.secl_option(own, choices)[1] if self.secl_config.restate == "option_text" else own
 
     def _secl_answer_ids(self, answer_ids) -> list[int]:
         # an empty answer is stated as a space, so the follow-up turn still follows an assistant turn
@@ -368,7 +391,7 @@ class SECLGenerationMixin(SECLBurstMixin):
             self.secl_tokenizer, template.replace("{answer}", answer_text), prompt_format=self.secl_prompt_format,
             plain_prefix=plain_prefix)
 
-    def _secl_answer_context(self, prompt, answer_ids, context=None):
+    def secl_answer_context(self, prompt, answer_ids, context=None):
         """(cache, prefix mask, answer tokens cached) over the prompt and the whole answer, computed as the
         answer was (``_secl_base``: the adapter off in the "confidence" scope), without gradients.
 
@@ -403,7 +426,7 @@ class SECLGenerationMixin(SECLBurstMixin):
         context : (cache, prefix_mask, n_cached_answer_tokens), e.g. from ``generate``, whose cache already
             holds the prompt and the answer's first tokens; then only the rest is run (no prompt pass).
         In the "confidence" scope the prompt and the whole answer always come from a cache computed with the
-        adapter off (``_secl_answer_context``) and only the follow-up turn runs, with the adapter on (and the
+        adapter off (``secl_answer_context``) and only the follow-up turn runs, with the adapter on (and the
         gradients, when asked). In the "all" scope without a context, everything runs with the adapter on and
         gradients flow through the whole conversation. restated : the text the turn restates (``secl_restated``;
         default the decoded answer).
@@ -426,7 +449,7 @@ class SECLGenerationMixin(SECLBurstMixin):
         text = self.secl_answer_text(answer_ids) if restated is None else restated
         cont = self.secl_followup(answer_ids, text, self.secl_config.confidence_template, PLAIN_CONFIDENCE_PREFIX)
         if self.secl_config.adapter_scope == "confidence":
-            context = self._secl_answer_context(prompt, answer_ids, context)
+            context = self.secl_answer_context(prompt, answer_ids, context)
         if context is None:
             _, cache, n = prefix_pass(self, prompt, requires_grad=requires_grad)
             mask = start = None
@@ -451,50 +474,28 @@ class SECLGenerationMixin(SECLBurstMixin):
         seen, alts = {own.strip().lower()}, []
         eos = self.secl_stop_ids()
         for row in beams[:, len(prompt):].tolist():
-            row = row[: next((j for j, t in enumerate(row) if t in eos), len(row))]
+            row = row[: answer_length(row, eos)]
             key = self.secl_answer_text(row).strip().lower()
             if key and key not in seen:
                 seen.add(key)
                 alts.append(row)
         return alts[:k], k + 1
 
-    def _secl_step(self, prompt, answer_ids, entropy, distractors, choices, update_enabled, context=None,
-                   prompt_context=None) -> dict:
-        counters = self.secl_counters
+    def _secl_step(self, question: SECLQuestion, update_enabled, context=None, prompt_context=None) -> SECLRecord:
+        """One question through ``secl.step.secl_step`` on this model's state, its reads on ``generate``'s cache."""
         was_training = self.training
         if was_training:  # eval() walks every module: skip it when there is nothing to switch
             self.eval()
-        base_answer = self.secl_config.adapter_scope == "confidence"
-        if base_answer:  # one cache of prompt and answer (adapter off) for every read and update step of this answer
-            context = self._secl_answer_context(prompt, answer_ids, context)
-        with torch.no_grad():
-            conf, greedy, passes = self.secl_verbalized(prompt, answer_ids, context=context,
-                                                         restated=self.secl_restated(answer_ids, choices))
-        c = float(conf[0])
-        passes += 1  # the generation
-        record = step_record(c, greedy, entropy)
-        if update_enabled:
-            counters["questions"] += 1
-            alarm = self.secl_gate.update(entropy)
-            record["alarm"] = alarm
-            if alarm:
-                counters["alarms"] += 1
-                if self.secl_burst_left == 0:
-                    self.start_burst()
-            if self.secl_burst_left > 0:
-                self.secl_burst_left -= 1
-                counters["burst_questions"] += 1
-                record["in_burst"] = True
-                # "all": an update changes the adapter under generate's cache, so the steps run everything again
-                passes += self._secl_burst_item(prompt, answer_ids, c, distractors, choices, record,
-                                                context if base_answer else None, prompt_context)
-                if self.secl_burst_left == 0 and self.secl_config.consolidation_epochs:
-                    passes += self.secl_consolidation(self.secl_replay, record, burst=counters["bursts"])
-            counters["forward_passes"] += passes
-        if was_training:
-            self.train()
-        record["forward_passes"] = passes
-        return record
+        if self.secl_config.adapter_scope == "confidence":
+            # one cache of prompt and answer (adapter off) for every read and update step of this answer
+            context = self.secl_answer_context(question.prompt, question.answer_ids, context)
+        try:
+            return secl_step(self.secl_state, ModelReads(self, context, prompt_context), question,
+                             update=update_enabled)
+        finally:
+            if was_training:
+                self.train()
+
 
 class GenerationMixinCall:
     """The model class's own ``generate`` (bypassing SECL), for internal beam searches."""
@@ -502,24 +503,6 @@ class GenerationMixinCall:
     @staticmethod
     def generate(model, *args, **kwargs):
         return super(SECLGenerationMixin, model).generate(*args, **kwargs)
-
-
-def read_secl_state(folder) -> dict:
-    """The ``secl_state.json`` that ``save_pretrained`` wrote into ``folder``, checked and ready for the gate.
-
-    Raises FileNotFoundError when it is missing; ValueError when it was written by a newer release
-    (``format_version``).
-    """
-    from hf_calibration.hub import check_artifact_config
-
-    path = Path(folder) / STATE_NAME
-    if not path.is_file():
-        raise FileNotFoundError(f"{folder}: no {STATE_NAME} (not a SECL folder)")
-    state = json.loads(path.read_text(encoding="utf-8"))
-    check_artifact_config(state, kind="SECL state", max_format_version=FORMAT_VERSION, source=str(path))
-    state["gate"] = gate_state_from_json(state["gate"])  # JSON has no infinity: save_pretrained writes None
-    state.setdefault("replay", ReplayBuffer(0, 0).state_dict())  # format 1 kept no buffer: an empty one
-    return state
 
 
 def _check_plain(model) -> None:
@@ -595,5 +578,5 @@ class SECLModel(SECLGenerationMixin, AdaptedModel):
             required_files=[CONFIG_NAME, ADAPTER_CONFIG_NAME, ADAPTER_WEIGHTS_NAME, STATE_NAME], is_trainable=True,
             adapter_name=ADAPTER_NAME, revision=revision, token=token)
         secl = cls(peft_model, tokenizer, config)
-        secl._secl_load_state(state)
+        secl.secl_state.load_state_dict(state)
         return secl

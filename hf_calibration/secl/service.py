@@ -48,12 +48,12 @@ import numpy as np
 import torch
 
 from hf_calibration.errors import ParameterError
-from hf_calibration.secl.burst import record_pseudo_label, step_record
 from hf_calibration.secl.confidence import (PLAIN_CONFIDENCE_PREFIX, PLAIN_P_TRUE_PREFIX, norm_p_true,
                                             p_true_from_logprobs, verbalized_from_logprobs)
-from hf_calibration.secl.drift import EntropyShiftDetector, gate_state_from_json, gate_state_to_json
-from hf_calibration.secl.mixin import COUNTERS, SECLGenerationMixin, bin_gate_passes, directional_target
-from hf_calibration.secl.replay import ReplayBuffer, ReplayItem, item_confidence
+from hf_calibration.secl.mixin import SECLGenerationMixin, write_secl_files
+from hf_calibration.secl.replay import item_confidence
+from hf_calibration.secl.state import SECLState
+from hf_calibration.secl.step import SECLQuestion, SECLReads, SECLRecord, answer_length, secl_step
 
 SWAP_MODES = ("update", "burst")
 STATE_FILE = "stream.json"
@@ -63,22 +63,38 @@ STATE_FORMAT = 2  # of stream.json (2: the replay buffer; 1 is read as an empty 
 
 @dataclass
 class StreamState:
-    """One stream's SECL state: its gate, replay buffer (the open burst's questions), counters, open burst,
-    records, and the adapter version it reads with (0: the identity, never saved, read as the base model).
-    ``adapter``/``optimizer``: the trainer's LoRA weights and AdamW while another stream holds the trainer.
-    ``pending``: updated since the last swap."""
+    """One named stream of the service: its SECL state (``secl``: gate, open burst, counters, replay buffer, adapter
+    version, AdamW), its records (``SECLRecord``), the served name of its current adapter version (None: the base
+    model, version 0), ``adapter``: its LoRA weights while another stream holds the trainer (None: the identity or
+    in the trainer), ``pending``: updated since the last swap."""
 
     name: str
-    gate: EntropyShiftDetector
-    replay: ReplayBuffer
-    counters: dict = field(default_factory=lambda: dict.fromkeys(COUNTERS, 0))
-    burst_left: int = 0
+    secl: SECLState
     records: list = field(default_factory=list)
-    version: int = 0
     served_name: str | None = None
     adapter: dict | None = None
-    optimizer: object = None
     pending: bool = False
+
+    # read-only views of the state
+    @property
+    def counters(self) -> dict:
+        return self.secl.counters
+
+    @property
+    def gate(self):
+        return self.secl.gate
+
+    @property
+    def replay(self):
+        return self.secl.replay
+
+    @property
+    def burst_left(self) -> int:
+        return self.secl.burst_left
+
+    @property
+    def version(self) -> int:
+        return self.secl.version
 
 
 class LoRAAdmin:
@@ -165,7 +181,6 @@ class SECLService:
         self.backend, self.trainer, self.swap, self.max_new_tokens = backend, trainer, swap, max_new_tokens
         self.config = trainer.secl_config
         self.adapter_scope = self.config.adapter_scope
-        trainer.secl_config = self.config.replaced(adapter_scope="all")  # the read the server computes
         self.state_dir = Path(state_dir)
         self.lora = LoRAAdmin(backend)
         self.streams: dict[str, StreamState] = {}
@@ -185,77 +200,59 @@ class SECLService:
             raise ParameterError("stream", name, f"must be a non-empty name of letters, digits, '-' and '_', got {name!r}")
         if name in self.streams:
             return self.streams[name]
-        stream = StreamState(name, self._new_gate(), ReplayBuffer(self.config.replay_size,
-                                                                  self.config.replay_batch_size))
+        stream = StreamState(name, SECLState.new(self.config))
         path = self.state_dir / name / STATE_FILE
         if path.is_file():
             self._resume(stream, json.loads(path.read_text(encoding="utf-8")))
         self.streams[name] = stream
         return stream
 
-    def _new_gate(self) -> EntropyShiftDetector:
-        c = self.config
-        return EntropyShiftDetector(ema_rate=c.ema_rate, delta=c.ph_delta, threshold=c.ph_threshold,
-                                    min_instances=c.ph_min_instances, warmup=c.warmup)
-
     def _resume(self, stream: StreamState, state: dict) -> None:
         from hf_calibration.hub import check_artifact_config, load_artifact_weights
 
         check_artifact_config(state, kind="SECL service state", max_format_version=STATE_FORMAT,
                               source=str(self.state_dir / stream.name / STATE_FILE))
-        stream.gate.load_state_dict(gate_state_from_json(state["gate"]))
-        stream.counters, stream.burst_left, stream.records = state["counters"], state["burst_left"], state["records"]
-        if "replay" in state:  # format 1 had none
-            stream.replay.load_state_dict(state["replay"])
-        stream.version = state["version"]
+        folder = self._version_folder(stream.name, state["version"])
+        optimizer = None
+        if state["version"] and (folder / OPTIMIZER_FILE).is_file():
+            optimizer = torch.load(folder / OPTIMIZER_FILE, weights_only=True)
+        stream.secl.load_state_dict({**state, "optimizer": optimizer})  # format 1 had no replay buffer: empty
+        stream.records = [SECLRecord(**r) for r in state["records"]]
         if stream.version == 0:
             return
-        folder = self._version_folder(stream.name, stream.version)
         with self._lock:
             self._activate(stream)
             load_artifact_weights(self.trainer.peft_model, folder)
-            if (folder / OPTIMIZER_FILE).is_file():
-                self.trainer.secl_adamw = None
-                self.trainer.secl_optimizer().load_state_dict(torch.load(folder / OPTIMIZER_FILE, weights_only=True))
         served = f"{stream.name}-v{stream.version}"
         if served not in self.lora.served():  # a server restarted since; else the killed service's load stands
             self.lora.load(served, folder, rank=self.config.lora_r)
         stream.served_name = served
 
     def _activate(self, stream: StreamState) -> None:
-        """Put ``stream``'s adapter weights and optimizer into the trainer (the other stream's kept aside)."""
-        from peft import set_peft_model_state_dict
-
+        """Put ``stream``'s adapter weights into the trainer (the other stream's kept aside). Each stream's AdamW is
+        its own state's (``SECLState.optimizer``, over the trainer's LoRA parameters)."""
         tr = self.trainer
         if self._active is stream:
             return
         if self._active is not None:
             self._active.adapter = {k: v.detach().clone() for k, v in tr.secl_adapter_state().items()}
-            self._active.optimizer = tr.secl_adamw
-        weights = stream.adapter if stream.adapter is not None else self._identity
-        set_peft_model_state_dict(tr.peft_model, {k: v.clone() for k, v in weights.items()}, adapter_name="default")
-        tr.secl_adamw = stream.optimizer
-        tr.secl_gate, tr.secl_counters, tr.secl_burst_left = stream.gate, stream.counters, stream.burst_left
+        tr.secl_set_adapter(stream.adapter if stream.adapter is not None else self._identity)
         self._active = stream
 
     def start_burst(self, name: str) -> None:
         """Open a burst in stream ``name`` now, as an alarm would (``SECLModel.start_burst``)."""
-        stream = self.open_stream(name)
-        if stream.burst_left == 0:
-            stream.counters["bursts"] += 1
-            if self.config.replay_scope == "burst":
-                stream.replay.clear()  # replay stays within one burst (SECLModel.start_burst)
-        stream.burst_left = self.config.burst_size
+        self.open_stream(name).secl.start_burst()
 
     # -- one question -------------------------------------------------------------------------
-    def step(self, name: str, prompt_ids, *, choices=None, distractors=None, update: bool = True) -> dict:
-        """SECL on one question of stream ``name``: the record ``SECLModel.generate`` keeps for it
-        (``secl_records``), plus ``answer_ids``, ``entropy_gap`` (how far the served entropy, a top-k bound, can
-        lie below the exact one) and ``adapter`` (the served name it was read with; None: the base model).
+    def step(self, name: str, prompt_ids, *, choices=None, distractors=None, update: bool = True) -> SECLRecord:
+        """SECL on one question of stream ``name`` (``secl.step.secl_step`` with ``ServedReads``): the record
+        ``SECLModel.generate`` keeps for it, plus ``answer_ids``, ``entropy_gap`` (how far the served entropy, a
+        top-k bound, can lie below the exact one) and ``adapter`` (the served name it was read with; None: the base
+        model). ``record.to_dict()`` is what ``stream.json`` keeps.
 
         prompt_ids : the prompt's token ids. choices / distractors : as ``SECLModel.generate``'s
         ``secl_choices`` / ``secl_distractors`` for this prompt; a burst needs one of them (the beam search for
-        open-ended alternatives is not a served read). update : False reads only (the gate is not updated).
+        open-ended alternatives is not a served read). update : False reads only (the state is not touched).
         Raises ParameterError naming ``choices`` for a burst question without either; the backend's errors.
         """
         stream = self.open_stream(name)
@@ -263,99 +260,20 @@ class SECLService:
         reader = _view(self.backend, stream.served_name or self.backend.served_model)
         answerer = reader if self.adapter_scope == "all" else self.backend
         gen = answerer.generate([prompt], max_new_tokens=self.max_new_tokens)[0]
-        stop = self.trainer.secl_stop_ids()
-        length = next((j for j, t in enumerate(gen.token_ids) if t in stop), len(gen.token_ids))
-        answer = list(gen.token_ids[:length])
+        length = answer_length(gen.token_ids, self.trainer.secl_stop_ids())
         steps = slice(0, max(length, 1))
         entropy = float(np.mean(gen.entropy[steps])) if len(gen.entropy) else 0.0
-        gap = float(np.mean(gen.entropy_gap[steps])) if len(gen.entropy_gap) else 0.0
-        restated = self.trainer.secl_restated(answer, choices)
-        c, greedy, passes = self._verbalized(reader, prompt, answer, restated)
-        passes += 1  # the generation
-        record = {**step_record(c, greedy, entropy), "answer_ids": answer, "entropy_gap": gap,
-                  "adapter": stream.served_name}
-        if update:
-            stream.counters["questions"] += 1
-            record["alarm"] = stream.gate.update(entropy)
-            if record["alarm"]:
-                stream.counters["alarms"] += 1
-                if stream.burst_left == 0:
-                    self.start_burst(name)
-            if stream.burst_left > 0:
-                stream.burst_left -= 1
-                stream.counters["burst_questions"] += 1
-                record["in_burst"] = True
-                item = ReplayItem(prompt, answer, restated, 0.0, None, stream.counters["questions"] - 1)
-                passes += self._burst_item(stream, reader, item, c, distractors, choices, record)
-                if stream.burst_left == 0 and self.config.consolidation_epochs:
-                    passes += self._consolidate(stream, record)
-            stream.counters["forward_passes"] += passes
-        record["forward_passes"] = passes
+        question = SECLQuestion(prompt, list(gen.token_ids[:length]), entropy, choices, distractors)
+        read_with = stream.served_name
+        record = secl_step(stream.secl, ServedReads(self, stream, reader), question, update=update)
+        record.answer_ids, record.adapter = question.answer_ids, read_with
+        record.entropy_gap = float(np.mean(gen.entropy_gap[steps])) if len(gen.entropy_gap) else 0.0
         stream.records.append(record)
         if stream.pending and (self.swap == "update" or stream.burst_left == 0):
             self._swap(stream)
         if not stream.pending:
             self._write_state(stream)
         return record
-
-    def _verbalized(self, reader, prompt, answer, restated) -> tuple[float, float, int]:
-        """(c, greedy, reads): the verbalized confidence of ``answer`` (its turn restating ``restated``) read
-        through ``reader``, over the ids the trainer's ``secl_verbalized`` reads (the second read of a two-token
-        "10" after its "1")."""
-        tr, tokens = self.trainer, self.trainer.secl_tokens
-        cont = tr.secl_followup(answer, restated, self.config.confidence_template, PLAIN_CONFIDENCE_PREFIX)
-        rows = [prompt + cont] + ([prompt + cont + [tokens.digits[1][0]]] if tokens.two_step else [])
-        lp = reader.next_token_logprobs(rows, self._verbal_ids).dense(self._verbal_ids, reader.vocab_size)
-        conf, greedy, _ = verbalized_from_logprobs(lp[:1], tokens, lp[1:] if tokens.two_step else None)
-        return float(conf[0]), float(greedy[0]), len(rows)
-
-    def _burst_item(self, stream, reader, item: ReplayItem, c, distractors, choices, record) -> int:
-        """The served pseudo-label, the bin gate and, past it, the trainer's update steps (``SECLModel``'s, with
-        the stream's replay buffer); the question joins the buffer either way. ``item``: the question, its c*
-        filled in here."""
-        cfg, tr, prompt, answer = self.config, self.trainer, item.prompt, item.answer_ids
-        if choices is None and distractors is None:
-            raise ParameterError("choices", None, "a served SECL burst needs the MCQA options (choices) or "
-                                 "alternative answers (distractors) for P(True)Norm")
-        candidates, passes = tr.secl_candidates(prompt, answer, distractors, choices)
-        conts = [tr.secl_followup(ids, text, cfg.p_true_template, PLAIN_P_TRUE_PREFIX) for ids, text in candidates]
-        teacher = self.backend if self.adapter_scope == "confidence" else reader
-        lp = teacher.next_token_logprobs([prompt + x for x in conts], self._yes_no).dense(self._yes_no,
-                                                                                         teacher.vocab_size)
-        pt = p_true_from_logprobs(lp, tr.secl_tokens)[0].numpy().astype(np.float64)
-        item.c_star = c_star = float(norm_p_true(pt[None], tau=cfg.tau_n)[0, 0])
-        record_pseudo_label(record, cfg, float(pt[0]), c_star, len(candidates) - 1)
-        passes += len(conts)
-        if not bin_gate_passes(c, c_star, n_bins=cfg.n_bins, width=cfg.bin_gate_width):
-            record["skipped_by_bin_gate"] = True
-            stream.counters["skipped_by_bin_gate"] += 1
-            stream.replay.add(item)
-            return passes
-        item.target = record["target"] = directional_target(c, c_star, alpha_step=cfg.alpha_step, delta=cfg.delta)
-        with self._lock:
-            self._activate(stream)
-            # c read as the server reads it: the trainer's config is in the "all" scope (module docstring)
-            passes += tr.secl_update(item, stream.replay, record)
-            stream.pending = True
-            if self.swap == "burst":  # read locally: the server keeps the old version until the burst ends
-                with torch.no_grad():
-                    record["confidence_after"] = float(item_confidence(tr, item)[0][0])
-        stream.counters["updates"] += 1
-        record["updated"] = True
-        if self.swap == "update":
-            self._swap(stream)
-            record["confidence_after"] = self._verbalized(_view(self.backend, stream.served_name), prompt, answer,
-                                                          item.restated)[0]
-        return passes
-
-    def _consolidate(self, stream: StreamState, record: dict) -> int:
-        """The consolidation epochs over the stream's replay buffer when its burst ends (``SECLModel``'s
-        ``secl_consolidation``); swapped in as an update is. Returns the forward passes."""
-        with self._lock:
-            self._activate(stream)
-            passes = self.trainer.secl_consolidation(stream.replay, record, burst=stream.counters["bursts"])
-            stream.pending = stream.pending or record["consolidation"]["steps"] > 0
-        return passes
 
     # -- versions and state -------------------------------------------------------------------
     def _version_folder(self, name: str, version: int) -> Path:
@@ -371,30 +289,28 @@ class SECLService:
         version = max(taken + [stream.version]) + 1
         final = self._version_folder(stream.name, version)
         tmp = root / f".v{version:06d}.tmp-{os.getpid()}"
+        from hf_calibration.hub import save_artifact
+
         with self._lock:
             self._activate(stream)
-            self.trainer.secl_burst_left = stream.burst_left
-            read_config, self.trainer.secl_config = self.trainer.secl_config, self.config  # the stream's own scope
-            try:
-                self.trainer.save_pretrained(tmp)
-            finally:
-                self.trainer.secl_config = read_config
-            if self.trainer.secl_adamw is not None:
-                torch.save(self.trainer.secl_adamw.state_dict(), tmp / OPTIMIZER_FILE)
+            # the stream's own config (its scope) and state beside PEFT's adapter folder
+            save_artifact(self.trainer.peft_model, tmp, lambda folder: write_secl_files(folder, self.config,
+                                                                                         stream.secl))
+            optimizer = stream.secl.state_dict()["optimizer"]
+            if optimizer is not None:
+                torch.save(optimizer, tmp / OPTIMIZER_FILE)
         os.replace(tmp, final)
         served = f"{stream.name}-v{version}"
         self.lora.load(served, final, rank=self.config.lora_r)
-        old, stream.served_name, stream.version, stream.pending = stream.served_name, served, version, False
+        old, stream.served_name, stream.secl.version, stream.pending = stream.served_name, served, version, False
         if old is not None:
             self.lora.unload(old)
 
     def _write_state(self, stream: StreamState) -> None:
         root = self.state_dir / stream.name
         root.mkdir(parents=True, exist_ok=True)
-        state = {"format_version": STATE_FORMAT, "version": stream.version, "gate": gate_state_to_json(stream.gate),
-                 "counters": stream.counters, "burst_left": stream.burst_left, "records": stream.records,
-                 "replay": stream.replay.state_dict(),
-                 "adapter_scope": self.adapter_scope}
+        state = {"format_version": STATE_FORMAT, **stream.secl.state_dict(optimizer=False),
+                 "records": [r.to_dict() for r in stream.records], "adapter_scope": self.adapter_scope}
         tmp = root / f".{STATE_FILE}.tmp-{os.getpid()}"
         tmp.write_text(json.dumps(state, indent=1, default=_json_default) + "\n", encoding="utf-8")
         os.replace(tmp, root / STATE_FILE)
@@ -411,3 +327,61 @@ def _json_default(value):
     if isinstance(value, np.generic):
         return value.item()
     raise TypeError(f"not JSON-serialisable: {type(value).__name__}")
+
+
+class ServedReads(SECLReads):
+    """``secl.step.SECLReads`` for one question of a ``SECLService`` stream: the reads through the server
+    (``OpenAICompatibleBackend``: the verbalized read with the stream's served adapter, the P(True) teacher with the
+    adapter off in the "confidence" scope), the update steps and consolidation on the service's local trainer (in the
+    "all" scope: the read the server computes; module docstring), the adapter hot-swapped after an update."""
+
+    def __init__(self, service: SECLService, stream: StreamState, reader):
+        self.service, self.stream, self.reader = service, stream, reader
+
+    def verbalized(self, question):
+        return self.service._verbalized(self.reader, question.prompt, question.answer_ids, self.restated(question))
+
+    def restated(self, question):
+        return self.service.trainer.secl_restated(question.answer_ids, question.choices)
+
+    def pseudo_label(self, question):
+        svc, cfg, tr = self.service, self.service.config, self.service.trainer
+        if question.choices is None and question.distractors is None:
+            raise ParameterError("choices", None, "a served SECL burst needs the MCQA options (choices) or "
+                                 "alternative answers (distractors) for P(True)Norm")
+        prompt = question.prompt
+        candidates, passes = tr.secl_candidates(prompt, question.answer_ids, question.distractors, question.choices)
+        conts = [tr.secl_followup(ids, text, cfg.p_true_template, PLAIN_P_TRUE_PREFIX) for ids, text in candidates]
+        teacher = svc.backend if svc.adapter_scope == "confidence" else self.reader
+        lp = teacher.next_token_logprobs([prompt + x for x in conts], svc._yes_no).dense(svc._yes_no,
+                                                                                        teacher.vocab_size)
+        pt = p_true_from_logprobs(lp, tr.secl_tokens)[0].numpy().astype(np.float64)
+        c_star = float(norm_p_true(pt[None], tau=cfg.tau_n)[0, 0])
+        return float(pt[0]), c_star, len(candidates) - 1, passes + len(conts)
+
+    def update(self, state, item):
+        svc = self.service
+        with svc._lock, svc.trainer.secl_scope("all"):  # c read as the server reads it
+            svc._activate(self.stream)
+            out = svc.trainer.secl_update(item, state.replay, state=state)
+            self.stream.pending = True
+        return out
+
+    def confidence_after(self, state, item):
+        svc = self.service
+        if svc.swap == "update":
+            svc._swap(self.stream)
+            return svc._verbalized(_view(svc.backend, self.stream.served_name), item.prompt, item.answer_ids,
+                                   item.restated)[0]
+        with svc._lock, svc.trainer.secl_scope("all"), torch.no_grad():
+            # read locally: the server keeps the old version until the burst ends
+            svc._activate(self.stream)
+            return float(item_confidence(svc.trainer, item)[0][0])
+
+    def consolidate(self, state):
+        svc = self.service
+        with svc._lock, svc.trainer.secl_scope("all"):
+            svc._activate(self.stream)
+            out = svc.trainer.secl_consolidation(state.replay, burst=state.counters["bursts"], state=state)
+            self.stream.pending = self.stream.pending or out["steps"] > 0
+        return out

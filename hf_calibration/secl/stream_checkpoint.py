@@ -14,7 +14,7 @@ without the ``.jsonl``; a run that stops leaves the result folder as it was):
   open burst, the counters, the replay buffer (``ReplayBuffer.state_dict``) and how many questions it covers,
   written to a temporary file and renamed (atomic). Lines past that count (a question finished after the last
   state was written) are dropped on resume.
-- ``<key>_final.jsonl``: the final-adapter reads (``secl.stream.final_adapter_pass``) after the passes, one line per
+- ``<key>_final.jsonl``: the final-adapter reads (``evaluation.stream.final_adapter_pass``) after the passes, one line per
   question, each with the digest of the adapter it was read with (``adapter_digest``); lines read with another
   adapter (the pass was run again) are dropped.
 
@@ -22,7 +22,7 @@ Each line holds its JSON text and that text's sha256: a line cut or changed afte
 there. A state file that cannot be read makes its pass start over. Floats are written as JSON writes Python floats
 (``repr``, NaN as ``NaN``), so records read back bit-for-bit. A resumed SECL pass continues with the saved adapter
 and optimizer; the replayed questions' caches of prompt and answer are recomputed with the adapter off
-(``SECLGenerationMixin._secl_answer_context``) instead of taken from ``generate``'s cache. That is a float rounding
+(``SECLGenerationMixin.secl_answer_context``) instead of taken from ``generate``'s cache. That is a float rounding
 difference in each replayed read, which later update steps carry on: without replay a resumed run is bit-identical
 to one that never stopped; with replay (tiny test model, learning rate 0.1) its confidences differed by up to 5e-5.
 The fingerprint covers the model's weights (``weights_fingerprint``), so a different model under the same name or
@@ -44,7 +44,6 @@ import torch
 from hf_calibration.errors import ParameterError
 from hf_calibration.modeling.backends.checkpoint import fingerprint
 from hf_calibration.outputs import partial_path
-from hf_calibration.secl.drift import gate_state_from_json, gate_state_to_json
 
 RUN_FILE = "run.json"
 BASELINE_FILE = "baseline.jsonl"
@@ -231,19 +230,11 @@ class StreamCheckpoint:
         replay buffer) and return the fields it kept per question ({"fields": …, "passes": …}); [] (model untouched,
         the pass's files removed) when the pass has kept nothing it can resume from: no state, a state file that
         cannot be read, or fewer intact lines than the state covers."""
-        from peft import set_peft_model_state_dict
-
-        from hf_calibration.secl.mixin import ADAPTER_NAME
-
         done, loaded = self._held.pop(key) if key in self._held else self._pass(key)
         if not done:
             return []
         saved, state = loaded
-        set_peft_model_state_dict(model.peft_model, saved["adapter"], adapter_name=ADAPTER_NAME)
-        # gate, open burst, counters, replay buffer
-        model._secl_load_state({**state, "gate": gate_state_from_json(state["gate"])})
-        if saved["optimizer"] is not None:  # after it: _secl_load_state drops the optimizer
-            model.secl_optimizer().load_state_dict(saved["optimizer"])
+        model.load_secl_snapshot({"adapter": saved["adapter"], "state": {**state, "optimizer": saved["optimizer"]}})
         return done
 
     def _pass(self, key: str) -> tuple[list, tuple | None]:
@@ -290,11 +281,9 @@ class StreamCheckpoint:
         """Keep one more question of the SECL pass ``key``: its fields ``done`` (appended) and the pass's state after
         it, covering the first ``n`` questions (written atomically)."""
         _append(self.folder / f"{key}.jsonl", done)
-        state = {"n": n, "gate": gate_state_to_json(model.secl_gate), "burst_left": model.secl_burst_left,
-                 "counters": model.secl_counters, "replay": model.secl_replay.state_dict()}
-        saved = {"adapter": {k: v.detach().cpu().clone() for k, v in model.secl_adapter_state().items()},
-                 "optimizer": None if model.secl_adamw is None else model.secl_adamw.state_dict(),
-                 "state": _dumps(state)}
+        snapshot = model.secl_snapshot()  # the one checkpoint of a SECL stream: adapter and SECLState
+        optimizer = snapshot["state"].pop("optimizer")
+        saved = {"adapter": snapshot["adapter"], "optimizer": optimizer, "state": _dumps({"n": n, **snapshot["state"]})}
         path = self.folder / f"{key}.pt"
         tmp = path.with_name(path.name + ".tmp")
         torch.save(saved, tmp)

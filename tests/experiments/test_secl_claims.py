@@ -6,7 +6,7 @@ import torch
 from sklearn.metrics import brier_score_loss, roc_auc_score
 
 from hf_calibration.metrics import expected_calibration_error
-from hf_calibration.secl.stream import summarize_stream
+from hf_calibration.evaluation.stream import summarize_stream
 
 from experiments.common import format_claim_check
 from tests.secl.stream_records import level_shift_stream as _level_shift_stream

@@ -7,7 +7,7 @@ import math
 import pytest
 from safetensors.torch import load_file
 
-import hf_calibration.secl.stream as stream_module
+import hf_calibration.evaluation.stream as stream_module
 from hf_calibration.errors import ParameterError
 from hf_calibration.jobs import SECLStreamConfig, run_secl_stream
 from hf_calibration.outputs import partial_path
@@ -34,7 +34,7 @@ class Stop(Exception):
 
 
 def _stopping_after(monkeypatch, calls: int):
-    """``secl.stream._generate`` that raises Stop at its ``calls + 1``-th call (a run killed there)."""
+    """``evaluation.stream._generate`` that raises Stop at its ``calls + 1``-th call (a run killed there)."""
     real, count = REAL_GENERATE, [0]
 
     def generate(*args, **kwargs):

@@ -1,4 +1,4 @@
-"""Hand-made SECL stream records (the fields ``secl.stream.summarize_stream`` reads), shared by the tests of the
+"""Hand-made SECL stream records (the fields ``evaluation.stream.summarize_stream`` reads), shared by the tests of the
 stream's paired differences and of the experiments' claim check."""
 
 import numpy as np

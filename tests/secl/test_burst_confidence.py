@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-import hf_calibration.secl.burst as burst_module
+import hf_calibration.secl.step as step_module
 from hf_calibration.errors import ParameterError
 from hf_calibration.secl.config import SECLConfig
 from hf_calibration.secl.mixin import apply_secl
@@ -35,12 +35,12 @@ def _stream(tiny_model, tiny_tokenizer, mode):
     for _ in range(BURST + 2):
         out = answer_a(secl, tiny_tokenizer, secl_choices=[CHOICES])
         returned.append(float(out.confidences[0]))
-        records.append(secl.secl_records[0])
-    return returned, records, [p.detach().clone() for p in secl._secl_adapter_params()]
+        records.append(secl.secl_records[0].to_dict())
+    return returned, records, [p.detach().clone() for p in secl.secl_adapter_params()]
 
 
 def test_teacher_in_the_burst_verbalized_outside_and_the_same_training(tiny_model, tiny_tokenizer, monkeypatch):
-    monkeypatch.setattr(burst_module, "bin_gate_passes", lambda *a, **k: True)  # every burst question updates
+    monkeypatch.setattr(step_module, "bin_gate_passes", lambda *a, **k: True)  # every burst question updates
     got_v, rec_v, params_v = _stream(tiny_model, tiny_tokenizer, "verbalized")
     got_t, rec_t, params_t = _stream(tiny_model, tiny_tokenizer, "teacher")
     assert [r["in_burst"] for r in rec_t] == [True] * BURST + [False] * 2
@@ -64,7 +64,7 @@ def test_the_returned_c_star_is_the_teachers_by_hand(tiny_model, tiny_tokenizer,
     """c* returned in the burst = softmax(P(True) / tau_n)[answer] over the two options, P(True) = p_yes / (p_yes +
     p_no) of each option read by a separate call (the base model's: scope "confidence" reads the teacher with the
     adapter off, so the adapter the burst trained does not change it)."""
-    monkeypatch.setattr(burst_module, "bin_gate_passes", lambda *a, **k: True)
+    monkeypatch.setattr(step_module, "bin_gate_passes", lambda *a, **k: True)
     got, records, _ = _stream(tiny_model, tiny_tokenizer, "teacher")
     torch.manual_seed(0)
     fresh = apply_secl(tiny_model, tiny_tokenizer, SECLConfig(**SCHEDULE))

@@ -6,7 +6,7 @@ import pytest
 import torch
 from scipy.stats import entropy
 
-import hf_calibration.secl.burst as burst_module
+import hf_calibration.secl.step as step_module
 import hf_calibration.secl.replay as replay_module
 from hf_calibration.errors import ParameterError
 from hf_calibration.secl.config import SECLConfig
@@ -81,13 +81,13 @@ def test_minibatch_step_kl_is_the_gradient_of_the_mean_kl(tiny_model, tiny_token
     target 0.9 puts all of q on 9 (KL = −log p_9), 0.15 half on 1 and 2 (KL = log 0.5 − (log p_1 + log p_2)/2)."""
     secl = apply_secl(tiny_model, tiny_tokenizer, SECLConfig())
     with torch.no_grad():
-        for p in secl._secl_adapter_params():
+        for p in secl.secl_adapter_params():
             p.normal_(0, 0.1)
     ids = encode(tiny_tokenizer).input_ids[0].tolist()
     a = [tiny_tokenizer.convert_tokens_to_ids("A")]
     items = [ReplayItem(ids, a, "A", 0.9, target=0.9), ReplayItem(ids, a, "A. the first city", 0.15, target=0.15)]
     hand = [lambda lw: -lw[9], lambda lw: np.log(0.5) - (lw[1] + lw[2]) / 2]
-    params = secl._secl_adapter_params()
+    params = secl.secl_adapter_params()
     grads = []
     for item, kl in zip(items, hand):
         secl.zero_grad()
@@ -120,13 +120,13 @@ def test_the_loss_reaches_the_update_steps_and_the_consolidation(tiny_model, tin
         return real(model, items, optimizer, **kw)
 
     monkeypatch.setattr(replay_module, "minibatch_step", spy)
-    monkeypatch.setattr(burst_module, "bin_gate_passes", lambda *a, **k: True)
+    monkeypatch.setattr(step_module, "bin_gate_passes", lambda *a, **k: True)
     secl = apply_secl(tiny_model, tiny_tokenizer, SECLConfig(
         burst_size=2, confidence_loss=loss, replay_size=2, replay_batch_size=0, consolidation_epochs=1,
         consolidation_batch_size=1))
     secl.start_burst()
-    before = [p.detach().clone() for p in secl._secl_adapter_params()]
+    before = [p.detach().clone() for p in secl.secl_adapter_params()]
     for _ in range(2):
         answer_a(secl, tiny_tokenizer, secl_choices=[CHOICES])
     assert seen == [loss] * 4  # one step per question, then one per kept question in the epoch
-    assert any(not torch.equal(b, p) for b, p in zip(before, secl._secl_adapter_params()))
+    assert any(not torch.equal(b, p) for b, p in zip(before, secl.secl_adapter_params()))

@@ -3,7 +3,7 @@
 import numpy as np
 from sklearn.metrics import roc_auc_score
 
-from hf_calibration.secl.stream import _cross_fit
+from hf_calibration.evaluation.stream import cross_fit
 
 
 def test_temperature_and_platt_keep_the_order_near_one():
@@ -17,7 +17,7 @@ def test_temperature_and_platt_keep_the_order_near_one():
     conf, correct = np.concatenate([top, mid]), np.concatenate([top_correct, mid_correct])
     fold = np.random.default_rng(0).permutation(len(conf)) % 2  # _cross_fit's folds (same seed, same rule)
     for method in ("temperature", "platt"):
-        out = _cross_fit(conf, correct, method, seed=0)
+        out = cross_fit(conf, correct, method, seed=0)
         for f in (0, 1):  # each fold is mapped by one monotone function fitted on the other fold
             sel = fold == f
             ranks_raw = np.unique(conf[sel], return_inverse=True)[1]

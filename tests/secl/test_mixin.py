@@ -84,14 +84,14 @@ def test_update_moves_confidence_toward_target(tiny_tokenizer, secl):
     before = adapter(secl)
     secl.start_burst()
     run(secl, tiny_tokenizer, secl_distractors=[["A", "B"]])
-    r = secl.secl_records[0]
+    r = secl.secl_records[0].to_dict()
     assert r["in_burst"] and r["updated"] and 0 <= r["norm_p_true"] <= 1
     assert abs(r["confidence_after"] - r["target"]) < abs(r["confidence"] - r["target"])
     assert not same(before, adapter(secl)) and secl.secl_counters["updates"] == 1
     assert not secl.training and all(not p.requires_grad or "lora_" in n for n, p in secl.named_parameters())
     # K = 1 generated alternatives from beam search when no distractors are given
     run(secl, tiny_tokenizer)
-    assert secl.secl_records[0]["n_distractors"] >= 1
+    assert secl.secl_records[0].n_distractors >= 1
 
 
 def test_bin_gate_skips(tiny_tokenizer, tiny_model):
@@ -99,7 +99,7 @@ def test_bin_gate_skips(tiny_tokenizer, tiny_model):
     before = adapter(model)
     model.start_burst()
     run(model, tiny_tokenizer, secl_distractors=[["A", "B"]])
-    assert model.secl_records[0]["skipped_by_bin_gate"] and model.secl_counters["skipped_by_bin_gate"] == 1
+    assert model.secl_records[0].skipped_by_bin_gate and model.secl_counters["skipped_by_bin_gate"] == 1
     assert same(before, adapter(model)) and model.secl_counters["updates"] == 0
 
 
@@ -150,7 +150,7 @@ def test_saved_adapter_loads_in_plain_peft_with_the_same_logits(tmp_path, tiny_t
 
     secl.start_burst()
     run(secl, tiny_tokenizer, secl_distractors=[["A", "B"]])
-    assert secl.secl_records[0]["updated"]  # the adapter is no longer the identity
+    assert secl.secl_records[0].updated  # the adapter is no longer the identity
     secl.save_pretrained(tmp_path)
     peft_model = PeftModel.from_pretrained(make_tiny_model(tiny_tokenizer), tmp_path)
     ids = encode(tiny_tokenizer, PROMPTS)["input_ids"]
@@ -266,7 +266,7 @@ def test_two_step_read_is_one_pass_with_the_two_pass_values(tiny_tokenizer, secl
     # both digit reads come from one pass over the follow-up; before it, the answer's last token (generated, never
     # run by generate: the answer hit max_new_tokens) runs alone with the adapter off (adapter_scope "confidence")
     assert len(calls) == len(plain_calls) + 2
-    assert secl.secl_records[0]["forward_passes"] == 3  # counted logically: generation + two reads
+    assert secl.secl_records[0].forward_passes == 3  # counted logically: generation + two reads
     out = secl.generate(**enc, max_new_tokens=4, do_sample=False, return_dict_in_generate=True, secl_update=False)
     for i in range(2):
         prompt = enc["input_ids"][i][enc["attention_mask"][i].bool()].tolist()

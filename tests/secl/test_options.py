@@ -5,6 +5,7 @@ import pytest
 import torch
 
 import hf_calibration.secl.burst as burst_module
+import hf_calibration.secl.step as step_module
 import hf_calibration.secl.mixin as mixin_module
 import hf_calibration.secl.replay as replay_module
 from hf_calibration.errors import ParameterError
@@ -132,7 +133,7 @@ def _spy_steps(monkeypatch):
         return real(model, items, optimizer, **kw)
 
     monkeypatch.setattr(replay_module, "minibatch_step", spy)
-    monkeypatch.setattr(burst_module, "bin_gate_passes", lambda *a, **k: True)
+    monkeypatch.setattr(step_module, "bin_gate_passes", lambda *a, **k: True)
     return calls
 
 
@@ -144,7 +145,7 @@ def _burst(tiny_model, tiny_tokenizer, questions, **config):
     records = []
     for _ in range(questions):
         answer_a(secl, tiny_tokenizer, secl_choices=[CHOICES])
-        records.append(secl.secl_records[0])
+        records.append(secl.secl_records[0].to_dict())
     return secl, records
 
 
@@ -166,7 +167,7 @@ def test_replay_buffer_capacity_batch_and_new_burst(tiny_model, tiny_tokenizer, 
     assert calls[1][1] == 0 and calls[2][1] in (0, 1) and calls[3][1] in (1, 2)  # only the last 2 are kept
     secl.start_burst()  # a new burst starts with an empty buffer
     answer_a(secl, tiny_tokenizer, secl_choices=[CHOICES])
-    assert calls[-1] == [4] and secl.secl_records[0]["replayed"] == [[]]
+    assert calls[-1] == [4] and secl.secl_records[0].replayed == [[]]
 
 
 @pytest.mark.parametrize("scope, consolidated", [("stream", [0, 1, 2, 3]), ("burst", [2, 3])])
@@ -183,7 +184,7 @@ def test_replay_scope_stream_keeps_earlier_bursts_for_the_consolidation(tiny_mod
     # burst 1: steps on 0, 1, consolidation of 0, 1; burst 2: steps on 2, 3, then the consolidation
     assert calls[:2] == [[0], [1]] and sorted(sum(calls[2:4], [])) == [0, 1] and calls[4:6] == [[2], [3]]
     assert sorted(sum(calls[6:], [])) == consolidated
-    assert secl.secl_records[0]["consolidation"]["questions"] == len(consolidated)
+    assert secl.secl_records[0].consolidation["questions"] == len(consolidated)
 
 
 def test_save_pretrained_keeps_the_replay_buffer(tiny_model, tiny_tokenizer, tmp_path, monkeypatch):
@@ -224,7 +225,7 @@ def test_service_replay_scope_across_bursts(tiny_model, tiny_tokenizer, tmp_path
     service = SECLService(None, secl, tmp_path)  # no server: start_burst touches only the stream's state
     service.start_burst("s")
     service.streams["s"].replay.add(ReplayItem([1], [2], "A", 0.5, index=0))
-    service.streams["s"].burst_left = 0  # the burst ended
+    service.streams["s"].secl.burst_left = 0  # the burst ended
     service.start_burst("s")
     assert len(service.streams["s"].replay) == kept and service.streams["s"].counters["bursts"] == 2
 
@@ -232,7 +233,7 @@ def test_service_replay_scope_across_bursts(tiny_model, tiny_tokenizer, tmp_path
 def test_gated_out_questions_are_replayed(tiny_model, tiny_tokenizer, monkeypatch):
     calls = _spy_steps(monkeypatch)
     gate = iter([False, True])
-    monkeypatch.setattr(burst_module, "bin_gate_passes", lambda *a, **k: next(gate))
+    monkeypatch.setattr(step_module, "bin_gate_passes", lambda *a, **k: next(gate))
     _, records = _burst(tiny_model, tiny_tokenizer, 2, replay_size=5, replay_batch_size=4, steps_per_update=1)
     assert records[0]["skipped_by_bin_gate"] and calls == [[1, 0]]
 
@@ -277,7 +278,7 @@ def test_no_consolidation_before_the_burst_ends(tiny_model, tiny_tokenizer, monk
     secl.start_burst()
     for _ in range(2):
         answer_a(secl, tiny_tokenizer, secl_choices=[CHOICES])
-        assert "consolidation" not in secl.secl_records[0]
+        assert secl.secl_records[0].consolidation is None
     assert len(calls) == 2
 
 
@@ -286,7 +287,7 @@ def test_consolidate_counts_and_empty_buffer(tiny_model, tiny_tokenizer):
     ids = encode(tiny_tokenizer).input_ids[0].tolist()
     a = [tiny_tokenizer.convert_tokens_to_ids("A")]
     buffer = ReplayBuffer(10, 1)
-    opt = torch.optim.SGD(secl._secl_adapter_params(), lr=0.0)
+    opt = torch.optim.SGD(secl.secl_adapter_params(), lr=0.0)
     assert replay_module.consolidate(secl, buffer, opt, epochs=3, batch_size=2, alpha_step=1.0, delta=0.2) == (0, 0)
     for k in range(5):
         buffer.add(ReplayItem(ids, a, "A", 0.2 * k, index=k, target=0.5))
@@ -304,7 +305,7 @@ def test_consolidate_linear_lr_scheduler_decays_to_zero_and_restores(tiny_model,
     buffer = ReplayBuffer(10, 1)
     for k in range(3):
         buffer.add(ReplayItem(ids, a, "A", 0.3 * k, index=k))
-    opt = torch.optim.AdamW(secl._secl_adapter_params(), lr=0.06)
+    opt = torch.optim.AdamW(secl.secl_adapter_params(), lr=0.06)
     seen, step = [], replay_module.minibatch_step
     monkeypatch.setattr(replay_module, "minibatch_step",
                         lambda model, items, o, **k: (seen.append(o.param_groups[0]["lr"]), step(model, items, o, **k))[1])
@@ -323,7 +324,7 @@ def test_consolidate_linear_lr_scheduler_decays_to_zero_and_restores(tiny_model,
                                                                      consolidate(*a, **k))[1])
     cfg = SECLConfig(replay_size=4, replay_batch_size=0, consolidation_epochs=1, consolidation_lr_scheduler="linear")
     secl.secl_config = cfg
-    secl.secl_consolidation(buffer, {}, burst=0)
+    secl.secl_consolidation(buffer, burst=0)
     assert calls == ["linear"]
 
 
@@ -382,12 +383,12 @@ def test_minibatch_step_is_the_gradient_of_the_mean(tiny_model, tiny_tokenizer):
     """One SGD step (lr 1) on two items moves the adapter by minus the mean of the two items' own gradients."""
     secl = apply_secl(tiny_model, tiny_tokenizer, SECLConfig())
     with torch.no_grad():  # a non-identity adapter, so the gradient of A is not 0
-        for p in secl._secl_adapter_params():
+        for p in secl.secl_adapter_params():
             p.normal_(0, 0.1)
     ids = encode(tiny_tokenizer).input_ids[0].tolist()
     a = [tiny_tokenizer.convert_tokens_to_ids("A")]
     items = [ReplayItem(ids, a, "A", 0.9, target=0.9), ReplayItem(ids, a, "A. the first city", 0.1, target=0.1)]
-    params = secl._secl_adapter_params()
+    params = secl.secl_adapter_params()
     grads = []
     for item in items:
         secl.zero_grad()

@@ -86,7 +86,7 @@ def test_answers_equal_the_base_model_across_a_burst_with_updates(tiny_tokenizer
     got = []
     for text in PROMPTS:
         got.append(generate(model, tiny_tokenizer, [text], secl_distractors=[["A", "B"]]).sequences)
-        assert model.secl_records[0]["updated"]
+        assert model.secl_records[0].updated
     assert model.secl_counters["updates"] == len(PROMPTS)
     # the trained adapter does change what the model would answer with it on ...
     with_adapter = [model.peft_model.generate(**encode(tiny_tokenizer, [t]), max_new_tokens=N_NEW,
@@ -265,7 +265,7 @@ def test_passes_outside_a_burst(tiny_tokenizer, tiny_model):
     generate(model, tiny_tokenizer, PROMPTS[:1])
     handle.remove()
     # by hand: 1 generation + 1 verbalized read ("10" is one token in the tiny vocabulary)
-    assert model.secl_records[0]["forward_passes"] == 2 and model.secl_counters["forward_passes"] == 2
+    assert model.secl_records[0].forward_passes == 2 and model.secl_counters["forward_passes"] == 2
     assert calls[:-1] == _answer_calls(n_prompt)
     n_follow, batch, on, grad = calls[-1]  # the follow-up turn, on generate's cache, adapter on
     assert (batch, on, grad) == (1, True, False) and n_follow > 1
@@ -282,7 +282,7 @@ def test_passes_of_a_burst_question_multiple_choice(tiny_tokenizer, tiny_model, 
     calls, handle = trace(model)
     generate(model, tiny_tokenizer, PROMPTS[:1], secl_choices=[CHOICES])
     handle.remove()
-    r = model.secl_records[0]
+    r = model.secl_records[0].to_dict()
     assert r["updated"] and r["n_distractors"] == 2  # 4 options, K = 2: two of the others either way
     # by hand: 1 generation + 1 verbalized read + P(True) of the answer and 2 distractors + 1 update step
     assert r["forward_passes"] == 1 + 1 + 3 + 1 == model.secl_counters["forward_passes"]
@@ -301,7 +301,7 @@ def test_passes_of_a_burst_question_open_ended(tiny_tokenizer, tiny_model, alway
     calls, handle = trace(model)
     generate(model, tiny_tokenizer, PROMPTS[:1])
     handle.remove()
-    r = model.secl_records[0]
+    r = model.secl_records[0].to_dict()
     k = r["n_distractors"]
     assert r["updated"] and 1 <= k <= 2
     # by hand: 1 generation + 1 verbalized read + 3 beams (K + 1) + P(True) of the answer and k alternatives

@@ -1,9 +1,9 @@
-"""The stream's within-domain paired differences (``secl.stream.within_domain_difference``) on hand-made records."""
+"""The stream's within-domain paired differences (``evaluation.stream.within_domain_difference``) on hand-made records."""
 
 import numpy as np
 import pytest
 
-from hf_calibration.secl.stream import within_domain_difference
+from hf_calibration.evaluation.stream import within_domain_difference
 from tests.secl.stream_records import level_shift_stream as _level_shift_stream
 
 
@@ -29,7 +29,7 @@ def test_each_signal_reports_the_ece_it_would_show_if_calibrated():
     draw reaches it: p = 1 / (1 + draws))."""
     from scipy.stats import binom
 
-    from hf_calibration.secl.stream import format_stream_summary, summarize_stream
+    from hf_calibration.evaluation.stream import format_stream_summary, summarize_stream
 
     summary = summarize_stream(_level_shift_stream(), n_resamples=2000, signals=("verbalized", "secl"))
     k = np.arange(101)

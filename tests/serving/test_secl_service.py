@@ -73,7 +73,7 @@ def reference(items):
                             return_dict_in_generate=True, secl_choices=[item.choices], secl_update=update,
                             pad_token_id=secl.secl_tokenizer.pad_token_id)
         answer = out.sequences[0, len(item.prompt_ids):].tolist()
-        return {**secl.secl_records[0], "answer_ids": answer[:next((j for j, t in enumerate(answer) if t in stop),
+        return {**secl.secl_records[0].to_dict(), "answer_ids": answer[:next((j for j, t in enumerate(answer) if t in stop),
                                                                   len(answer))]}
 
     base = [run(item, False) for item in items]

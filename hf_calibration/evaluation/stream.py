@@ -1,4 +1,6 @@
-"""A stream of questions from several domains run through SECL, with the baselines on the same answers.
+"""The SECL stream evaluation protocol: a labelled stream of questions from several domains run through SECL, with
+the baselines on the same answers, and its summary (docs/methods.md, "SECL"; docs/secl_results.md for the
+measurements). It drives a ``SECLModel`` (``hf_calibration.secl``) from above; nothing in ``secl`` imports it.
 
 Two passes over the same stream with the same model:
 
@@ -22,7 +24,6 @@ confidence, fitted by 2-fold cross-fitting over the stream (each half calibrated
 
 from __future__ import annotations
 
-import contextlib
 import time
 
 import numpy as np
@@ -31,6 +32,7 @@ import torch
 from hf_calibration.metrics.paired import paired_differences, paired_strata_difference
 from hf_calibration.modeling.streams import StreamItem, judge
 from hf_calibration.secl.confidence import SIGNAL_NAMES
+from hf_calibration.secl.step import answer_length
 
 
 def _generate(model, item: StreamItem, *, max_new_tokens: int, update: bool) -> dict:
@@ -40,10 +42,9 @@ def _generate(model, item: StreamItem, *, max_new_tokens: int, update: bool) -> 
         return_dict_in_generate=True, output_scores=True, secl_choices=[item.choices], secl_update=update,
         pad_token_id=model.secl_tokenizer.pad_token_id,
     )
-    record = dict(model.secl_records[0])
+    record = model.secl_records[0].to_dict()
     answer = out.sequences[0, len(item.prompt_ids):].tolist()
-    stop = model.secl_stop_ids()
-    length = next((j for j, t in enumerate(answer) if t in stop), len(answer))
+    length = answer_length(answer, model.secl_stop_ids())
     steps = torch.stack([s[0].float() for s in out.scores[: max(length, 1)]])
     logp = torch.log_softmax(steps, dim=-1)
     chosen = torch.tensor(answer[: max(length, 1)])
@@ -126,17 +127,6 @@ def secl_field(key: str, name: str) -> str:
     return name if key == "secl" and name in _UNPREFIXED else f"{key}_{name}"
 
 
-@contextlib.contextmanager
-def _adapter_scope(model, scope: str | None):
-    own = model.secl_config
-    if scope is not None:
-        model.secl_config = own.replaced(adapter_scope=scope)
-    try:
-        yield
-    finally:
-        model.secl_config = own
-
-
 def secl_pass(model, items: list, records: list[dict], *, scope: str | None = None, max_new_tokens: int = 8,
               burst_at_start: bool = False, progress: bool = True, checkpoint=None) -> dict:
     """One SECL pass over ``items`` (module docstring), from the identity adapter with a fresh gate and counters;
@@ -150,7 +140,7 @@ def secl_pass(model, items: list, records: list[dict], *, scope: str | None = No
     from tqdm.auto import tqdm
 
     key = secl_key(scope, model.secl_config.adapter_scope)
-    with _adapter_scope(model, scope):
+    with model.secl_scope(scope):
         model.reset_calibration(counters=True)
         kept = [] if checkpoint is None else checkpoint.resume_pass(model, key)
         for rec, done in zip(records, kept):
@@ -195,7 +185,7 @@ def final_adapter_pass(model, items: list, records: list[dict], *, key: str = "s
 
         adapter = adapter_digest(model)
         kept = checkpoint.finals(key, adapter, len(items))
-    with _adapter_scope(model, None if key == "secl" else key.removeprefix("secl_")), torch.no_grad():
+    with model.secl_scope(None if key == "secl" else key.removeprefix("secl_")), torch.no_grad():
         for i, (item, rec) in enumerate(zip(tqdm(items, desc="final-adapter reads", disable=not progress, unit="q"),
                                             records)):
             if kept is not None and i < len(kept):
@@ -210,8 +200,10 @@ def final_adapter_pass(model, items: list, records: list[dict], *, key: str = "s
     return len(kept or ())
 
 
-def _cross_fit(conf: np.ndarray, correct: np.ndarray, method: str, seed: int) -> np.ndarray:
-    """2-fold cross-fitted Platt or temperature scaling of a binary confidence."""
+def cross_fit(conf: np.ndarray, correct: np.ndarray, method: str, seed: int) -> np.ndarray:
+    """2-fold cross-fitted Platt (``method`` "platt") or temperature scaling (else) of a binary confidence ``conf``
+    (n,) in [0, 1] against ``correct`` (n,) bool: each half calibrated by a fit on the other (folds drawn with
+    ``seed``). Returns (n,) calibrated confidences."""
     from hf_calibration.posthoc import PlattScaler, TemperatureScaler, log_odds
 
     rng = np.random.default_rng(seed)
@@ -287,8 +279,8 @@ def summarize_stream(records: list[dict], *, n_resamples: int = 1000, seed: int 
     secl_keys = pass_keys(signals)
     correct_all = np.array([r["correct"] for r in records], dtype=int)
     verbal_all = np.array([r["verbalized"] for r in records])
-    platt = _cross_fit(verbal_all, correct_all, "platt", seed)
-    temp = _cross_fit(verbal_all, correct_all, "temperature", seed)
+    platt = cross_fit(verbal_all, correct_all, "platt", seed)
+    temp = cross_fit(verbal_all, correct_all, "temperature", seed)
     domains = list(dict.fromkeys(r["domain"] for r in records))
     out = {}
     for name in domains + ["overall"]:
