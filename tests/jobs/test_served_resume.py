@@ -37,7 +37,7 @@ class DyingBackend(TransformersBackend):
 @pytest.fixture()
 def serve(monkeypatch, tiny_model_dir):
     """``serve(alive)`` → the backend the next served run scores through (``open_server_backend`` replaced)."""
-    import hf_calibration.modeling.backends as backends
+    import hf_calibration.modeling.backends.registry as registry
     from hf_calibration.modeling import load_model
 
     model, tokenizer = load_model(str(tiny_model_dir))
@@ -45,7 +45,7 @@ def serve(monkeypatch, tiny_model_dir):
 
     def serve(alive=None):
         made.append(DyingBackend(model, alive))
-        monkeypatch.setattr(backends, "open_server_backend", lambda *a, **k: (tokenizer, made[-1]))
+        monkeypatch.setattr(registry, "open_server_backend", lambda *a, **k: (tokenizer, made[-1]))
         return made[-1]
 
     return serve
