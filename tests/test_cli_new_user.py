@@ -307,3 +307,15 @@ def test_evaluate_with_posthoc_draws_the_calibrated_curve_of_the_subset_scored(t
     y, p = kwargs["calibrated"]
     np.testing.assert_array_equal(y, [int(r["correct"]) for r in records])
     np.testing.assert_allclose(p, load_calibrator(calib).transform([r["confidence"] for r in records]), rtol=1e-12)
+
+
+def test_calm_eval_bins_above_the_eval_questions_are_refused_before_training(tiny_model_dir, tmp_path, capsys):
+    out = tmp_path / "c"
+    assert _code(["calm", "--model", str(tiny_model_dir), "--train-dataset", "halueval_qa_lm", "--n-train", "4",
+                  "--n-calibration", "4", "--n-eval", "2", "--lora-r", "2", "--eval-num-bins", "20", "--max-steps", "1",
+                  "--use-cpu", "true", "--bf16", "false", "--report-to", "none", "--output-dir", str(out)]) == 2
+    err = capsys.readouterr().err  # the model loads first (the eval questions are fitted to its context)
+    errors = [line for line in err.splitlines() if "error" in line]
+    assert len(errors) == 1 and errors[0].startswith("hf-calibration: error: --eval-num-bins: must be ≤ 15 for 2 "
+                                                    "eval questions") and errors[0].endswith("got 20"), err
+    assert "Traceback" not in err and not any(out.rglob("*.safetensors"))
