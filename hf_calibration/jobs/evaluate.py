@@ -167,7 +167,7 @@ def run_evaluate(config: EvaluateConfig, *, progress: bool = True) -> EvaluateRe
     if calibrator is not None:
         run["posthoc"] = str(config.posthoc)
     reports.write_evaluation(out, dataset, scores, metrics, run, n_bins=config.n_bins, binning=config.binning,
-                             overwrite=config.overwrite)
+                             overwrite=config.overwrite, calibrator=calibrator)
     checkpoint.remove()  # the results are in place: what was kept is no longer needed
     paths = {name: out / name for name in reports.EVALUATION_FILES}
     return EvaluateResult(metrics=metrics, run=run, paths=paths, output_dir=out,
