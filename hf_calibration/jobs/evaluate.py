@@ -71,8 +71,8 @@ def _checkpoint(config: EvaluateConfig, out):
 
 
 def _score_served(config: EvaluateConfig, dataset, checkpoint):
-    """``(scores, load seconds, scoring start)`` through the server ``config`` names, each question kept in
-    ``checkpoint``."""
+    """``(scores, load seconds, scoring start, server record)`` through the server ``config`` names, each question
+    kept in ``checkpoint``; the record is ``Capabilities.record()`` (engine, read path) where the backend has one."""
     from hf_calibration.modeling.backends import open_server_backend, score_mcqa_with
 
     start = time.perf_counter()
@@ -85,7 +85,8 @@ def _score_served(config: EvaluateConfig, dataset, checkpoint):
                                      checkpoint=checkpoint)
     finally:
         backend.close()
-    return scores, load_s, start
+    caps = getattr(backend, "capabilities", None)
+    return scores, load_s, start, (caps.record() if caps is not None else None)
 
 
 def run_evaluate(config: EvaluateConfig, *, progress: bool = True) -> EvaluateResult:
@@ -119,7 +120,7 @@ def run_evaluate(config: EvaluateConfig, *, progress: bool = True) -> EvaluateRe
     start = time.perf_counter()
     checkpoint = _checkpoint(config, out) if config.backend == "openai" else None
     if checkpoint is not None:  # the server is checked (name, context, tokenizer) before any question
-        scores, load_s, start = _score_served(config, dataset, checkpoint)
+        scores, load_s, start, server = _score_served(config, dataset, checkpoint)
     else:
         model, tokenizer = modeling.load_model(config.model, device=config.device)
         load_s = time.perf_counter() - start
@@ -139,6 +140,8 @@ def run_evaluate(config: EvaluateConfig, *, progress: bool = True) -> EvaluateRe
                                    **ece_options(config))
     if config.backend == "openai":
         run.update(backend="openai", base_url=config.base_url, served_model=config.served_model or config.model)
+        if server is not None:
+            run["server"] = server
     if calibrator is not None:
         run["posthoc"] = str(config.posthoc)
     reports.write_evaluation(out, dataset, scores, metrics, run, n_bins=config.n_bins, binning=config.binning,

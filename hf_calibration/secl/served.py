@@ -134,7 +134,7 @@ def _signals(rows, option_probs, option_mass, prediction, pt, pt_mass, verb, gre
 def diagnose_served(config, dataset, run: dict, *, progress: bool = True, checkpoint=None,
                     **ece) -> tuple[dict, MCQASignals]:
     """``secl.diagnose.diagnose`` through the server a diagnose job's config names (``backend`` openai,
-    ``base_url``, ``served_model``); records the server in ``run``. The server is checked before any question;
+    ``base_url``, ``served_model``); records the server (and its engine and read path) in ``run``. The server is checked before any question;
     each read is kept in ``checkpoint`` (a ``ScoreCheckpoint``) when given."""
     from hf_calibration.modeling.backends import open_server_backend
     from hf_calibration.secl.diagnose import summarize
@@ -144,6 +144,8 @@ def diagnose_served(config, dataset, run: dict, *, progress: bool = True, checkp
                                              max_in_flight=config.batch_size)
     run.update(backend="openai", base_url=config.base_url, served_model=config.served_model or config.model,
                load_seconds=round(time.perf_counter() - start, 1))
+    if getattr(backend, "capabilities", None) is not None:  # engine and read path (engines.Capabilities)
+        run["server"] = backend.capabilities.record()
     try:
         with renamed_parameters(prompts="dataset"):  # a question longer than the server's context
             signals = mcqa_signals_with(backend, tokenizer, dataset, tau_n=config.tau_n,

@@ -1,5 +1,6 @@
 """Scoring backends: one interface (``ScoringBackend``) for a model in this process (``TransformersBackend``) and
-one behind an OpenAI-compatible server such as vLLM (``OpenAICompatibleBackend``); see docs/serving.md."""
+one behind a vLLM or llama.cpp server (``OpenAICompatibleBackend``, its reads picked by ``engines.probe``); see
+docs/serving.md."""
 
 from __future__ import annotations
 
@@ -61,6 +62,9 @@ def check_backend_options(backend: str, base_url, served_model) -> None:
 def open_server_backend(model: str, base_url: str, served_model: str | None, **options):
     """``(tokenizer, OpenAICompatibleBackend)`` for a job: the tokenizer from ``model`` (Hub id, folder or packaged
     copy), the server's served name ``served_model`` (default: ``model``, the name vLLM serves a model under when
-    started without ``--served-model-name``). Runs the server checks before returning."""
+    started without ``--served-model-name``). Probes and checks the server before returning, and prints its one
+    start-up line (engine and read path: ``OpenAICompatibleBackend.capabilities``)."""
     tokenizer = load_tokenizer(model)
-    return tokenizer, OpenAICompatibleBackend(base_url, served_model or model, tokenizer, **options)
+    backend = OpenAICompatibleBackend(base_url, served_model or model, tokenizer, **options)
+    print(backend.capabilities.line())
+    return tokenizer, backend

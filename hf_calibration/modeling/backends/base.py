@@ -26,6 +26,10 @@ from hf_calibration.errors import ParameterError
 BACKENDS = ("transformers", "openai")
 
 
+class ServerError(ParameterError):
+    """The server at ``base_url`` could not be reached, or stopped answering (after the retries)."""
+
+
 @dataclass
 class TokenLogprobs:
     """Next-token log-probabilities after n prompts.
