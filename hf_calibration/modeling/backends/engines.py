@@ -217,9 +217,9 @@ class DistributionReads:
 # ------------------------------------------------------------------------------------------------ probing
 
 
-def _refuse(backend, what: str) -> ParameterError:
-    return ParameterError("base_url", backend.base_url, f"the server cannot {what} exactly; engines and what each "
-                          "returns: docs/serving.md")
+def _refuse(backend, what: str, why: str) -> ParameterError:
+    return ParameterError("base_url", backend.base_url, f"the server cannot {what} exactly ({why}); engines and what "
+                          "each returns: docs/serving.md")
 
 
 def probe(backend):
@@ -346,9 +346,9 @@ def _probe_reads(backend, ids: list[int]):
     except (ServerError, KeyError, TypeError, IndexError, ValueError):
         forced = None
     if full is None and forced is None:
-        raise _refuse(backend, "read the log-probabilities of chosen token ids (it has neither vLLM's "
+        raise _refuse(backend, "read the log-probabilities of chosen token ids", "it has neither vLLM's "
                       "logprob_token_ids, nor a full next-token distribution through n_probs, nor raw "
-                      "log-probabilities of a token forced with logit_bias)")
+                      "log-probabilities of a token forced with logit_bias")
     if full is None:
         return DistributionReads(backend, full=False, forced=True), "forced reads (logit_bias)", 0
     if forced is None:
