@@ -130,6 +130,8 @@ def _open(config: DiagnoseConfig, model, tokenizer, run: dict):
                                       served_model=config.served_model)
     if config.backend != "transformers":
         run.update(backend=config.backend, base_url=config.base_url, served_model=config.served_model or config.model)
+        if getattr(backend, "capabilities", None) is not None:  # engine and read path (engines.Capabilities)
+            run["server"] = backend.capabilities.record()
     run["load_seconds"] = round(time.perf_counter() - start, 1)
     return tokenizer, backend
 

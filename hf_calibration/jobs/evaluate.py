@@ -100,7 +100,7 @@ def _checkpoint(config: EvaluateConfig, out):
 
 
 def _score(config: EvaluateConfig, dataset, checkpoint, progress: bool):
-    """``(dataset, scores, load seconds, scoring start)`` through the backend ``config`` names
+    """``(dataset, scores, load seconds, scoring start, server record)`` through the backend ``config`` names
     (``modeling.backends.open_backend``; a server is checked before any question), each batch kept in
     ``checkpoint``. In process the questions are first fitted to the model's context (``on_overflow``)."""
     from hf_calibration.modeling.backends import has_capability, open_backend
@@ -120,7 +120,8 @@ def _score(config: EvaluateConfig, dataset, checkpoint, progress: bool):
                                          progress=progress, checkpoint=checkpoint)
     finally:
         backend.close()
-    return dataset, scores, load_s, start
+    caps = getattr(backend, "capabilities", None)  # a server's engine and read path (engines.Capabilities)
+    return dataset, scores, load_s, start, (caps.record() if caps is not None else None)
 
 
 def run_evaluate(config: EvaluateConfig, *, progress: bool = True) -> EvaluateResult:
@@ -151,7 +152,7 @@ def run_evaluate(config: EvaluateConfig, *, progress: bool = True) -> EvaluateRe
         check_option_counts(calibrator, dataset["choices"], path=config.posthoc, dataset=config.dataset)
     modeling.resolve_model_path(config.model)  # fails fast on a bad path before the heavy load
     checkpoint = _checkpoint(config, out)
-    dataset, scores, load_s, start = _score(config, dataset, checkpoint, progress)
+    dataset, scores, load_s, start, server = _score(config, dataset, checkpoint, progress)
     run = {
         "model": config.model, "dataset": config.dataset, "subjects": config.subjects,
         **{name: value for name, value in custom_data_options(config).items() if value is not None},
@@ -164,6 +165,8 @@ def run_evaluate(config: EvaluateConfig, *, progress: bool = True) -> EvaluateRe
                                    **ece_options(config))
     if config.backend != "transformers":
         run.update(backend=config.backend, base_url=config.base_url, served_model=config.served_model or config.model)
+        if server is not None:
+            run["server"] = server
     if calibrator is not None:
         run["posthoc"] = str(config.posthoc)
     reports.write_evaluation(out, dataset, scores, metrics, run, n_bins=config.n_bins, binning=config.binning,

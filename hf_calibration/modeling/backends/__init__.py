@@ -1,6 +1,7 @@
 """Scoring backends: one interface (``ScoringBackend``, base.py) for a model in this process (``TransformersBackend``)
-and one behind an OpenAI-compatible server such as vLLM (``OpenAICompatibleBackend``, server.py); the names a job
-or the CLI chooses from, with their options and capabilities, in ``registry.REGISTRY``; see docs/serving.md."""
+and one behind a vLLM or llama.cpp server (``OpenAICompatibleBackend``, server.py, its reads picked by
+``engines.probe``); the names a job or the CLI chooses from, with their options and capabilities, in
+``registry.REGISTRY``; see docs/serving.md."""
 
 from __future__ import annotations
 

@@ -35,6 +35,10 @@ import numpy as np
 from hf_calibration.errors import ParameterError
 
 
+class ServerError(ParameterError):
+    """The server at ``base_url`` could not be reached, or stopped answering (after the retries)."""
+
+
 @dataclass
 class TokenLogprobs:
     """Next-token log-probabilities after n prompts.

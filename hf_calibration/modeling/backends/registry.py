@@ -78,11 +78,14 @@ def open_in_process(model: str, *, batch_size: int = 8, device: str = "auto"):
 def open_server_backend(model: str, base_url: str, served_model: str | None, **options):
     """``(tokenizer, OpenAICompatibleBackend)`` for a job: the tokenizer from ``model`` (Hub id, folder or packaged
     copy), the server's served name ``served_model`` (default: ``model``, the name vLLM serves a model under when
-    started without ``--served-model-name``). Runs the server checks before returning."""
+    started without ``--served-model-name``). Probes and checks the server before returning, and prints its one
+    start-up line (engine and read path: ``OpenAICompatibleBackend.capabilities``)."""
     from hf_calibration.modeling.backends.server import OpenAICompatibleBackend
 
     tokenizer = load_tokenizer(model)
-    return tokenizer, OpenAICompatibleBackend(base_url, served_model or model, tokenizer, **options)
+    backend = OpenAICompatibleBackend(base_url, served_model or model, tokenizer, **options)
+    print(backend.capabilities.line())
+    return tokenizer, backend
 
 
 def _open_openai(model: str, *, batch_size: int = 8, device: str = "auto", base_url=None, served_model=None):
