@@ -15,7 +15,7 @@ from hf_calibration.data import MCQA_DATASETS, load_mcqa, resolve_subjects
 from hf_calibration.errors import ParameterError, renamed_parameters
 from hf_calibration.jobs.common import (JobResult, check_choice, check_int, check_output_dir, fit_mcqa_to_context,
                                         model_field, on_overflow_field, overwrite_field, prompt_format_field)
-from hf_calibration.metrics._validation import check_n_bins
+from hf_calibration.metrics.validation import check_n_bins
 from hf_calibration.modeling.context import OVERFLOW_POLICIES
 from hf_calibration.modeling.prompts import PROMPT_FORMATS
 from hf_calibration.outputs import check_result_folder, mark_written, snapshot
