@@ -97,6 +97,12 @@ COMMANDS = {
                           "Answers and confidence reads go to the server (--base-url), the burst's LoRA steps run in a "
                           "local copy of --model; each new adapter version is saved under --output-dir and loaded by "
                           "the server (docs/serving.md). A rerun on the same --output-dir resumes every stream."),
+    "serve": Command(("hf_calibration.jobs.serve:ServeConfig",), "hf_calibration.jobs.serve:run_serve",
+                     "an OpenAI-compatible gateway in front of vLLM that adds a calibrated confidence to every answer",
+                     "Forwards /v1/chat/completions, /v1/completions and /v1/models to --upstream and adds to each "
+                     "choice a confidence object (the --signal read through the upstream, mapped by --calibrator) "
+                     "and abstain (--abstain-risk); /healthz, /metrics; per-stream records under --state-dir "
+                     "(docs/gateway.md)."),
     "report": Command(("hf_calibration.jobs.report:ReportConfig",), "hf_calibration.jobs.report:run_report",
                       "one self-contained HTML page from result folders: tables with intervals, reliability diagrams",
                       "Every metric table (value [95 % interval], constant references marked) and reliability "
