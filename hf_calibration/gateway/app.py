@@ -1,267 +1,235 @@
-"""``create_app``: the calibration gateway as an ASGI app (FastAPI), forwarding to an OpenAI-compatible upstream
-with httpx and adding a calibrated confidence to every choice (docs/gateway.md).
-
-Request flow of ``POST /v1/chat/completions`` and ``POST /v1/completions``:
-
-1. the body is checked (JSON object, ``model``, ``messages`` or ``prompt``, the ``calibration`` extension field);
-   a bad one gets 400 in OpenAI's error shape naming the field, before anything is sent upstream;
-2. ``calibration`` is removed and the body forwarded unchanged; the upstream's answer (or its SSE stream, chunk by
-   chunk as it arrives) goes back to the client; an upstream error comes back with its status in OpenAI's shape,
-   an unreachable upstream as 503, a broken one as 502, a timeout as 504;
-3. for each choice, the signal's follow-up reads go to the upstream through the project's
-   ``OpenAICompatibleBackend`` (``secl.answer_signals``; their prompts start with the conversation just answered,
-   so the upstream's prefix cache serves that part); the calibrator maps the raw value; the abstention rule
-   decides ``abstain``; each choice gains ``confidence`` (in a stream: one extra chunk before ``[DONE]``);
-4. the answer's record goes to its stream's queue (``gateway.streams``); the response does not wait for it.
-"""
+"""``create_app``: the calibration gateway as an ASGI app (FastAPI): the OpenAI endpoints, ``/healthz``, ``/metrics``
+and ``POST /admin/reload`` (the request flow: ``gateway.core``; docs/gateway.md)."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from contextlib import asynccontextmanager
 
-import anyio
 import httpx
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from hf_calibration.errors import ParameterError
 from hf_calibration.gateway import openai_errors as oe
-from hf_calibration.gateway.calibration import CalibratorSlot
-from hf_calibration.gateway.config import GatewayConfig
-from hf_calibration.gateway.metrics import GatewayMetrics
-from hf_calibration.gateway.streams import StreamStore
+from hf_calibration.gateway.core import Gateway, GatewayError, check_body, check_calibration, server_error
+from hf_calibration.gateway.streams import HEADER, stream_key
+from hf_calibration.modeling.backends import ServerError
 
-CALIBRATION_FIELDS = ("signal", "options", "multiple_choice", "enabled")
-
-
-class GatewayError(Exception):
-    """An answer the gateway gives instead of the upstream's: HTTP ``status`` and OpenAI-shaped ``body``."""
-
-    def __init__(self, status: int, body: dict):
-        super().__init__(body["error"]["message"])
-        self.status, self.body = status, body
+ENDPOINTS = {"/v1/chat/completions": "chat", "/v1/completions": "completions"}
 
 
-def _bad(param, message) -> GatewayError:
-    return GatewayError(*oe.invalid_request(param, message))
+def _error(err: GatewayError) -> JSONResponse:
+    return JSONResponse(err.body, status_code=err.status)
 
 
-def _check_calibration(body: dict, default_signal: str) -> dict:
-    """The ``calibration`` extension field, checked: {signal, options, multiple_choice} (signal ``none``: no
-    confidence)."""
-    ext = body.pop("calibration", None)
-    if ext is None:
-        ext = {}
-    if not isinstance(ext, dict):
-        raise _bad("calibration", f"must be an object, got {type(ext).__name__}")
-    unknown = sorted(set(ext) - set(CALIBRATION_FIELDS))
-    if unknown:
-        raise _bad(f"calibration.{unknown[0]}", f"unknown field; known: {', '.join(CALIBRATION_FIELDS)}")
-    from hf_calibration.gateway.config import SIGNALS
-
-    signal = ext.get("signal", default_signal)
-    if signal not in SIGNALS:
-        raise _bad("calibration.signal", f"must be one of {', '.join(SIGNALS)}, got {signal!r}")
-    if ext.get("enabled", True) is False:
-        signal = "none"
-    options = ext.get("options")
-    if options is not None and (not isinstance(options, list) or not options
-                                or not all(isinstance(o, str) and o.strip() for o in options)):
-        raise _bad("calibration.options", "must be a non-empty list of non-empty strings")
-    mc = ext.get("multiple_choice", False)
-    if not isinstance(mc, bool):
-        raise _bad("calibration.multiple_choice", f"must be true or false, got {mc!r}")
-    if signal in ("norm_p_true", "option_probability") and not options:
-        raise _bad("calibration.options", f"the signal {signal} needs the request's options")
-    if signal == "option_probability" and not mc:
-        raise _bad("calibration.multiple_choice", "option_probability needs a multiple-choice request "
-                   "(calibration.multiple_choice: true, the options lettered A, B, … in the prompt)")
-    return {"signal": signal, "options": options, "multiple_choice": mc}
+async def _read_json(request: Request):
+    raw = await request.body()
+    try:
+        return json.loads(raw)
+    except ValueError as err:
+        raise GatewayError(*oe.invalid_request(None, f"the request body is not JSON ({err})")) from None
 
 
-def _check_body(body, endpoint: str) -> None:
-    if not isinstance(body, dict):
-        raise _bad(None, "the request body must be a JSON object")
-    if not isinstance(body.get("model"), str) or not body["model"]:
-        raise _bad("model", "required: the served model's name (GET /v1/models lists them)")
-    if endpoint == "chat":
-        messages = body.get("messages")
-        if not isinstance(messages, list) or not messages:
-            raise _bad("messages", "required: a non-empty list of messages")
-        for i, m in enumerate(messages):
-            if not isinstance(m, dict) or not isinstance(m.get("role"), str):
-                raise _bad(f"messages[{i}].role", "each message needs a role")
-    else:
-        prompt = body.get("prompt")
-        if prompt is None or (isinstance(prompt, (list, str)) and len(prompt) == 0):
-            raise _bad("prompt", "required: a non-empty prompt")
-    stream = body.get("stream", False)
-    if not isinstance(stream, bool):
-        raise _bad("stream", f"must be true or false, got {stream!r}")
+def _answers(payload: dict, endpoint: str) -> dict:
+    """{choice index: answer text} of a complete (non-streamed) response."""
+    out = {}
+    for choice in payload.get("choices") or []:
+        text = (choice.get("message") or {}).get("content") if endpoint == "chat" else choice.get("text")
+        if isinstance(text, str):
+            out[choice.get("index", 0)] = text
+    return out
 
 
-class Gateway:
-    """The state behind the app: config, tokenizer, the async upstream client, the read backends (one per served
-    name), the calibrator slot, the abstention rule, the streams and the metrics."""
+def add_routes(app: FastAPI, gw: Gateway) -> None:
+    @app.get("/healthz")
+    async def healthz():
+        """200 when the upstream answers ``GET /models``, else 503 (a load balancer takes the replica out)."""
+        try:
+            r = await gw.client.get("/models", timeout=5.0)
+            up = r.status_code == 200
+        except httpx.HTTPError:
+            up = False
+        body = {"status": "ok" if up else "upstream_unavailable", "upstream": gw.upstream,
+                "calibrator": gw.calibrator.current.describe(), "signal": gw.config.signal,
+                "abstention": None if gw.rule is None else gw.rule.describe(), "streams": len(gw.streams.streams())}
+        return JSONResponse(body, status_code=200 if up else 503)
 
-    def __init__(self, config: GatewayConfig, *, tokenizer=None, stepper=None):
-        from hf_calibration.secl.confidence import ConfidenceTokens
+    @app.get("/metrics")
+    async def metrics():
+        return Response(generate_latest(gw.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
-        self.config = config
-        self.upstream = config.upstream.rstrip("/")
-        if tokenizer is None:
-            from hf_calibration.modeling.backends import load_tokenizer
+    @app.post("/admin/reload")
+    async def reload():
+        """Read ``--calibrator`` again and swap it in; 400 (the old one stays) when the new file is refused."""
+        try:
+            cal = gw.reload_calibrator()
+        except ParameterError as err:
+            return _error(GatewayError(*oe.invalid_request("calibrator", str(err))))
+        return {"calibrator": cal.describe()}
 
-            tokenizer = load_tokenizer(config.model)
-        self.tokenizer = tokenizer
-        self.tokens = ConfidenceTokens.from_tokenizer(tokenizer)
-        self.metrics = GatewayMetrics()
-        self.calibrator = CalibratorSlot(config.calibrator, signal=config.signal, model=config.model)
-        self._label_calibrator()
-        self.rule = self._abstention_rule()
-        self.streams = StreamStore(config.state_dir, stepper, on_event=self._stream_event)
-        self.slots = asyncio.Semaphore(config.max_in_flight)
-        self.reads = anyio.CapacityLimiter(config.max_reads_in_flight)
-        self._backends: dict = {}
-        self.client: httpx.AsyncClient | None = None
+    @app.get("/v1/models")
+    async def models():
+        started = time.perf_counter()
+        try:
+            r = await gw.client.get("/models")
+        except httpx.HTTPError as err:
+            response = _error(gw.transport_error(err))
+        else:
+            response = _passthrough(gw, r.status_code, r.content)
+        _count(gw, "/v1/models", response.status_code, started)
+        return response
 
-    def _label_calibrator(self) -> None:
-        self.metrics.calibrator_version.clear()
-        cal = self.calibrator.current
-        self.metrics.calibrator_version.labels(cal.kind, cal.version).set(1)
+    async def completions(request: Request):
+        endpoint = ENDPOINTS[request.url.path]
+        started = time.perf_counter()
+        gw.metrics.in_flight.inc()
+        try:
+            response = await _complete(gw, request, endpoint, started)
+        except GatewayError as err:
+            response = _error(err)
+        finally:
+            gw.metrics.in_flight.dec()
+        if not isinstance(response, StreamingResponse):
+            _count(gw, request.url.path, response.status_code, started)
+        return response
 
-    def _abstention_rule(self):
-        if self.config.abstain_risk is None:
-            return None
-        from hf_calibration.gateway.abstain import learn_then_test, read_labelled
+    for path in ENDPOINTS:
+        app.add_api_route(path, completions, methods=["POST"])
 
-        conf, correct = read_labelled(self.config.abstain_calibration, self.config.signal)
-        return learn_then_test(conf, correct, alpha=self.config.abstain_risk, delta=self.config.abstain_delta)
 
-    def _stream_event(self, key: str, saved: dict, events: dict) -> None:
-        self.metrics.stream_steps.labels(key).inc()
-        self.metrics.adapter_version.labels(key).set(saved["version"])
-        if "bursts" in saved["state"]:
-            self.metrics.secl_bursts.labels(key).set(saved["state"]["bursts"])
+def _count(gw: Gateway, endpoint: str, status: int, started: float) -> None:
+    gw.metrics.requests.labels(endpoint, str(status)).inc()
+    gw.metrics.latency.labels(endpoint).observe(time.perf_counter() - started)
 
-    def reload_calibrator(self):
-        cal = self.calibrator.reload()
-        self._label_calibrator()
-        return cal
 
-    # ------------------------------------------------------------------------------------------ upstream
+def _passthrough(gw: Gateway, status: int, content: bytes) -> Response:
+    if status >= 400:
+        gw.metrics.upstream_errors.labels(f"http_{status}").inc()
+        return JSONResponse(oe.from_upstream(status, content), status_code=status)
+    return Response(content, status_code=status, media_type="application/json")
 
-    async def start(self) -> None:
-        timeout = httpx.Timeout(self.config.timeout, connect=10.0)
-        limits = httpx.Limits(max_connections=self.config.max_in_flight * 2, max_keepalive_connections=64)
-        self.client = httpx.AsyncClient(base_url=self.upstream, timeout=timeout, limits=limits)
 
-    async def stop(self) -> None:
-        if self.client is not None:
-            await self.client.aclose()
-        self.streams.close()
-        for backend in self._backends.values():
-            backend.close()
+async def _slot(gw: Gateway):
+    try:
+        await asyncio.wait_for(gw.slots.acquire(), timeout=gw.config.timeout)
+    except asyncio.TimeoutError:
+        raise GatewayError(503, oe.error_body(f"all {gw.config.max_in_flight} request slots stayed busy for "
+                                              f"{gw.config.timeout:g} s", type="overloaded",
+                                              code="gateway_busy")) from None
 
-    def backend(self, served: str):
-        """The ``OpenAICompatibleBackend`` that reads through ``served`` (the request's model name), made on
-        first use without the start-up probe (``run_serve`` probes once) and without retries (an upstream
-        failure reaches the client at once, as a 502/503)."""
-        if served not in self._backends:
-            from hf_calibration.modeling.backends import OpenAICompatibleBackend
 
-            self._backends[served] = OpenAICompatibleBackend(
-                self.upstream, served, self.tokenizer, max_in_flight=4, timeout=self.config.timeout, retries=0,
-                check=False)
-        return self._backends[served]
-
-    def transport_error(self, err: Exception) -> GatewayError:
-        if isinstance(err, httpx.TimeoutException):
-            self.metrics.upstream_errors.labels("timeout").inc()
-            return GatewayError(504, oe.error_body(f"the upstream server {self.upstream} did not answer within "
-                                                   f"{self.config.timeout:g} s", type="upstream_timeout",
-                                                   code="upstream_timeout"))
-        if isinstance(err, (httpx.ConnectError, httpx.ConnectTimeout)):
-            self.metrics.upstream_errors.labels("unreachable").inc()
-            return GatewayError(*oe.upstream_unreachable(self.upstream, type(err).__name__))
-        self.metrics.upstream_errors.labels("broken").inc()
-        return GatewayError(*oe.upstream_failed(self.upstream, f"{type(err).__name__}: {err}"))
-
-    # ---------------------------------------------------------------------------------------- confidence
-
-    def _prompt(self, body: dict, endpoint: str):
-        """(prompt ids, prompt format) the upstream answered, or None where the gateway cannot rebuild them (tools,
-        non-text message parts, several prompts)."""
-        if endpoint == "chat":
-            messages = body["messages"]
-            if body.get("tools") or any(not isinstance(m.get("content"), str) for m in messages):
-                return None
-            text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-            return self.tokenizer.encode(text, add_special_tokens=False), "chat"
-        prompt = body["prompt"]
-        if isinstance(prompt, list) and len(prompt) == 1:
-            prompt = prompt[0]
-        if isinstance(prompt, str):
-            return self.tokenizer.encode(prompt, add_special_tokens=False), "plain"
-        if isinstance(prompt, list) and all(isinstance(t, int) for t in prompt):
-            return list(prompt), "plain"
-        return None
-
-    def confidence(self, served: str, prompt, answer: str, ext: dict, key: str) -> dict:
-        """The ``confidence`` object of one choice (runs in a worker thread: the reads block)."""
-        from hf_calibration.secl.answer_signals import answer_signal
-
-        signal = ext["signal"]
-        if prompt is None:
-            return {"value": None, "signal": signal, "stream": key,
-                    "error": "the gateway reads a confidence for text conversations without tools only"}
-        ids, fmt = prompt
-        start = time.perf_counter()
-        read = answer_signal(self.backend(served), self.tokenizer, ids, answer if fmt == "chat" else answer.strip(),
-                             signal, prompt_format=fmt, options=ext["options"],
-                             multiple_choice=ext["multiple_choice"], tau_n=self.config.tau_n, tokens=self.tokens)
-        self.metrics.confidence_seconds.labels(signal).observe(time.perf_counter() - start)
-        cal = self.calibrator.current  # read once: one version per answer
-        calibrated = cal(read.raw) if signal == self.config.signal else read.raw
-        described = cal.describe() if signal == self.config.signal else {"kind": "identity", "version": "none",
-                                                                           "fitted_on": None}
-        abstain = self.rule.abstain(read.raw) if self.rule is not None and signal == self.config.signal else False
-        state = self.streams.state(key)
-        out = {"value": calibrated, "raw": read.raw, "signal": signal, "calibrator": described, "stream": key,
-               "adapter_version": state["version"], "abstain": abstain, "mass": read.mass}
-        if read.option is not None:
-            out["option"] = read.option
-        out.update(read.detail)
-        self.metrics.confidence.labels(key, signal).observe(calibrated)
-        self.metrics.answers.labels(key, str(abstain).lower()).inc()
-        self.streams.submit(key, {"time": time.time(), "model": served, "signal": signal, "raw": read.raw,
-                                  "confidence": calibrated, "abstain": abstain, "calibrator": cal.version,
-                                  "option": read.option})
-        return out
-
-    async def confidences(self, served, prompt, answers: dict, ext, key) -> dict:
-        """{choice index: confidence object} for the answers of one response, read concurrently."""
-        async def one(i, text):
+async def _complete(gw: Gateway, request: Request, endpoint: str, started: float):
+    body = await _read_json(request)
+    check_body(body, endpoint)
+    ext = check_calibration(body, gw.config.signal)
+    try:
+        key = stream_key(request.headers.get(HEADER), body.get("user"))
+    except ParameterError as err:
+        raise GatewayError(*oe.invalid_request(HEADER, str(err))) from None
+    path = "/chat/completions" if endpoint == "chat" else "/completions"
+    if body.get("stream"):
+        return await _stream(gw, body, endpoint, path, ext, key, started)
+    await _slot(gw)
+    try:
+        try:
+            r = await gw.client.post(path, json=body)
+        except httpx.HTTPError as err:
+            raise gw.transport_error(err) from None
+        if r.status_code >= 400 or ext["signal"] == "none":
+            return _passthrough(gw, r.status_code, r.content)
+        payload = r.json()
+        answers = _answers(payload, endpoint)
+        if answers:
             try:
-                value = await anyio.to_thread.run_sync(self.confidence, served, prompt, text, ext, key,
-                                                       limiter=self.reads)
-            except ParameterError as err:  # the answer cannot be read for this signal (e.g. no option letter)
-                value = {"value": None, "signal": ext["signal"], "stream": key, "error": str(err)}
-            return i, value
+                found = await gw.confidences(body["model"], gw._prompt(body, endpoint), answers, ext, key)
+            except ServerError as err:
+                raise server_error(gw, err) from None
+            for choice in payload["choices"]:
+                conf = found.get(choice.get("index", 0))
+                if conf is not None:
+                    choice["confidence"], choice["abstain"] = conf, conf.get("abstain", False)
+        return JSONResponse(payload, status_code=r.status_code)
+    finally:
+        gw.slots.release()
 
-        pairs = await asyncio.gather(*(one(i, t) for i, t in answers.items()))
-        return dict(pairs)
+
+def _sse(payload) -> bytes:
+    return b"data: " + (payload if isinstance(payload, bytes) else json.dumps(payload).encode()) + b"\n\n"
 
 
-def _server_error(gw: Gateway, err) -> GatewayError:
-    """A ``ServerError`` of the read backend (after its own message) as the client's 502/503."""
-    text = str(err)
-    if "cannot reach" in text:
-        gw.metrics.upstream_errors.labels("unreachable").inc()
-        return GatewayError(*oe.upstream_unreachable(gw.upstream, text.split(": ", 1)[-1][:200]))
-    gw.metrics.upstream_errors.labels("broken").inc()
-    return GatewayError(*oe.upstream_failed(gw.upstream, text[:300]))
+async def _stream(gw: Gateway, body, endpoint, path, ext, key, started):
+    """Open the upstream stream; its error status comes back as a JSON error before any event is sent, else the
+    events are relayed as they arrive and the confidences follow in one last chunk before ``[DONE]``."""
+    await _slot(gw)
+    try:
+        upstream = await gw.client.send(gw.client.build_request("POST", path, json=body), stream=True)
+    except httpx.HTTPError as err:
+        gw.slots.release()
+        raise gw.transport_error(err) from None
+    if upstream.status_code >= 400:
+        content = await upstream.aread()
+        await upstream.aclose()
+        gw.slots.release()
+        return _passthrough(gw, upstream.status_code, content)
+
+    async def events():
+        texts: dict[int, list[str]] = {}
+        last: dict = {}
+        status = 200
+        try:
+            async for line in upstream.aiter_lines():
+                if not line.startswith("data:"):
+                    continue
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    if ext["signal"] != "none" and texts:
+                        yield _sse(await _final_chunk(gw, body, endpoint, ext, key, texts, last))
+                    yield _sse(b"[DONE]")
+                    break
+                yield _sse(data.encode())
+                _collect(data, endpoint, texts, last)
+        except httpx.HTTPError as err:
+            failed = gw.transport_error(err)
+            status = failed.status
+            yield _sse(failed.body)
+        except (ServerError, GatewayError) as err:
+            failed = server_error(gw, err) if isinstance(err, ServerError) else err
+            status = failed.status
+            yield _sse(failed.body)
+        finally:
+            await upstream.aclose()
+            gw.slots.release()
+            _count(gw, "/v1/" + path.strip("/"), status, started)
+
+    return StreamingResponse(events(), media_type="text/event-stream")
+
+
+def _collect(data: str, endpoint: str, texts: dict, last: dict) -> None:
+    """Add one chunk's text deltas to ``texts`` (per choice index) and keep the id, created and model."""
+    try:
+        chunk = json.loads(data)
+    except ValueError:
+        return
+    for name in ("id", "created", "model", "object"):
+        if name in chunk:
+            last[name] = chunk[name]
+    for choice in chunk.get("choices") or []:
+        piece = (choice.get("delta") or {}).get("content") if endpoint == "chat" else choice.get("text")
+        texts.setdefault(choice.get("index", 0), [])
+        if isinstance(piece, str):
+            texts[choice.get("index", 0)].append(piece)
+
+
+async def _final_chunk(gw, body, endpoint, ext, key, texts, last) -> dict:
+    answers = {i: "".join(parts) for i, parts in texts.items()}
+    found = await gw.confidences(body["model"], gw._prompt(body, endpoint), answers, ext, key)
+    empty = {"delta": {}} if endpoint == "chat" else {"text": ""}
+    return {**last, "choices": [{"index": i, **empty, "finish_reason": None, "confidence": c,
+                                 "abstain": c.get("abstain", False)} for i, c in sorted(found.items())]}
 
 
 def create_app(config: GatewayConfig, *, tokenizer=None, stepper=None) -> FastAPI:
@@ -278,7 +246,5 @@ def create_app(config: GatewayConfig, *, tokenizer=None, stepper=None) -> FastAP
 
     app = FastAPI(title="hf-calibration gateway", lifespan=lifespan)
     app.state.gateway = gw
-    from hf_calibration.gateway.routes import add_routes
-
     add_routes(app, gw)
     return app

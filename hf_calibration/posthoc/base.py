@@ -209,10 +209,13 @@ class _PosthocCalibrator(BaseEstimator):
                 raise ValueError(f"saved {self.method!r} calibrator has a non-finite {attr!r}: {state[attr]!r}")
             setattr(self, attr, float(value) if value.ndim == 0 else value)
 
-    def save(self, path):
+    def save(self, path, *, fitted_on: dict | None = None):
         """Write the fitted calibrator to ``path`` as JSON (see the module docstring for the format).
 
-        Raises ``NotFittedError`` (a ``ValueError``) if the calibrator is unfitted.
+        ``fitted_on`` : optional provenance written as ``"fitted_on"`` (``fit-posthoc`` records the signal, the
+        model and the predictions file; the calibration gateway refuses a calibrator fitted on another signal or
+        model). Readers of this format ignore it. Raises ``NotFittedError`` (a ``ValueError``) if the calibrator
+        is unfitted.
         """
         self._check_is_fitted()
         payload = {
@@ -221,6 +224,8 @@ class _PosthocCalibrator(BaseEstimator):
             "params": self.get_params(),
             "state": self._state_to_json(),
         }
+        if fitted_on is not None:
+            payload["fitted_on"] = fitted_on
         with open(os.fspath(path), "w", encoding="utf-8") as fh:
             json.dump(payload, fh, indent=2)
             fh.write("\n")
