@@ -65,15 +65,16 @@ def _auroc(c, y):
     return roc_auc_score(y, c)
 
 
-@pytest.mark.parametrize("signal, alpha, delta", [("norm_p_true", 0.2, 0.1), ("p_true", 0.3, 0.2)])
-def test_the_guarantee_holds_over_calibration_draws_of_real_data(signal, alpha, delta):
+@pytest.mark.parametrize("signal, alpha, delta, procedure", [("norm_p_true", 0.2, 0.1, "bonferroni"),
+                                                              ("p_true", 0.3, 0.2, "fixed_sequence")])
+def test_the_guarantee_holds_over_calibration_draws_of_real_data(signal, alpha, delta, procedure):
     c, y = read_labelled(DATA, signal)
     assert len(c) >= 200 and _auroc(c, y) > 0.6  # the signal ranks: the threshold has something to choose
     rng = np.random.default_rng(0)
     violations, coverage = 0, []
     for _ in range(DRAWS):
         idx = rng.integers(0, len(c), CAL_SIZE)
-        rule = learn_then_test(c[idx], y[idx], alpha=alpha, delta=delta)
+        rule = learn_then_test(c[idx], y[idx], alpha=alpha, delta=delta, procedure=procedure)
         answered = c >= rule.threshold
         risk = float(np.mean(~y[answered])) if answered.any() else 0.0
         violations += risk > alpha

@@ -98,6 +98,6 @@ def test_reload_swaps_a_new_version_and_keeps_the_old_on_a_refused_file(tmp_path
         assert f'gateway_calibrator_info{{kind="isotonic",version="{second["version"]}"}} 1.0' in metrics
         # nothing listens upstream: OpenAI's error shape with 503, and /healthz says so
         down = httpx.post(f"{url}/chat/completions", json={"model": MODEL, "messages": [
-            {"role": "user", "content": "Hi"}]}, timeout=60)
+            {"role": "user", "content": "Hi"}], "calibration": {"options": ["Hi", "Bye"]}}, timeout=60)
         assert down.status_code == 503 and down.json()["error"]["code"] == "upstream_unreachable"
         assert httpx.get(f"{root}/healthz").status_code == 503
