@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from hf_calibration.errors import ParameterError
 from hf_calibration.jobs.common import check_int, check_positive_number, model_field, served_model_field
 
-SIGNALS = ("p_true", "norm_p_true", "verbalized", "option_probability", "none")
+SIGNALS = ("p_true", "norm_p_true", "verbalized", "option_probability", "secl", "none")
 
 
 @dataclass(kw_only=True)
@@ -23,7 +23,8 @@ class GatewayConfig:
     signal: str = field(default="p_true", metadata={
         "help": "The confidence signal given to every answer unless a request names another in calibration.signal: "
                 "p_true, norm_p_true (needs calibration.options), verbalized, option_probability (multiple-choice "
-                "requests), or none (pass-through only). diagnose on your own data says which ranks best "
+                "requests), secl (the verbalized read through the stream's SECL adapter, see --secl), or none "
+                "(pass-through only). diagnose on your own data says which ranks best "
                 "(docs/gateway.md, 'Choosing the signal').", "choices": list(SIGNALS)})
     calibrator: str | None = field(default=None, metadata={
         "help": "A fit-posthoc output (platt, isotonic or histogram) fitted on --signal for --model, mapping the raw "

@@ -217,8 +217,13 @@ class Gateway:
                     "error": "the gateway reads a confidence for text conversations without tools only"}
         ids, fmt = prompt
         start = time.perf_counter()
-        read = answer_signal(self.backend(served), self.tokenizer, ids, answer if fmt == "chat" else answer.strip(),
-                             signal, prompt_format=fmt, options=ext["options"],
+        state = self.streams.state(key)
+        reader = served  # SECL's signal: the verbalized read through the stream's served adapter (secl_stepper)
+        if signal == "secl":
+            reader = state["state"].get("served_name") or served
+        text = answer if fmt == "chat" else answer.strip()
+        read = answer_signal(self.backend(reader), self.tokenizer, ids, text,
+                             "verbalized" if signal == "secl" else signal, prompt_format=fmt, options=ext["options"],
                              multiple_choice=ext["multiple_choice"], tau_n=self.config.tau_n, tokens=self.tokens)
         self.metrics.confidence_seconds.labels(signal).observe(time.perf_counter() - start)
         cal = self.calibrator.current  # read once: one version per answer
@@ -226,7 +231,6 @@ class Gateway:
         described = cal.describe() if signal == self.config.signal else {"kind": "identity", "version": "none",
                                                                            "fitted_on": None}
         abstain = self.rule.abstain(read.raw) if self.rule is not None and signal == self.config.signal else False
-        state = self.streams.state(key)
         out = {"value": calibrated, "raw": read.raw, "signal": signal, "calibrator": described, "stream": key,
                "adapter_version": state["version"], "abstain": abstain, "mass": read.mass}
         if read.option is not None:
@@ -234,9 +238,12 @@ class Gateway:
         out.update(read.detail)
         self.metrics.confidence.labels(key, signal).observe(calibrated)
         self.metrics.answers.labels(key, str(abstain).lower()).inc()
-        self.streams.submit(key, {"time": time.time(), "model": served, "signal": signal, "raw": read.raw,
-                                  "confidence": calibrated, "abstain": abstain, "calibrator": cal.version,
-                                  "option": read.option})
+        record = {"time": time.time(), "stream": key, "model": served, "signal": signal, "raw": read.raw,
+                  "confidence": calibrated, "abstain": abstain, "calibrator": cal.version, "option": read.option}
+        if getattr(self.streams.stepper, "needs_prompt", False):  # a stepper that reads the question again (SECL)
+            record.update(prompt_ids=list(ids), answer=text, options=ext["options"],
+                          multiple_choice=ext["multiple_choice"])
+        self.streams.submit(key, record)
         return out
 
     async def confidences(self, served, prompt, answers: dict, ext, key) -> dict:

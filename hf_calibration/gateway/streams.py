@@ -142,6 +142,8 @@ class StreamStore:
     def close(self, timeout: float = 30.0) -> None:
         self._queue.put(None)
         self._worker.join(timeout)
+        if hasattr(self.stepper, "close"):
+            self.stepper.close()
 
     def _run(self) -> None:
         while True:

@@ -23,8 +23,20 @@ class ServeConfig(GatewayConfig):
                 "tokenizer of --model and returns log-probabilities (an unreachable upstream is only logged: the "
                 "gateway answers 503 until it is back)."})
 
+    secl: bool = field(default=False, metadata={
+        "help": "Run SECL live per stream (docs/gateway.md, 'Streams'): a local copy of --model trains each stream's "
+                "LoRA adapter in bursts in the background, the upstream (vLLM started with --enable-lora and "
+                "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True) serves its versions, and the secl signal reads through "
+                "them. SECL's options are SECLConfig's defaults. Needs --state-dir."})
+    secl_burst_at_start: bool = field(default=False, metadata={
+        "help": "With --secl: open a burst at each new stream's first question (the entropy gate cannot fire "
+                "during its warm-up)."})
+
     def __post_init__(self):
         super().__post_init__()
+        if self.secl and self.state_dir is None:
+            raise ParameterError("secl", self.secl, "needs {state_dir}: the streams' adapters are saved there",
+                                 related=("state_dir",))
         check_int(self.port, "port")
         if self.port > 65535:
             raise ParameterError("port", self.port, f"must be ≤ 65535, got {self.port}")
@@ -47,6 +59,24 @@ def _check_upstream(config: ServeConfig, tokenizer) -> None:
                              err.reason) from None
 
 
+def _secl_stepper(config: ServeConfig, tokenizer):
+    """The SECL stepper (``gateway.secl_stepper``): a ``SECLService`` on the upstream with a local trainer copy of
+    the model, its state in ``<state_dir>/.secl`` (a name no stream key can take)."""
+    from pathlib import Path
+
+    from hf_calibration import modeling
+    from hf_calibration.gateway.secl_stepper import SECLStepper
+    from hf_calibration.modeling.backends import OpenAICompatibleBackend
+    from hf_calibration.secl.config import SECLConfig
+    from hf_calibration.secl.mixin import apply_secl
+    from hf_calibration.secl.service import SECLService
+
+    backend = OpenAICompatibleBackend(config.upstream, config.served_model or config.model, tokenizer)
+    model, _ = modeling.load_model(config.model)
+    service = SECLService(backend, apply_secl(model, tokenizer, SECLConfig()), Path(config.state_dir) / ".secl")
+    return SECLStepper(service, burst_at_start=config.secl_burst_at_start)
+
+
 def run_serve(config: ServeConfig) -> JobResult:
     """Serve the gateway (``gateway.create_app``) with uvicorn on ``config.host:config.port`` until interrupted
     (SIGINT/SIGTERM); SIGHUP reloads ``--calibrator``. Every file and the upstream (when it answers) are checked
@@ -59,7 +89,7 @@ def run_serve(config: ServeConfig) -> JobResult:
     tokenizer = load_tokenizer(config.model)
     if config.check_upstream:
         _check_upstream(config, tokenizer)
-    app = create_app(config, tokenizer=tokenizer)
+    app = create_app(config, tokenizer=tokenizer, stepper=_secl_stepper(config, tokenizer) if config.secl else None)
     gw = app.state.gateway
 
     def reload(*_):
