@@ -70,7 +70,8 @@ def _client_reads(upstream: str, tokenizer, signal: str):
     backend = OpenAICompatibleBackend(upstream, MODEL, tokenizer, max_in_flight=4, retries=0, check=False)
 
     async def send(client, i):
-        body = _body(i, None)
+        body = _body(i, signal)
+        body.pop("calibration")
         r = (await client.post("/chat/completions", json=body)).json()
         text = tokenizer.apply_chat_template(body["messages"], tokenize=False, add_generation_prompt=True)
         ids = tokenizer.encode(text, add_special_tokens=False)
