@@ -19,6 +19,7 @@ Request flow of ``POST /v1/chat/completions`` and ``POST /v1/completions``:
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 
 import anyio
@@ -123,6 +124,7 @@ class Gateway:
         self.slots = asyncio.Semaphore(config.max_in_flight)
         self.reads = anyio.CapacityLimiter(config.max_reads_in_flight)
         self._backends: dict = {}
+        self._backends_lock = threading.Lock()
         self.client: httpx.AsyncClient | None = None
 
     def _label_calibrator(self) -> None:
@@ -167,13 +169,14 @@ class Gateway:
         """The ``OpenAICompatibleBackend`` that reads through ``served`` (the request's model name), made on
         first use without the start-up probe (``run_serve`` probes once) and without retries (an upstream
         failure reaches the client at once, as a 502/503)."""
-        if served not in self._backends:
-            from hf_calibration.modeling.backends import OpenAICompatibleBackend
+        with self._backends_lock:
+            if served not in self._backends:
+                from hf_calibration.modeling.backends import OpenAICompatibleBackend
 
-            self._backends[served] = OpenAICompatibleBackend(
-                self.upstream, served, self.tokenizer, max_in_flight=4, timeout=self.config.timeout, retries=0,
-                check=False)
-        return self._backends[served]
+                self._backends[served] = OpenAICompatibleBackend(
+                    self.upstream, served, self.tokenizer, max_in_flight=4, timeout=self.config.timeout, retries=0,
+                    check=False)
+            return self._backends[served]
 
     def transport_error(self, err: Exception) -> GatewayError:
         if isinstance(err, httpx.TimeoutException):

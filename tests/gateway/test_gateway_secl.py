@@ -4,6 +4,8 @@ into the server and named in later responses, and the ``secl`` signal is read th
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 import torch
 
@@ -37,12 +39,13 @@ def test_a_stream_trains_in_the_background_and_its_adapter_is_named_and_read(vll
     service = SECLService(upstream, apply_secl(model, tokenizer, SECLConfig(**SETTINGS)), tmp_path / ".secl",
                           max_new_tokens=MAX_NEW)
     config = GatewayConfig(upstream=vllm_server.url, model=MODEL, signal="secl", state_dir=str(tmp_path))
+    key = f"live{uuid.uuid4().hex[:8]}"  # the server may outlive this test (its adapter names must be new)
 
     def ask(client, row):
         content = format_mcqa(row["question"], row["choices"])
         reply = client.chat.completions.create(
             model=MODEL, messages=[{"role": "user", "content": content}], max_tokens=MAX_NEW, temperature=0,
-            extra_headers={"X-Calibration-Stream": "live"},
+            extra_headers={"X-Calibration-Stream": key},
             extra_body={"calibration": {"options": list(row["choices"]), "multiple_choice": True}})
         return content, reply.choices[0]
 
@@ -50,18 +53,18 @@ def test_a_stream_trains_in_the_background_and_its_adapter_is_named_and_read(vll
         client = openai.OpenAI(base_url=url, api_key="none", max_retries=0, timeout=600)
         first = [ask(client, row)[1].model_extra["confidence"] for row in rows[:N_ITEMS]]
         assert gw.streams.flush(timeout=900)
-        state = gw.streams.state("live")
+        state = gw.streams.state(key)
         assert state["steps"] == N_ITEMS and state["state"]["bursts"] == 1 and state["state"]["questions"] == N_ITEMS
         version = state["version"]
-        assert version >= 1 and state["state"]["served_name"] == f"live-v{version}"
+        assert version >= 1 and state["state"]["served_name"] == f"{key}-v{version}"
         assert all(c["adapter_version"] == 0 for c in first[:1])
-        assert f"live-v{version}" in {m.id for m in client.models.list().data}
+        assert f"{key}-v{version}" in {m.id for m in client.models.list().data}
         content, choice = ask(client, rows[N_ITEMS])
         conf = choice.model_extra["confidence"]
         assert conf["signal"] == "secl" and conf["adapter_version"] == version
     ids = tokenizer.encode(tokenizer.apply_chat_template([{"role": "user", "content": content}], tokenize=False,
                                                          add_generation_prompt=True), add_special_tokens=False)
-    direct = answer_signal(OpenAICompatibleBackend(vllm_server.url, f"live-v{version}", tokenizer, check=False), tokenizer,
+    direct = answer_signal(OpenAICompatibleBackend(vllm_server.url, f"{key}-v{version}", tokenizer, check=False), tokenizer,
                            ids, choice.message.content, "verbalized", prompt_format="chat",
                            options=list(rows[N_ITEMS]["choices"]), multiple_choice=True)
     assert conf["raw"] == pytest.approx(direct.raw, abs=2 * PROB_ATOL)

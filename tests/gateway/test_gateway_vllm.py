@@ -107,7 +107,7 @@ def test_streamed_answer_ends_with_the_confidence_of_the_plain_answer(client):
 
 def test_completions_endpoint_and_models_pass_through(client):
     models = client.models.list()
-    assert [m.id for m in models.data] == [MODEL]
+    assert MODEL in [m.id for m in models.data]  # beside any LoRA adapters other tests loaded into the server
     done = client.completions.create(model=MODEL, prompt="The capital of France is", max_tokens=4, temperature=0)
     conf = done.choices[0].model_extra["confidence"]
     assert conf["signal"] == "p_true" and 0 <= conf["value"] <= 1
