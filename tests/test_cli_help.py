@@ -85,7 +85,7 @@ def test_config_help_example_is_the_commands_own(command):
 
 @pytest.mark.parametrize("argv, expected", [
     (["evalute"], "hf-calibration: error: unknown command 'evalute' (choose from evaluate, fit-posthoc, calm, "
-                  "diagnose, secl, secl-serve, report, lm-eval-import)\n"),
+                  "diagnose, secl, secl-serve, report, lm-eval-import, serve)\n"),
     (["fit-posthoc", "--method", "platt", "--predictions", "p", "--output", "o", "--outptu", "x"],
      "hf-calibration: error: --outptu: unknown option (did you mean --output?)\n"),
     (["fit-posthoc", "--method", "plat", "--predictions", "p", "--output", "o"],

@@ -10,6 +10,7 @@ before a model loads, raising ``hf_calibration.errors.ParameterError`` naming th
 - ``run_diagnose(DiagnoseConfig)``: the generation–discrimination gap; will SECL help this model?
 - ``run_secl_stream(SECLStreamConfig, SECLConfig)``: a multi-domain stream through SECL with the baselines.
 - ``run_secl_service(SECLServiceConfig, SECLConfig)``: a stream through SECL beside a vLLM server, adapters hot-swapped.
+- ``run_serve(ServeConfig)``: the calibration gateway, an OpenAI-compatible server in front of vLLM.
 - ``run_calm(CALMJobConfig, CALMConfig)``: fine-tune with CALM.
 - ``run_report(ReportConfig)``: one self-contained HTML page from result folders.
 - ``run_lm_eval_import(LMEvalImportConfig)``: calibration reports of lm-evaluation-harness ``--log_samples`` runs.
@@ -33,6 +34,7 @@ _LAZY = {
     "SECLServiceResult": "hf_calibration.jobs.secl_service",
     "SECLStreamConfig": "hf_calibration.jobs.secl_stream",
     "SECLStreamResult": "hf_calibration.jobs.secl_stream",
+    "ServeConfig": "hf_calibration.jobs.serve",
     "run_calm": "hf_calibration.jobs.calm",
     "run_diagnose": "hf_calibration.jobs.diagnose",
     "run_evaluate": "hf_calibration.jobs.evaluate",
@@ -41,6 +43,7 @@ _LAZY = {
     "run_report": "hf_calibration.jobs.report",
     "run_secl_service": "hf_calibration.jobs.secl_service",
     "run_secl_stream": "hf_calibration.jobs.secl_stream",
+    "run_serve": "hf_calibration.jobs.serve",
 }
 
 

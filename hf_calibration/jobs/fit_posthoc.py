@@ -27,9 +27,21 @@ class FitPosthocConfig:
     overwrite: bool = field(default=False, metadata={
         "help": "Replace an existing --output file that is not a calibrator saved by fit-posthoc (one that is, "
                 "is replaced without asking)."})
+    signal: str | None = field(default=None, metadata={
+        "help": "Fit on this signal of a file of labelled answers instead (diagnose's signals.jsonl: p_true, "
+                "norm_p_true, verbalized, option_probability, dinco; or 'confidence' and 'correct' per line), with "
+                "platt, isotonic or histogram. The output records the signal and the model it was fitted on "
+                "('fitted_on'; the calibration gateway checks them). When not given: evaluate's option "
+                "probability."})
 
     def __post_init__(self):
         check_choice(self.method, "method", METHODS)
+        if self.signal is not None:
+            if not isinstance(self.signal, str) or not self.signal.strip():
+                raise ParameterError("signal", self.signal, f"must name a signal, got {self.signal!r}")
+            if self.method in ("temperature", "vector"):
+                raise ParameterError("signal", self.signal, f"{{method}} {self.method} scales option logits; a "
+                                     "signal is fitted with platt, isotonic or histogram", related=("method",))
 
 
 @dataclass(kw_only=True)
@@ -98,6 +110,31 @@ def _summary(calibrator) -> str:
     return ", ".join(f"{k}={v:.4g}" for k, v in fitted.items() if isinstance(v, float))
 
 
+def _records(config: FitPosthocConfig) -> list[dict]:
+    """evaluate's prediction records, or ``{"confidence", "correct"}`` of each labelled answer for ``signal``."""
+    if config.signal is None:
+        return reports.read_predictions(config.predictions)
+    from hf_calibration.gateway.abstain import read_labelled
+
+    confidence, correct = read_labelled(config.predictions, config.signal)
+    return [{"confidence": float(c), "correct": bool(y)} for c, y in zip(confidence, correct)]
+
+
+def _fitted_on(config: FitPosthocConfig, n: int) -> dict:
+    """The provenance saved with the calibrator: the signal, the model named by the run file beside the
+    predictions (evaluate's metrics.json, diagnose's diagnosis.json; None when neither is there), the file, n."""
+    model = None
+    for name in ("metrics.json", "diagnosis.json"):
+        beside = Path(config.predictions).with_name(name)
+        try:
+            model = json.loads(beside.read_text(encoding="utf-8"))["run"]["model"]
+            break
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return {"signal": config.signal or "option_probability", "model": model,
+            "predictions": Path(config.predictions).name, "n": n}
+
+
 def run_fit_posthoc(config: FitPosthocConfig) -> FitPosthocResult:
     """Fit temperature/vector scaling on the option logits, or Platt/isotonic/histogram binning on the top-label
     confidence, of the records in ``config.predictions``, and save it to ``config.output`` (JSON, for
@@ -113,8 +150,8 @@ def run_fit_posthoc(config: FitPosthocConfig) -> FitPosthocResult:
 
     out = check_output_file(config.output)
     _check_replaceable(out, config)
-    with renamed_parameters(path="predictions", records="predictions"):
-        records = reports.read_predictions(config.predictions)
+    with renamed_parameters(path="predictions", records="predictions", abstain_calibration="predictions"):
+        records = _records(config)
         calibrator = CALIBRATORS[config.method]()
         correct = [int(r["correct"]) for r in records]
         if len(set(correct)) < 2:  # checked here so the error names the file, not the calibrator's parameter
@@ -127,7 +164,7 @@ def run_fit_posthoc(config: FitPosthocConfig) -> FitPosthocResult:
     out.parent.mkdir(parents=True, exist_ok=True)
     staged = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     try:
-        calibrator.save(staged)
+        calibrator.save(staged, fitted_on=_fitted_on(config, len(records)))
         os.replace(staged, out)
     finally:
         staged.unlink(missing_ok=True)

@@ -225,10 +225,13 @@ class _PosthocCalibrator(BaseEstimator):
                                  f"index {i}, outside [0, 1] (a probability)")
             setattr(self, attr, float(value) if value.ndim == 0 else value)
 
-    def save(self, path):
+    def save(self, path, *, fitted_on: dict | None = None):
         """Write the fitted calibrator to ``path`` as JSON (see the module docstring for the format).
 
-        Raises ``NotFittedError`` (a ``ValueError``) if the calibrator is unfitted.
+        ``fitted_on`` : optional provenance written as ``"fitted_on"`` (``fit-posthoc`` records the signal, the
+        model and the predictions file; the calibration gateway refuses a calibrator fitted on another signal or
+        model). Readers of this format ignore it. Raises ``NotFittedError`` (a ``ValueError``) if the calibrator
+        is unfitted.
         """
         self._check_is_fitted()
         payload = {
@@ -239,6 +242,8 @@ class _PosthocCalibrator(BaseEstimator):
         }
         if self.n_options_ is not None:  # optional: files without it load, their option counts unknown
             payload["n_options"] = [int(k) for k in self.n_options_]
+        if fitted_on is not None:
+            payload["fitted_on"] = fitted_on
         with open(os.fspath(path), "w", encoding="utf-8") as fh:
             json.dump(payload, fh, indent=2)
             fh.write("\n")

