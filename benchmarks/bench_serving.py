@@ -45,13 +45,13 @@ def main(argv=None) -> int:
 
     from hf_calibration.data import load_mcqa
     from hf_calibration.modeling import load_model, resolve_model_path, score_mcqa
-    from hf_calibration.modeling.backends import OpenAICompatibleBackend, score_mcqa_with
+    from hf_calibration.modeling.backends import OpenAICompatibleBackend, TransformersBackend
     from hf_calibration.modeling.backends.launch import local_vllm_server
 
     rows = list(load_mcqa("mmlu", limit=args.n, seed=0))
     model, tok = load_model(MODEL)
-    t_local, ref = _best(lambda: score_mcqa(model, tok, rows, batch_size=args.batch_size, progress=False),
-                         args.repeats)
+    local = TransformersBackend(model, batch_size=args.batch_size, pad_id=tok.pad_token_id)
+    t_local, ref = _best(lambda: score_mcqa(local, tok, rows, progress=False), args.repeats)
     mean_len = np.mean([len(tok.encode(p, add_special_tokens=False)) for p in ref.prompts])
     local_name = f"transformers, batch {args.batch_size}"
     import os
@@ -72,7 +72,7 @@ def main(argv=None) -> int:
         lines.insert(1, f"server: {url} (up in {time.perf_counter() - start:.0f} s)")
         for k in args.in_flight:
             backend = OpenAICompatibleBackend(url, args.served_model, tok, max_in_flight=k)
-            t, got = _best(lambda: score_mcqa_with(backend, tok, rows), args.repeats)
+            t, got = _best(lambda: score_mcqa(backend, tok, rows, progress=False), args.repeats)
             backend.close()
             same = int((got.prediction == ref.prediction).sum())
             lines.append(f"{'vLLM, ' + str(k) + ' in flight':<28} {len(rows) / t:8.2f} {t_local / t:13.2f} "

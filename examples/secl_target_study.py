@@ -133,7 +133,7 @@ def main(argv=None):
     passes = {}
     for name, change in settings.items():
         fields = [{"passes": {}} for _ in records]
-        model.secl_config = dataclasses.replace(defaults, **change)
+        model.set_secl_config(dataclasses.replace(defaults, **change))
         start = time.perf_counter()
         counters = secl_pass(model, items, fields, burst_at_start=True)
         seconds = time.perf_counter() - start
@@ -144,7 +144,7 @@ def main(argv=None):
                         "split": scores(y, conf), "after_burst": scores(y[burst:], conf[burst:])}
         print(f"{name}: {seconds:.0f} s, {counters['updates']} updates, Brier {passes[name]['split']['brier']:.4f}",
               flush=True)
-    model.secl_config = defaults
+    model.set_secl_config(defaults)
     base = np.array(passes["defaults"]["confidence"])
     for name, row in passes.items():
         if name == "defaults":

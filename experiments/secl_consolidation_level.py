@@ -188,7 +188,7 @@ def run_all(args, todo: list, path: Path, meta: dict) -> None:
         with path.open("a", encoding="utf-8") as f:
             f.write(json.dumps({"lr_scheduler": "none", "seed": -1, "point": "identity", **level_row(secl, sets)}) + "\n")
     for scheduler, seed in todo:
-        secl.secl_config = dataclasses.replace(base, consolidation_lr_scheduler=scheduler)
+        secl.set_secl_config(dataclasses.replace(base, consolidation_lr_scheduler=scheduler))
         rows = run_burst(secl, sets["burst"][0], seed, sets)
         with path.open("a", encoding="utf-8") as f:
             for row in rows:

@@ -459,7 +459,7 @@ def main(argv=None) -> dict:
         if variant.lora != "default" or variant.scope != "confidence":
             secl = _fresh_secl(args, variant, num_layers)
         elif secl.secl_config != secl_config_for(variant, num_layers):
-            secl.secl_config = secl_config_for(variant, num_layers)
+            secl.set_secl_config(secl_config_for(variant, num_layers))
         result = run_variant(secl, variant, items, rows, pool, test_idx, contexts, args)
         with results_path.open("a", encoding="utf-8") as f:
             f.write(json.dumps(result) + "\n")

@@ -13,6 +13,8 @@ from hf_calibration.metrics import expected_calibration_error, reliability_diagr
 
 STYLES = ("bars", "points")
 SPARSE_BIN = 10  # a bin with fewer predictions is drawn hatched: its accuracy's 95 % interval spans ~0.4 or more
+TITLE_WIDTH = 60  # a longer title puts the ECE on a line of its own, so the figure keeps its width
+SPARSE_ALPHA = 0.12  # ... and nearly transparent, so a bar of one question drawn to 1.0 does not catch the eye first
 
 
 def plot_reliability_diagram(
@@ -25,17 +27,21 @@ def plot_reliability_diagram(
     title: str | None = None,
     style: str = "bars",
     smooth: bool = False,
+    calibrated=None,
+    calibrated_label: str = "calibrated",
 ):
     """Reliability diagram of the top-label confidence, with the confidence histogram underneath.
 
     Upper panel: accuracy per bin against confidence, with the diagonal of perfect calibration;
     ``style="bars"`` draws accuracy bars over the bin width and the gap to each bin's mean confidence
     in red, ``style="points"`` draws (mean confidence, accuracy) points joined by a line, with the gap
-    as a vertical red segment. So that few-sample bins do not catch the eye first, each bin shows its 95 %
-    Wilson interval (``wilson_interval``), is shaded by the questions it holds, and is hatched below
-    ``SPARSE_BIN`` questions; ``smooth`` adds smECE's kernel-smoothed curve (``smooth_reliability_curve``).
-    Lower panel: the share of predictions per bin, each bar labelled with its count. The title ends with
-    the ECE of the same bins.
+    as a vertical red segment. So that few-sample bins do not catch the eye first, each bin's bar is shaded by
+    the questions it holds (its count against the mean count of the filled bins), and a bin of fewer than
+    ``SPARSE_BIN`` questions is hatched and nearly transparent, its 95 % Wilson interval (``wilson_interval``)
+    in light grey; ``smooth`` adds smECE's kernel-smoothed curve (``smooth_reliability_curve``). Lower panel:
+    the share of predictions per bin, each bar labelled with its count. The legend lies outside the diagram
+    (below the figure, or right of a given ``ax``), so it covers no bin. The title ends with the ECE of the same
+    bins.
 
     Parameters
     ----------
@@ -47,10 +53,18 @@ def plot_reliability_diagram(
         Axes for the diagram; the histogram is appended below it (``make_axes_locatable``). By default
         a new 5 x 5.5 inch figure with both panels is created.
     title : str, optional
-        Prefix of the title; " — ECE = 0.123 (15 bins)" is appended ("(15 quantile bins)" for equal mass).
+        Prefix of the title; " — ECE = 0.123 (15 bins)" is appended ("(15 quantile bins)" for equal mass;
+        "ECE = 0.123 → 0.045 <calibrated_label>" with ``calibrated``), on a second line when both are longer than
+        ``TITLE_WIDTH`` characters.
     style : {"bars", "points"}, default "bars"
     smooth : bool, default False
         Also draw the smoothed reliability curve of smECE (relplot's curve, without its bootstrap band).
+    calibrated : (y_true, y_prob), optional
+        The same questions after a post-hoc calibrator (forms as ``y_true, y_prob``): drawn as a second curve
+        (points joined by a line; a sparse bin's point hollow, not joined) over the same bins, its share per bin
+        as a step line in the histogram.
+    calibrated_label : str, default "calibrated"
+        Its name in the legend and the title, e.g. "after histogram".
 
     Returns
     -------
@@ -70,24 +84,52 @@ def plot_reliability_diagram(
     """
     if style not in STYLES:
         raise ValueError(f"style must be one of {', '.join(map(repr, STYLES))}, got {style!r}")
+    given = ax is not None
+    fig, ax, hist_ax = _diagram_axes(ax)
+    _draw_diagram(ax, hist_ax, y_true, y_prob, n_bins=n_bins, binning=binning, title=title, style=style,
+                  smooth=smooth, calibrated=calibrated, calibrated_label=calibrated_label)
+    handles, labels = _legend_entries([ax, hist_ax])
+    if given:  # right of the diagram, outside it
+        ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.02, 1), borderaxespad=0, fontsize="x-small")
+    else:
+        fig.legend(handles, labels, loc="outside lower center", ncols=2, fontsize="x-small", frameon=False)
+    return fig
+
+
+def _draw_diagram(ax, hist_ax, y_true, y_prob, *, n_bins, binning, title, style, smooth, calibrated,
+                  calibrated_label) -> None:
+    """``plot_reliability_diagram``'s two panels into ``ax`` and ``hist_ax``, without a legend."""
     table = reliability_diagram(y_true, y_prob, n_bins=n_bins, binning=binning)
     ece = expected_calibration_error(y_true, y_prob, n_bins=n_bins, binning=binning)
-    fig, ax, hist_ax = _diagram_axes(ax)
-
     ax.plot([0, 1], [0, 1], linestyle="--", color="0.5", linewidth=1, label="perfect calibration")
     _draw_bins(ax, table, style)
     if smooth:
         t, curve = smooth_reliability_curve(y_true, y_prob)
         ax.plot(t, curve, color="C2", linewidth=1.5, label="smoothed (smECE kernel)")
+    ece_text = f"ECE = {ece:.3f}"
+    after = None
+    if calibrated is not None:
+        after = reliability_diagram(*calibrated, n_bins=n_bins, binning=binning)
+        _draw_calibrated(ax, after, calibrated_label)
+        ece_text += f" → {expected_calibration_error(*calibrated, n_bins=n_bins, binning=binning):.3f} " \
+                    f"{calibrated_label}"
     ax.set_xlim(0, 1)
     ax.set_ylim(0, 1)
     ax.set_ylabel("accuracy")
     ax.tick_params(labelbottom=False)
-    ax.legend(loc="upper left", fontsize="x-small")
-    suffix = f"ECE = {ece:.3f} ({n_bins}{' quantile' if binning == 'quantile' else ''} bins)"
-    ax.set_title(_drawable(f"{title} — {suffix}" if title else suffix))
-    _draw_histogram(hist_ax, table)
-    return fig
+    suffix = f"{ece_text} ({n_bins}{' quantile' if binning == 'quantile' else ''} bins)"
+    one_line = title and len(title) + len(suffix) <= TITLE_WIDTH
+    ax.set_title(_drawable((f"{title} — {suffix}" if one_line else f"{title}\n{suffix}") if title else suffix))
+    _draw_histogram(hist_ax, table, after, calibrated_label)
+
+
+def _legend_entries(axes) -> tuple[list, list]:
+    """(handles, labels) of ``axes`` together, each label once."""
+    entries = {}
+    for a in axes:
+        for handle, label in zip(*a.get_legend_handles_labels()):
+            entries.setdefault(label, handle)
+    return list(entries.values()), list(entries)
 
 
 def _diagram_axes(ax):
@@ -117,40 +159,68 @@ def _bin_layout(table):
 
 def _draw_bins(ax, table, style: str) -> None:
     """The accuracy of each filled bin in ``style``, its gap to the bin's mean confidence and its 95 % Wilson
-    interval, shaded by the questions the bin holds and hatched when sparse (bars)."""
+    interval, shaded by the questions the bin holds; a sparse bin hatched, nearly transparent, its interval
+    light grey (bars)."""
     left, width, centers, filled, sparse = _bin_layout(table)
     acc, conf = table.accuracy, table.mean_confidence
     # shade by how much data a bin holds (its count against the mean count of the filled bins)
     weight = np.clip(table.counts / max(table.counts[filled].mean(), 1), 0, 1) if filled.any() else table.counts
-    alpha = 0.25 + 0.75 * weight
+    alpha = np.where(sparse, SPARSE_ALPHA, 0.25 + 0.75 * weight)
     low, high = wilson_interval(np.nan_to_num(acc) * table.counts, table.counts)
     if style == "bars":
-        for i, k in enumerate(np.flatnonzero(filled)):
+        for i, k in enumerate(np.flatnonzero(filled & ~sparse)):
             ax.bar(left[k], acc[k], width=width[k], align="edge", color="C0", alpha=alpha[k], edgecolor="white",
-                   hatch="//" if sparse[k] else None, label=None if i else "accuracy (shade: questions in the bin)")
-        gap_color = [(0.84, 0.15, 0.16, 0.5 * a) for a in alpha[filled]]  # C3, faded with the bin's shade
-        ax.bar(centers[filled], np.abs(acc - conf)[filled], bottom=np.minimum(acc, conf)[filled],
-               width=width[filled] * 0.5, color=gap_color, label="gap to mean confidence")
+                   label=None if i else "accuracy (shade: questions in the bin)")
+        for i, k in enumerate(np.flatnonzero(sparse)):
+            ax.bar(left[k], acc[k], width=width[k], align="edge", color="C0", alpha=alpha[k], edgecolor="C0",
+                   linewidth=0, hatch="//", label=None if i else f"accuracy of a bin with < {SPARSE_BIN} questions")
+        for i, part in enumerate((filled & ~sparse, sparse)):  # the legend's swatch from a dense bin
+            gap_color = [(0.84, 0.15, 0.16, 0.5 * a) for a in alpha[part]]  # C3, faded with the bin's shade
+            ax.bar(centers[part], np.abs(acc - conf)[part], bottom=np.minimum(acc, conf)[part],
+                   width=width[part] * 0.5, color=gap_color, label=None if i else "gap to mean confidence")
         x = centers
     else:
         ax.plot(conf[filled], acc[filled], marker="o", color="C0", label="accuracy")
         ax.vlines(conf[filled], np.minimum(acc, conf)[filled], np.maximum(acc, conf)[filled], color="C3",
                   alpha=0.7, label="gap to mean confidence")
         x = conf
-    below, above = np.clip(acc - low, 0, None)[filled], np.clip(high - acc, 0, None)[filled]  # rounding: -1e-17
-    ax.errorbar(x[filled], acc[filled], yerr=[below, above], fmt="none",
-                ecolor="0.2", elinewidth=0.8, capsize=2, label="95 % interval (Wilson)")
+    order = np.r_[np.flatnonzero(filled & ~sparse), np.flatnonzero(sparse)]  # dense first: the legend's swatch
+    below, above = np.clip(acc - low, 0, None)[order], np.clip(high - acc, 0, None)[order]  # rounding: -1e-17
+    bars = ax.errorbar(x[order], acc[order], yerr=[below, above], fmt="none", ecolor="0.2", elinewidth=0.8,
+                       capsize=0, label="95 % interval (Wilson)")
+    colors = ["0.75" if s else "0.2" for s in sparse[order]]  # a sparse bin's wide interval: light grey
+    bars[2][0].set_color(colors)
+    ends = np.r_[acc[order] - below, acc[order] + above]  # the caps, coloured as their interval
+    ax.scatter(np.r_[x[order], x[order]], ends, marker="_", s=12, c=colors * 2, linewidths=0.8, zorder=3)
 
 
-def _draw_histogram(hist_ax, table) -> None:
-    """The share of predictions per bin, each bar labelled with its count (red when sparse)."""
+def _draw_calibrated(ax, table, label: str) -> None:
+    """The reliability curve after a calibrator: (mean confidence, accuracy) per filled bin, joined where the bin
+    holds ``SPARSE_BIN`` questions or more, hollow and apart where it is sparse."""
+    _, _, _, filled, sparse = _bin_layout(table)
+    conf, acc = table.mean_confidence, table.accuracy
+    dense = filled & ~sparse
+    ax.plot(conf[dense], acc[dense], color="C1", linewidth=1.5, marker="o", markersize=4, label=label)
+    if sparse.any():  # not joined: a line to a bin of one question would draw the eye there
+        ax.plot(conf[sparse], acc[sparse], linestyle="none", marker="o", markersize=4, color="C1", alpha=0.6,
+                markerfacecolor="white", label=f"{label}, bin with < {SPARSE_BIN} questions")
+
+
+def _draw_histogram(hist_ax, table, after=None, after_label: str = "") -> None:
+    """The share of predictions per bin, each bar labelled with its count (red when sparse); with ``after`` (the
+    table after a calibrator) its share as a step line."""
     left, width, centers, filled, sparse = _bin_layout(table)
     share = table.counts / table.counts.sum()
     hist_ax.bar(left, share, width=width, align="edge", color="0.4", edgecolor="white")
     for k in np.flatnonzero(filled):  # the count itself, so a tall bar of three questions reads as three
         hist_ax.text(centers[k], share[k], str(table.counts[k]), ha="center", va="bottom", fontsize=6,
                      color="C3" if sparse[k] else "0.2")
-    hist_ax.set_ylim(0, max(share.max(), 1e-9) * 1.3)
+    top = share.max()
+    if after is not None:
+        share_after = after.counts / after.counts.sum()
+        hist_ax.stairs(share_after, after.bin_edges, color="C1", linewidth=1.2, label=f"share {after_label}")
+        top = max(top, share_after.max())
+    hist_ax.set_ylim(0, max(top, 1e-9) * 1.3)
     hist_ax.set_xlim(0, 1)
     hist_ax.set_xlabel("confidence" + (f"   (hatched: < {SPARSE_BIN} questions)" if sparse.any() else ""))
     hist_ax.set_ylabel("share")
@@ -207,7 +277,8 @@ def plot_reliability_diagrams(panels: dict, *, n_bins: int = 15, binning: str = 
     each pair as :func:`plot_reliability_diagram` takes it) → :class:`matplotlib.figure.Figure`.
 
     ``n_bins`` and ``binning`` are each panel's (:func:`plot_reliability_diagram`); ``panel_size`` is (width,
-    height) in inches per panel; ``title`` goes above the row.
+    height) in inches per panel; ``title`` goes above the row, one legend for all panels below it (outside every
+    panel, so it covers no bin).
 
     Examples
     --------
@@ -217,10 +288,16 @@ def plot_reliability_diagrams(panels: dict, *, n_bins: int = 15, binning: str = 
     """
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(panel_size[0] * len(panels), panel_size[1]))
-    for ax, (name, (y_true, y_prob)) in zip(fig.subplots(1, len(panels), squeeze=False)[0], panels.items()):
-        plot_reliability_diagram(y_true, y_prob, n_bins=n_bins, binning=binning, ax=ax, title=name)
+    fig = Figure(figsize=(panel_size[0] * len(panels), panel_size[1] + 0.6), layout="constrained")
+    grid = fig.add_gridspec(2, len(panels), height_ratios=[3, 1])
+    axes = []
+    for j, (name, (y_true, y_prob)) in enumerate(panels.items()):
+        ax = fig.add_subplot(grid[0, j])
+        hist_ax = fig.add_subplot(grid[1, j], sharex=ax)
+        _draw_diagram(ax, hist_ax, y_true, y_prob, n_bins=n_bins, binning=binning, title=name, style="bars",
+                      smooth=False, calibrated=None, calibrated_label="")
+        axes += [ax, hist_ax]
+    fig.legend(*_legend_entries(axes), loc="outside lower center", ncols=5, fontsize="x-small", frameon=False)
     if title:
         fig.suptitle(_drawable(title))
-    fig.tight_layout()
     return fig

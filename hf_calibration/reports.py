@@ -87,10 +87,19 @@ def posthoc_report(calibrator, scores, **kwargs) -> dict:
     metric; confidence calibrators (Platt, isotonic, histogram) map the top-label confidence to a
     probability of being correct, so only the top-label ("conf") metrics exist for them.
     """
+    y_true, y_prob = posthoc_inputs(calibrator, scores)
     if calibrator.input_kind == "logits":
-        return mcqa_report(scores.labels, calibrator.transform(scores.option_logits), **kwargs)
-    return calibration_report(scores.correct.astype(int),
-                       calibrator.transform(_top_confidence_as(scores, calibrator.input_format)), **kwargs)
+        return mcqa_report(y_true, y_prob, **kwargs)
+    return calibration_report(y_true, y_prob, **kwargs)
+
+
+def posthoc_inputs(calibrator, scores) -> tuple[np.ndarray, np.ndarray]:
+    """``(y_true, y_prob)`` of the scores after ``calibrator``: labels and (n, K) probabilities for a logit
+    calibrator, 0/1 correctness and the calibrated (n,) confidence for a confidence calibrator (what
+    ``posthoc_report`` scores and the reliability diagram draws)."""
+    if calibrator.input_kind == "logits":
+        return np.asarray(scores.labels), calibrator.transform(scores.option_logits)
+    return scores.correct.astype(int), calibrator.transform(_top_confidence_as(scores, calibrator.input_format))
 
 
 def _top_confidence_as(scores, input_format: str) -> np.ndarray:
@@ -303,19 +312,27 @@ def write_jsonl(path: Path, records) -> None:
 EVALUATION_FILES = ("predictions.jsonl", "metrics.json", "reliability_diagram.png")
 
 
+def diagram_title(run: dict) -> str:
+    """The reliability diagram's title: model, the data scored (with its subjects, which the diagram is of) and n,
+    e.g. "SmolLM2-135M-Instruct · mmlu: humanities (n=200)"."""
+    data = f"{run['dataset']}: {run['subjects']}" if run.get("subjects") else str(run["dataset"])
+    return f"{str(run['model']).split('/')[-1]} · {data} (n={run['n']})"
+
+
 def write_evaluation(out: Path, dataset, scores, metrics: dict, run: dict, *, n_bins: int = 15,
-                     binning: str = "uniform", job: str = "evaluate", overwrite: bool = False) -> None:
-    """Write predictions.jsonl, metrics.json and reliability_diagram.png (``n_bins`` bins, ``binning``) into
-    ``out`` atomically, as ``job`` (``outputs.AtomicOutputDir``: another job's folder is refused unless
-    ``overwrite``)."""
+                     binning: str = "uniform", job: str = "evaluate", overwrite: bool = False,
+                     calibrator=None) -> None:
+    """Write predictions.jsonl, metrics.json and reliability_diagram.png (``n_bins`` bins, ``binning``; with
+    ``calibrator``, the curve after it too) into ``out`` atomically, as ``job`` (``outputs.AtomicOutputDir``:
+    another job's folder is refused unless ``overwrite``)."""
     from hf_calibration.plotting import plot_reliability_diagram
 
     with AtomicOutputDir(out, job, overwrite=overwrite) as tmp:
         write_jsonl(tmp / "predictions.jsonl", prediction_records(dataset, scores))
         write_json(tmp / "metrics.json", {"run": run, **metrics})
-        fig = plot_reliability_diagram(
-            scores.labels, scores.probs, n_bins=n_bins, binning=binning,
-            title=f"{run['model'].split('/')[-1]} · {run['dataset']} (n={run['n']})",
-        )
+        after = {} if calibrator is None else {"calibrated": posthoc_inputs(calibrator, scores),
+                                                "calibrated_label": f"after {calibrator.method}"}
+        fig = plot_reliability_diagram(scores.labels, scores.probs, n_bins=n_bins, binning=binning,
+                                       title=diagram_title(run), **after)
         fig.savefig(tmp / "reliability_diagram.png", dpi=120, bbox_inches="tight")
 

@@ -277,3 +277,45 @@ def test_an_old_calibrator_file_without_option_counts_still_loads(tiny_model_dir
     assert _code(["evaluate", "--model", str(tiny_model_dir), "--dataset", "halueval_qa", "--limit", "4",
                   "--n-resamples", "20", "--posthoc", str(calib), "--output-dir", str(out)]) == 0
     assert "posthoc_histogram" in json.loads((out / "metrics.json").read_text())["signals"]
+
+
+# ------------------------------------------------------ 7. the diagram after --posthoc: both curves, the subset
+
+
+def test_evaluate_with_posthoc_draws_the_calibrated_curve_of_the_subset_scored(tiny_model_dir, tmp_path, capsys,
+                                                                                monkeypatch):
+    import hf_calibration.plotting
+    from hf_calibration.posthoc import load_calibrator
+
+    fit = tmp_path / "stem"
+    assert main(["evaluate", "--model", str(tiny_model_dir), "--subjects", "stem", "--limit", "16",
+                 "--n-resamples", "20", "--output-dir", str(fit)]) == 0
+    calib = tmp_path / "platt.json"
+    assert main(["fit-posthoc", "--method", "platt", "--predictions", str(fit / "predictions.jsonl"),
+                 "--output", str(calib)]) == 0
+    drawn = []
+    plot = hf_calibration.plotting.plot_reliability_diagram
+    monkeypatch.setattr(hf_calibration.plotting, "plot_reliability_diagram",
+                        lambda *a, **k: drawn.append(k) or plot(*a, **k))
+    out = tmp_path / "humanities"
+    assert main(["evaluate", "--model", str(tiny_model_dir), "--subjects", "humanities", "--limit", "8",
+                 "--n-resamples", "20", "--posthoc", str(calib), "--output-dir", str(out)]) == 0
+    (kwargs,) = drawn
+    assert kwargs["title"] == f"{tiny_model_dir.name} · mmlu: humanities (n=8)"
+    assert kwargs["calibrated_label"] == "after platt"
+    records = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
+    y, p = kwargs["calibrated"]
+    np.testing.assert_array_equal(y, [int(r["correct"]) for r in records])
+    np.testing.assert_allclose(p, load_calibrator(calib).transform([r["confidence"] for r in records]), rtol=1e-12)
+
+
+def test_calm_eval_bins_above_the_eval_questions_are_refused_before_training(tiny_model_dir, tmp_path, capsys):
+    out = tmp_path / "c"
+    assert _code(["calm", "--model", str(tiny_model_dir), "--train-dataset", "halueval_qa_lm", "--n-train", "4",
+                  "--n-calibration", "4", "--n-eval", "2", "--lora-r", "2", "--eval-num-bins", "20", "--max-steps", "1",
+                  "--use-cpu", "true", "--bf16", "false", "--report-to", "none", "--output-dir", str(out)]) == 2
+    err = capsys.readouterr().err  # the model loads first (the eval questions are fitted to its context)
+    errors = [line for line in err.splitlines() if "error" in line]
+    assert len(errors) == 1 and errors[0].startswith("hf-calibration: error: --eval-num-bins: must be ≤ 15 for 2 "
+                                                    "eval questions") and errors[0].endswith("got 20"), err
+    assert "Traceback" not in err and not any(out.rglob("*.safetensors"))

@@ -15,7 +15,7 @@ from hf_calibration.errors import ParameterError
 
 
 def served_adjustment(adjustment, name: str = "logit_adjustment"):
-    """The ``adjust`` callable of ``modeling.backends.score_mcqa_with`` for a fitted ``LogitAdjustment``.
+    """The ``adjust`` callable of ``modeling.score_mcqa`` for a fitted ``LogitAdjustment``.
 
     Returns ``f(token_ids, logprobs (n, m)) → (n, m)``, adjusting the columns of covered ids. Raises
     ParameterError naming ``name`` when the temperatures differ between covered tokens, or when a token read

@@ -15,6 +15,7 @@ from hf_calibration.data import MCQA_DATASETS, load_mcqa, resolve_subjects
 from hf_calibration.errors import ParameterError, renamed_parameters
 from hf_calibration.jobs.common import (JobResult, check_choice, check_int, check_output_dir, fit_mcqa_to_context,
                                         model_field, on_overflow_field, overwrite_field, prompt_format_field)
+from hf_calibration.metrics.validation import check_n_bins
 from hf_calibration.modeling.context import OVERFLOW_POLICIES
 from hf_calibration.modeling.prompts import PROMPT_FORMATS
 from hf_calibration.outputs import check_result_folder, mark_written, snapshot
@@ -130,6 +131,9 @@ def run_calm(config: CALMJobConfig, training: CALMConfig) -> CALMJobResult:
     model, tokenizer = modeling.load_model(config.model)
     tokenizer.padding_side = "right"
     data = _datasets(config, training.seed, tokenizer, model, training.max_length)
+    if "eval" in data:  # the eval ECEs' bins against the eval questions: refused now, not after training
+        with renamed_parameters(n_bins="eval_num_bins"):
+            check_n_bins(training.eval_num_bins, len(data["eval"]), of="eval questions")
     peft = None
     if config.lora_r > 0:
         peft = default_lora_config(config.lora_r)

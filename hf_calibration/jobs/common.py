@@ -56,10 +56,12 @@ def device_field():
 
 
 def backend_field():
+    from hf_calibration.modeling.backends.registry import REGISTRY
+
+    named = "; ".join(f"{name} ({entry.help})" for name, entry in REGISTRY.items())
     return field(default="transformers", metadata={
-        "help": "Where the model is scored: transformers (loaded in this process) or openai (an OpenAI-compatible "
-                "server such as vLLM at --base-url; the tokenizer and chat template still come from --model; "
-                "docs/serving.md).", "choices": ["transformers", "openai"]})
+        "help": f"Where the model is scored: {named}. Through a server the tokenizer and chat template still come "
+                "from --model (docs/serving.md).", "choices": list(REGISTRY)})
 
 
 def base_url_field():
@@ -262,7 +264,8 @@ def _probe(folder: Path, name: str, raw: str, what: str) -> None:
 def overwrite_field():
     return field(default=False, metadata={
         "help": "Replace another job's results, or files no run of this package wrote, in the output folder "
-                "(otherwise refused; an earlier run of the same job is always replaced, its stale files removed)."})
+                "(otherwise refused; an earlier run of the same job is replaced, its stale files removed, except "
+                "an evaluate run of other data or another model, which is refused too)."})
 
 
 def check_output_dir(path, name: str = "output_dir") -> Path:
@@ -385,7 +388,7 @@ class MCQAScoringConfig:
         check_non_empty(self.subjects, "subjects")
         check_int(self.seed, "seed", minimum=0)
         check_ece_options(self, self.limit)
-        from hf_calibration.modeling.backends import check_backend_options
+        from hf_calibration.modeling.backends.registry import check_backend_options
 
         check_backend_options(self.backend, self.base_url, self.served_model)
 

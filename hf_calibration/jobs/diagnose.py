@@ -117,27 +117,50 @@ def _served_checkpoint(config: DiagnoseConfig, out):
     return checkpoint
 
 
+def _open(config: DiagnoseConfig, model, tokenizer, run: dict):
+    """``(tokenizer, backend)``: the model given (wrapped once, ``as_backend``) or the backend ``config`` names,
+    opened (``open_backend``: a model loaded, or a server checked); the load time and a server recorded in ``run``."""
+    from hf_calibration.modeling.backends import as_backend, open_backend
+
+    if model is not None:
+        return tokenizer, as_backend(model, tokenizer, batch_size=config.batch_size)
+    start = time.perf_counter()
+    tokenizer, backend = open_backend(config.backend, config.model, batch_size=config.batch_size,
+                                      device=config.device, base_url=config.base_url,
+                                      served_model=config.served_model)
+    if config.backend != "transformers":
+        run.update(backend=config.backend, base_url=config.base_url, served_model=config.served_model or config.model)
+        if getattr(backend, "capabilities", None) is not None:  # engine and read path (engines.Capabilities)
+            run["server"] = backend.capabilities.record()
+    run["load_seconds"] = round(time.perf_counter() - start, 1)
+    return tokenizer, backend
+
+
 def _diagnose_mcqa(config: DiagnoseConfig, model, tokenizer, out, run: dict, progress: bool):
+    """Multiple choice: the signals of ``secl.diagnose.diagnose`` read through the backend (in process: the model's
+    key/value cache shared by each question's follow-ups; served: every read kept as it arrives, resumable)."""
+    from hf_calibration.modeling.backends import has_capability
+
     dataset = load_mcqa_for(config.dataset, subjects=config.subjects, limit=config.limit, seed=config.seed,
                             default_limit=config.default_limit(),
                             balance_gold=config.balance_gold, **custom_data_options(config))
-    checkpoint = _served_checkpoint(config, out) if config.backend == "openai" else None
-    if checkpoint is not None:
-        from hf_calibration.secl.served import diagnose_served
-
+    in_process = model is not None or has_capability(config.backend, "in_process")
+    checkpoint = None if in_process else _served_checkpoint(config, out)
+    tokenizer, backend = _open(config, model, tokenizer, run)
+    try:
+        if in_process:
+            fmt = modeling.prompts.resolve_prompt_format(tokenizer, config.prompt_format)
+            dataset = fit_mcqa_to_context(dataset, backend.model, tokenizer, prompt_format=fmt,
+                                          on_overflow=config.on_overflow,
+                                          reserve=lambda choices: _followup_tokens(tokenizer, choices, fmt))
         start = time.perf_counter()
-        result, signals = diagnose_served(config, dataset, run, progress=progress, checkpoint=checkpoint,
-                                          **ece_options(config))
-    else:
-        if model is None:
-            model, tokenizer = _load(config, run)
-        fmt = modeling.prompts.resolve_prompt_format(tokenizer, config.prompt_format)
-        dataset = fit_mcqa_to_context(dataset, model, tokenizer, prompt_format=fmt, on_overflow=config.on_overflow,
-                                      reserve=lambda choices: _followup_tokens(tokenizer, choices, fmt))
-        start = time.perf_counter()
-        result, signals = diagnose(model, tokenizer, dataset, tau_n=config.tau_n, prompt_format=config.prompt_format,
-                                   batch_size=config.batch_size, **ece_options(config),
-                                   n_resamples=config.n_resamples, seed=config.seed, progress=progress)
+        with renamed_parameters(prompts="dataset"):  # a question longer than the server's context
+            result, signals = diagnose(backend, tokenizer, dataset, tau_n=config.tau_n,
+                                       prompt_format=config.prompt_format, **ece_options(config),
+                                       n_resamples=config.n_resamples, seed=config.seed, progress=progress,
+                                       checkpoint=checkpoint)
+    finally:
+        backend.close()
     run.update(n=len(dataset), prompt_format=signals.prompt_format, wall_seconds=round(time.perf_counter() - start, 1),
                length_only_accuracy=length_only_accuracy(dataset))
     with AtomicOutputDir(out, "diagnose", overwrite=config.overwrite) as tmp:

@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING
 from hf_calibration import modeling, reports
 from hf_calibration.data import check_mcqa_arguments
 from hf_calibration.errors import ParameterError, renamed_parameters
-from hf_calibration.outputs import check_result_folder, partial_path
-from hf_calibration.jobs.common import (JobResult, MCQAScoringConfig, batch_size_field, check_device, check_ece_options,
-                                        check_input_file,
+from hf_calibration.outputs import check_result_folder, partial_path, read_manifest
+from hf_calibration.jobs.common import (CUSTOM_DATA_FIELDS, JobResult, MCQAScoringConfig, batch_size_field, check_device,
+                                        check_ece_options, check_input_file,
                                         check_output_dir, custom_data_options, dataset_field, ece_options,
                                         fit_mcqa_to_context, load_mcqa_for)
 
@@ -59,34 +59,69 @@ def _load_posthoc(path: str):
         raise ParameterError("posthoc", path, f"{path!r} is not a calibrator saved by fit-posthoc ({err})") from None
 
 
+# What makes two evaluate runs the same run (the data scored, by which model): a rerun of it into its folder replaces
+# its results (other ECE options, another --posthoc), another run's folder is refused without --overwrite.
+IDENTITY = ("model", "dataset", "subjects", *CUSTOM_DATA_FIELDS, "limit", "seed")
+
+
+def _check_same_run(config: EvaluateConfig, out) -> None:
+    """ParameterError naming ``output_dir`` when ``out`` holds the results of an evaluate run of other data or
+    another model (``IDENTITY``, read from its ``metrics.json``) and ``overwrite`` is False."""
+    import json
+
+    if config.overwrite or (read_manifest(out) or {}).get("job") != "evaluate":
+        return
+    try:
+        earlier = json.loads((out / "metrics.json").read_text(encoding="utf-8"))["run"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return
+    for name in IDENTITY:
+        if name == "limit" and name not in earlier:  # written before the limit was recorded
+            continue
+        was, now = earlier.get(name), getattr(config, name)  # a data option not given is not recorded: None
+        if was != now:
+            raise ParameterError("output_dir", str(out), f"{str(out)!r} holds the evaluate results of another run "
+                                 f"({name} {was!r}, now {now!r}); choose another {{output_dir}}, or pass {{overwrite}} "
+                                 "to replace them", related=("overwrite",))
+
+
 def _checkpoint(config: EvaluateConfig, out):
-    """Where a served run keeps each scored question (``outputs.partial_path``), keyed by the run's identity."""
+    """Where the run keeps each scored batch of questions while it runs (``outputs.partial_path``), keyed by the
+    run's identity, in process or served alike: a rerun of the same command after a stop reads only the rest."""
     from hf_calibration.modeling.backends.checkpoint import ScoreCheckpoint
 
-    run = {"job": "evaluate", "model": config.model, "served_model": config.served_model or config.model,
-           "dataset": config.dataset, "subjects": config.subjects, "limit": config.limit, "seed": config.seed,
-           "prompt_format": config.prompt_format, **custom_data_options(config)}
+    run = {"job": "evaluate", "backend": config.backend, "model": config.model,
+           "served_model": config.served_model or config.model, "dataset": config.dataset, "subjects": config.subjects,
+           "limit": config.limit, "seed": config.seed, "prompt_format": config.prompt_format,
+           "on_overflow": config.on_overflow, **custom_data_options(config)}
     checkpoint = ScoreCheckpoint(partial_path(out, "evaluate"), run)
     checkpoint.claim(overwrite=config.overwrite)
     return checkpoint
 
 
-def _score_served(config: EvaluateConfig, dataset, checkpoint):
-    """``(scores, load seconds, scoring start)`` through the server ``config`` names, each question kept in
-    ``checkpoint``."""
-    from hf_calibration.modeling.backends import open_server_backend, score_mcqa_with
+def _score(config: EvaluateConfig, dataset, checkpoint, progress: bool):
+    """``(dataset, scores, load seconds, scoring start, server record)`` through the backend ``config`` names
+    (``modeling.backends.open_backend``; a server is checked before any question), each batch kept in
+    ``checkpoint``. In process the questions are first fitted to the model's context (``on_overflow``)."""
+    from hf_calibration.modeling.backends import has_capability, open_backend
 
     start = time.perf_counter()
-    tokenizer, backend = open_server_backend(config.model, config.base_url, config.served_model,
-                                             max_in_flight=config.batch_size)
-    load_s, start = time.perf_counter() - start, time.perf_counter()
+    tokenizer, backend = open_backend(config.backend, config.model, batch_size=config.batch_size,
+                                      device=config.device, base_url=config.base_url,
+                                      served_model=config.served_model)
+    load_s = time.perf_counter() - start
     try:
+        if has_capability(config.backend, "in_process"):
+            dataset = fit_mcqa_to_context(dataset, backend.model, tokenizer, prompt_format=config.prompt_format,
+                                          on_overflow=config.on_overflow)
+        start = time.perf_counter()
         with renamed_parameters(prompts="dataset"):  # a question longer than the server's context
-            scores = score_mcqa_with(backend, tokenizer, dataset, prompt_format=config.prompt_format,
-                                     checkpoint=checkpoint)
+            scores = modeling.score_mcqa(backend, tokenizer, dataset, prompt_format=config.prompt_format,
+                                         progress=progress, checkpoint=checkpoint)
     finally:
         backend.close()
-    return scores, load_s, start
+    caps = getattr(backend, "capabilities", None)  # a server's engine and read path (engines.Capabilities)
+    return dataset, scores, load_s, start, (caps.record() if caps is not None else None)
 
 
 def run_evaluate(config: EvaluateConfig, *, progress: bool = True) -> EvaluateResult:
@@ -107,6 +142,7 @@ def run_evaluate(config: EvaluateConfig, *, progress: bool = True) -> EvaluateRe
 
     out = check_output_dir(config.output_dir)
     check_result_folder(out, "evaluate", reports.EVALUATION_FILES, overwrite=config.overwrite)
+    _check_same_run(config, out)
     calibrator = None if config.posthoc is None else _load_posthoc(config.posthoc)
     dataset = load_mcqa_for(config.dataset, subjects=config.subjects, limit=config.limit, seed=config.seed,
                             default_limit=config.default_limit(),
@@ -115,35 +151,27 @@ def run_evaluate(config: EvaluateConfig, *, progress: bool = True) -> EvaluateRe
     if calibrator is not None:  # fitted for other option counts: refused
         check_option_counts(calibrator, dataset["choices"], path=config.posthoc, dataset=config.dataset)
     modeling.resolve_model_path(config.model)  # fails fast on a bad path before the heavy load
-    start = time.perf_counter()
-    checkpoint = _checkpoint(config, out) if config.backend == "openai" else None
-    if checkpoint is not None:  # the server is checked (name, context, tokenizer) before any question
-        scores, load_s, start = _score_served(config, dataset, checkpoint)
-    else:
-        model, tokenizer = modeling.load_model(config.model, device=config.device)
-        load_s = time.perf_counter() - start
-        dataset = fit_mcqa_to_context(dataset, model, tokenizer, prompt_format=config.prompt_format,
-                                      on_overflow=config.on_overflow)
-        start = time.perf_counter()
-        scores = modeling.score_mcqa(model, tokenizer, dataset, batch_size=config.batch_size,
-                                     prompt_format=config.prompt_format, progress=progress)
+    checkpoint = _checkpoint(config, out)
+    dataset, scores, load_s, start, server = _score(config, dataset, checkpoint, progress)
     run = {
         "model": config.model, "dataset": config.dataset, "subjects": config.subjects,
         **{name: value for name, value in custom_data_options(config).items() if value is not None},
-        "n": len(dataset), "seed": config.seed, "prompt_format": scores.prompt_format, "on_overflow": config.on_overflow,
+        "n": len(dataset), "limit": config.limit, "seed": config.seed, "prompt_format": scores.prompt_format,
+        "on_overflow": config.on_overflow,
         **ece_options(config),
         "load_seconds": round(load_s, 2), "scoring_seconds": round(time.perf_counter() - start, 2),
     }
     metrics = reports.mcqa_metrics(scores, n_resamples=config.n_resamples, seed=config.seed, calibrator=calibrator,
                                    **ece_options(config))
-    if config.backend == "openai":
-        run.update(backend="openai", base_url=config.base_url, served_model=config.served_model or config.model)
+    if config.backend != "transformers":
+        run.update(backend=config.backend, base_url=config.base_url, served_model=config.served_model or config.model)
+        if server is not None:
+            run["server"] = server
     if calibrator is not None:
         run["posthoc"] = str(config.posthoc)
     reports.write_evaluation(out, dataset, scores, metrics, run, n_bins=config.n_bins, binning=config.binning,
-                             overwrite=config.overwrite)
-    if checkpoint is not None:  # the results are in place: what was kept is no longer needed
-        checkpoint.remove()
+                             overwrite=config.overwrite, calibrator=calibrator)
+    checkpoint.remove()  # the results are in place: what was kept is no longer needed
     paths = {name: out / name for name in reports.EVALUATION_FILES}
     return EvaluateResult(metrics=metrics, run=run, paths=paths, output_dir=out,
                           table=reports.format_mcqa_table(metrics, run), scores=scores, calibrator=calibrator)

@@ -102,6 +102,7 @@ def run_secl_service(config: SECLServiceConfig, secl_config: SECLConfig | None =
     out = check_output_dir(config.output_dir)
     start = time.perf_counter()
     tokenizer, backend = open_server_backend(config.model, config.base_url, config.served_model)
+    backend.require_runtime_lora("secl-serve (SECL hot-swaps each stream's adapter)")
     items = build_stream(tokenizer, config.stream, limit_per_domain=config.limit_per_domain, seed=config.seed,
                          prompt_format=secl_config.prompt_format)
     if any(item.kind != "mcqa" for item in items):

@@ -9,9 +9,11 @@ interval of a difference decides its sign.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
-from hf_calibration.errors import ParameterError
+from hf_calibration.errors import ParameterError, ParameterWarning
 from hf_calibration.metrics.bootstrap import paired_bootstrap, stratified_bootstrap
 from hf_calibration.metrics.ece import expected_calibration_error
 from hf_calibration.metrics.scores import brier_score, confidence_auroc

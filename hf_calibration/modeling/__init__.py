@@ -1,4 +1,4 @@
-"""Model loading (Hub, local, packaged offline GGUF) and next-token / MCQA scoring."""
+"""Model loading (Hub, local, packaged offline GGUF) and MCQA scoring through a backend (``modeling.backends``)."""
 
 from hf_calibration.modeling.loading import (
     PACKAGED_MODELS,
@@ -20,10 +20,9 @@ from hf_calibration.modeling.prompts import (
 )
 
 # scoring needs torch: imported on first use, so that reading a config (the command line's --help) stays fast
-_LAZY = {name: "hf_calibration.modeling.scoring" for name in ("MCQAScores", "NextTokenScores", "next_token_scores",
-                                                              "score_mcqa")}
+_LAZY = {name: "hf_calibration.modeling.scoring" for name in ("MCQAScores", "score_mcqa")}
 _LAZY.update({name: "hf_calibration.modeling.backends" for name in ("OpenAICompatibleBackend", "ScoringBackend",
-                                                                    "TransformersBackend", "score_mcqa_with")})
+                                                                    "TransformersBackend")})
 
 
 def __getattr__(name):
@@ -38,7 +37,6 @@ def __getattr__(name):
 __all__ = [
     "LETTERS",
     "MCQAScores",
-    "NextTokenScores",
     "OpenAICompatibleBackend",
     "PACKAGED_MODELS",
     "PROMPT_FORMATS",
@@ -48,7 +46,6 @@ __all__ = [
     "first_option_letter",
     "format_mcqa",
     "load_model",
-    "next_token_scores",
     "option_token_ids",
     "packaged_model_available",
     "resolve_device",
@@ -56,6 +53,5 @@ __all__ = [
     "ScoringBackend",
     "TransformersBackend",
     "score_mcqa",
-    "score_mcqa_with",
     "single_token_ids",
 ]

@@ -13,15 +13,16 @@ One home for the four signals that ``diagnose`` and SECL share:
 
 Prompts. Every signal continues the conversation in which the model gave the answer:
 ``build_prompt(question) + answer + follow-up turn``. Token ids are concatenated, never re-tokenised
-across the boundary, so the prompt the model answered is a prefix of every follow-up prompt; the
+across the boundary, so the prompt the model answered is a prefix of every follow-up prompt; in process the
 prefix is run once and its key/value cache is shared by all follow-ups of that question (an answer
-and K distractors cost one long pass plus K+1 short ones).
+and K distractors cost one long pass plus K+1 short ones; ``mcqa_signals`` through
+``ScoringBackend.prefix_reads``, the in-process ``CachedPrefixReads``).
 
 Multi-token numbers. Tokenizers that split digits (SmolLM2, Qwen2.5, Llama 3) have no single token
 "10". Then the first step reads "0".."9"; the mass of "1" is split by a second next-token read after
 "1": ``P(10) = P("1")·P("0" | "1")`` and ``P(1) = P("1")·(1 − P("0" | "1"))`` (the scale stops at
 10, so any other continuation means 1). That read is counted as one more forward pass; where one
-answer is read (``continuation_then_token``: SECL's ``generate``, ``mcqa_signals``) it costs only one
+answer is read in process (``continuation_then_token``: SECL's ``generate``, ``mcqa_signals``) it costs one
 more token in the same pass, "1" appended to the follow-up.
 
 Forward passes are counted logically: one per next-token distribution read (one scored prompt), as if
@@ -41,7 +42,9 @@ from hf_calibration.errors import ParameterError
 # the key/value-cache plumbing the signals run on (also imported from here by secl.mixin)
 from hf_calibration.modeling.cache import (cache_row, continuation_logprobs, continuation_then_token,  # noqa: F401
                                            extend_cache, followup_logprobs, prefix_pass)
-from hf_calibration.modeling.prompts import build_prompt, resolve_prompt_format, single_token_ids
+from hf_calibration.modeling.backends.base import as_backend
+from hf_calibration.modeling.prompts import (LETTERS, build_mcqa_prompt, build_prompt, option_token_ids,
+                                             resolve_prompt_format, single_token_ids)
 
 # Anchored wording ("0 (certainly wrong) to 10 (certainly correct)") made Qwen2.5-Coder-0.5B answer "1"
 # to every question; this wording gives a number that varies (greedy mostly 5-8). Our measurement.
@@ -463,39 +466,46 @@ def check_signal_inputs(tokenizer, dataset, *, tau_n, prompt_format, confidence_
     return rows, ConfidenceTokens.from_tokenizer(tokenizer), resolve_prompt_format(tokenizer, prompt_format)
 
 
-def mcqa_signals(model, tokenizer, dataset, *, tau_n: float = DEFAULT_TAU_N, prompt_format: str = "auto",
+def mcqa_signals(backend, tokenizer, dataset, *, tau_n: float = DEFAULT_TAU_N, prompt_format: str = "auto",
                  confidence_template: str = CONFIDENCE_TEMPLATE, p_true_template: str = P_TRUE_TEMPLATE,
-                 batch_size: int = 8, progress: bool = True) -> MCQASignals:
+                 batch_size: int | None = None, progress: bool = True, checkpoint=None) -> MCQASignals:
     """Option probability, P(True), P(True)Norm, verbalized confidence and the DINCO-style score.
 
-    Per question: one pass over the MCQA prompt (option letters; its cache is kept), then K short
-    P(True) follow-ups (one per option, the answer restated as "C. text") and the verbalized
-    follow-up for the predicted option (two reads when "10" is split). Forward passes per question:
-    option 1, P(True) 2, P(True)Norm and DINCO K+1, verbalized 2 (3 with the two-step read).
+    Per question: the option letters after the MCQA prompt, then K P(True) follow-ups (the answer restated as
+    "C. text") and the verbalized follow-up of the prediction (two reads when "10" is split), all continuing the
+    prompt's token ids through one ``backend.prefix_reads`` session: in process the prompt runs once and its
+    key/value cache serves every follow-up; a server gets all questions' reads as whole prompts, concurrently.
+    Logical forward passes per question: option 1, P(True) 2, P(True)Norm and DINCO K+1, verbalized 2 (3).
 
-    dataset : rows with question, choices, answer (``hf_calibration.data`` schema).
-    Raises ValueError for an empty dataset, bad templates, τ_n ≤ 0, or a tokenizer without
-    single-token option letters, digits or Yes/No.
+    backend : ScoringBackend, or a bare model (wrapped once, ``modeling.backends.as_backend``, with
+    ``batch_size`` follow-ups per pass). dataset : rows with question, choices, answer. checkpoint : optional
+    ``ScoreCheckpoint`` keeping each read as it arrives (whole prompts; a rerun reads only what it lacks).
+    Raises ValueError for an empty dataset, bad templates, τ_n ≤ 0, or a tokenizer without single-token option
+    letters, digits or Yes/No; ParameterError naming ``prompts`` for a prompt longer than the backend's context.
     """
     from tqdm.auto import tqdm
 
-    from hf_calibration.modeling.prompts import option_token_ids
-
+    backend = as_backend(backend, tokenizer, batch_size=batch_size)
     rows, tokens, fmt = check_signal_inputs(tokenizer, dataset, tau_n=tau_n, prompt_format=prompt_format,
                                             confidence_template=confidence_template, p_true_template=p_true_template)
-    k_max = max(len(r["choices"]) for r in rows)
-    reads = _MCQAReads(len(rows), k_max)
+    n, k_max = len(rows), max(len(r["choices"]) for r in rows)
+    reads = _MCQAReads(n, k_max)
     variants = option_token_ids(tokenizer, k_max)
-    templates = (p_true_template, confidence_template)
-    with torch.no_grad():
-        for i, row in enumerate(tqdm(rows, desc="diagnose", disable=not progress, unit="q")):
-            _read_mcqa_question(model, tokenizer, row, i, reads, variants=variants, tokens=tokens, fmt=fmt,
-                                templates=templates, batch_size=batch_size)
+    built = [_question_prompts(tokenizer, r, fmt, p_true_template) for r in rows]
+    backend.check_lengths([b[0] + f for b in built for f in [[], *b[2]]], extra=1)
+    step = backend.prefixes_per_session or n
+    with tqdm(total=n, desc="diagnose", disable=not progress, unit="q") as bar:
+        for start in range(0, n, step):
+            idx = list(range(start, min(n, start + step)))
+            with backend.prefix_reads([built[i][0] for i in idx], checkpoint=checkpoint) as session:
+                _read_questions(session, tokenizer, rows, built, idx, reads, variants=variants, tokens=tokens,
+                                fmt=fmt, confidence_template=confidence_template)
+            bar.update(len(idx))
     return _mcqa_result(rows, reads, tokens, fmt, tau_n)
 
 
 class _MCQAReads:
-    """The per-question reads of ``mcqa_signals``, filled row by row, with the seconds each read took."""
+    """The per-question reads of ``mcqa_signals``, with the seconds each read took."""
 
     def __init__(self, n: int, k_max: int):
         self.option_probs, self.option_mass = np.zeros((n, k_max)), np.zeros(n)
@@ -504,34 +514,52 @@ class _MCQAReads:
         self.t_option = self.t_ptrue = self.t_verb = 0.0
 
 
-def _read_mcqa_question(model, tokenizer, row, i: int, reads: _MCQAReads, *, variants, tokens, fmt, templates,
-                        batch_size: int) -> None:
-    from hf_calibration.modeling.prompts import LETTERS, build_mcqa_prompt
+def _read_ids(tokens: ConfidenceTokens, variants) -> list[int]:
+    """Every token id a signal reads: the option letters, the digits ("10", "0" after "1"), Yes and No."""
+    ids = [t for v in variants for t in v] + [t for v in tokens.digits for t in v]
+    ids += list(tokens.ten) + list(tokens.zero_after_one) + list(tokens.yes) + list(tokens.no)
+    return list(dict.fromkeys(ids))
 
-    p_true_template, confidence_template = templates
-    pad = tokenizer.pad_token_id or 0
-    k = len(row["choices"])
+
+def _question_prompts(tokenizer, row, fmt: str, p_true_template: str):
+    """(the MCQA prompt's ids, the K restated answers "C. text", the K P(True) follow-ups' ids)."""
+    prompt = tokenizer.encode(build_mcqa_prompt(tokenizer, row["question"], row["choices"], prompt_format=fmt),
+                              add_special_tokens=False)
+    answers = [mcqa_answer_text(LETTERS[j], c) for j, c in enumerate(row["choices"])]
+    p_true = [_answer_then_followup(tokenizer, LETTERS[j], p_true_template.replace("{answer}", a), fmt,
+                                    PLAIN_P_TRUE_PREFIX) for j, a in enumerate(answers)]
+    return prompt, answers, p_true
+
+
+def _read_questions(session, tokenizer, rows, built, idx: list[int], reads: _MCQAReads, *, variants, tokens, fmt,
+                    confidence_template: str) -> None:
+    """The three reads of questions ``idx`` through one ``PrefixReads`` session (the MCQA prompts its prefixes):
+    option letters, then every option's P(True), then the prediction's verbalized confidence."""
+    ids, vocab = _read_ids(tokens, variants), session.backend.vocab_size
     t0 = time.perf_counter()
-    prompt = build_mcqa_prompt(tokenizer, row["question"], row["choices"], prompt_format=fmt)
-    lp, cache, n_prefix = prefix_pass(model, tokenizer.encode(prompt, add_special_tokens=False))
-    letter_lp = torch.stack([torch.logsumexp(lp[list(v)], dim=0) for v in variants[:k]])
-    reads.option_probs[i, :k] = torch.softmax(letter_lp, dim=0).cpu().numpy()
-    reads.option_mass[i] = float(torch.exp(torch.logsumexp(letter_lp, dim=0)))
-    pred = int(np.argmax(reads.option_probs[i, :k]))
+    first = session.read([[[]] for _ in idx], ids, what="option reads")[0].dense(ids, vocab)
+    for row, i in enumerate(idx):
+        k = len(rows[i]["choices"])
+        letter_lp = torch.stack([torch.logsumexp(first[row, list(v)], dim=0) for v in variants[:k]])
+        reads.option_probs[i, :k] = torch.softmax(letter_lp, dim=0).numpy()
+        reads.option_mass[i] = float(torch.exp(torch.logsumexp(letter_lp, dim=0)))
     t1 = time.perf_counter()
-    answers = [mcqa_answer_text(LETTERS[j], row["choices"][j]) for j in range(k)]
-    conts = [_answer_then_followup(tokenizer, LETTERS[j], p_true_template.replace("{answer}", answers[j]),
-                                   fmt, PLAIN_P_TRUE_PREFIX) for j in range(k)]
-    p, m = p_true_from_logprobs(continuation_logprobs(model, cache, n_prefix, conts,
-                                                      batch_size=batch_size, pad_id=pad), tokens)
-    reads.pt[i, :k], reads.pt_mass[i, :k] = p.cpu().numpy(), m
+    lp_true = session.read([built[i][2] for i in idx], ids, what="P(True) reads (after all option reads)")[0]
+    p, m = p_true_from_logprobs(lp_true.dense(ids, vocab), tokens)
+    at = 0
+    for i in idx:
+        k = len(rows[i]["choices"])
+        reads.pt[i, :k], reads.pt_mass[i, :k] = p[at:at + k].numpy(), m[at:at + k]
+        at += k
     t2 = time.perf_counter()
-    cont = _answer_then_followup(tokenizer, LETTERS[pred], confidence_template.replace("{answer}", answers[pred]),
-                                 fmt, PLAIN_CONFIDENCE_PREFIX)
-    first, second = continuation_then_token(model, cache, n_prefix, cont,
-                                            tokens.digits[1][0] if tokens.two_step else None)
-    c, g, m = verbalized_from_logprobs(first, tokens, second)
-    reads.verb[i], reads.greedy[i], reads.verb_mass[i] = float(c[0]), g[0], m[0]
+    pred = [int(np.argmax(reads.option_probs[i, :len(rows[i]["choices"])])) for i in idx]
+    verbal = [[_answer_then_followup(tokenizer, LETTERS[j], confidence_template.replace("{answer}", built[i][1][j]),
+                                     fmt, PLAIN_CONFIDENCE_PREFIX)] for i, j in zip(idx, pred)]
+    lp_v, lp_after_one = session.read(verbal, ids, then_token=tokens.digits[1][0] if tokens.two_step else None,
+                                      what="verbalized reads (after all option and P(True) reads)")
+    c, g, m = verbalized_from_logprobs(lp_v.dense(ids, vocab), tokens,
+                                       None if lp_after_one is None else lp_after_one.dense(ids, vocab))
+    reads.verb[idx], reads.greedy[idx], reads.verb_mass[idx] = c.numpy().astype(np.float64), g, m
     t3 = time.perf_counter()
     reads.t_option += t1 - t0
     reads.t_ptrue += t2 - t1
@@ -541,19 +569,14 @@ def _read_mcqa_question(model, tokenizer, row, i: int, reads: _MCQAReads, *, var
 def _mcqa_result(rows, reads: _MCQAReads, tokens, fmt: str, tau_n: float) -> MCQASignals:
     n = len(rows)
     option_probs, pt, pt_mass = reads.option_probs, reads.pt, reads.pt_mass
-    labels = np.array([int(r["answer"]) for r in rows])
-    prediction = option_probs.argmax(axis=1)
-    norm = norm_p_true(pt, tau=tau_n)
-    rows_idx = np.arange(n)
+    labels, prediction = np.array([int(r["answer"]) for r in rows]), option_probs.argmax(axis=1)
+    norm, rows_idx = norm_p_true(pt, tau=tau_n), np.arange(n)
     confidence = {
-        "option_probability": option_probs[rows_idx, prediction],
-        "p_true": pt[rows_idx, prediction],
-        "norm_p_true": norm[rows_idx, prediction],
-        "verbalized": reads.verb,
+        "option_probability": option_probs[rows_idx, prediction], "p_true": pt[rows_idx, prediction],
+        "norm_p_true": norm[rows_idx, prediction], "verbalized": reads.verb,
         "dinco": dinco_score(pt, prediction, option_probs[rows_idx, prediction]),
     }
-    n_opts = np.array([len(r["choices"]) for r in rows])
-    verb_passes = 3 if tokens.two_step else 2
+    n_opts, verb_passes = np.array([len(r["choices"]) for r in rows]), 3 if tokens.two_step else 2
     s_opt, s_pt, s_verb = reads.t_option / n, reads.t_ptrue / n, reads.t_verb / n
     return MCQASignals(
         option_probs=option_probs, prediction=prediction, labels=labels, correct=prediction == labels,
@@ -571,6 +594,5 @@ def _mcqa_result(rows, reads: _MCQAReads, tokens, fmt: str, tau_n: float) -> MCQ
             "option_probability": s_opt, "p_true": s_opt + s_pt / n_opts.mean(), "norm_p_true": s_opt + s_pt,
             "verbalized": s_opt + s_verb, "dinco": s_opt + s_pt,
         },
-        prompt_format=fmt,
-        tau_n=float(tau_n),
+        prompt_format=fmt, tau_n=float(tau_n),
     )

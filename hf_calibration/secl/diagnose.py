@@ -175,24 +175,26 @@ def summarize(signals: MCQASignals, *, n_bins: int = 15, binning: str = "uniform
 
 
 def diagnose(
-    model,
+    backend,
     tokenizer,
     dataset,
     *,
     tau_n: float = DEFAULT_TAU_N,
     prompt_format: str = "auto",
-    batch_size: int = 8,
+    batch_size: int | None = None,
     n_bins: int = 15,
     binning: str = "uniform",
     norm: str = "l1",
     n_resamples: int = 1000,
     seed: int = 0,
     progress: bool = True,
+    checkpoint=None,
 ) -> tuple[dict, MCQASignals]:
-    """Compute the confidence signals on MCQA ``dataset`` and summarise them (``summarize``, which takes the ECE
-    options ``n_bins``, ``binning``, ``norm``)."""
-    signals = mcqa_signals(model, tokenizer, dataset, tau_n=tau_n, prompt_format=prompt_format,
-                           batch_size=batch_size, progress=progress)
+    """Compute the confidence signals on MCQA ``dataset`` through ``backend`` (a ``ScoringBackend``, or a bare model
+    with ``batch_size``: ``confidence.mcqa_signals``, which takes ``checkpoint`` too) and summarise them
+    (``summarize``, which takes the ECE options ``n_bins``, ``binning``, ``norm``)."""
+    signals = mcqa_signals(backend, tokenizer, dataset, tau_n=tau_n, prompt_format=prompt_format,
+                           batch_size=batch_size, progress=progress, checkpoint=checkpoint)
     return summarize(signals, n_bins=n_bins, binning=binning, norm=norm, n_resamples=n_resamples, seed=seed), signals
 
 

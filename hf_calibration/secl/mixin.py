@@ -159,17 +159,24 @@ class SECLGenerationMixin(SECLBurstMixin):
             return self.peft_model.disable_adapter()
         return contextlib.nullcontext()
 
+    def set_secl_config(self, config: SECLConfig) -> None:
+        """Use ``config`` from now on, for the model's reads and its stream's steps (``secl_state.config``); the
+        state (gate, counters, buffer, optimizer) is kept. The adapter's layout (rank, layers) is not changed."""
+        if not isinstance(config, SECLConfig):
+            raise TypeError(f"config: must be a SECLConfig, got {type(config).__name__}")
+        self.secl_config = self.secl_state.config = config
+
     @contextlib.contextmanager
     def secl_scope(self, scope: str | None):
         """Run the block with ``SECLConfig.adapter_scope`` = ``scope`` ("confidence" or "all"; None: unchanged), the
         model's own config restored afterwards, also on an error."""
         own = self.secl_config
         if scope is not None:
-            self.secl_config = own.replaced(adapter_scope=scope)
+            self.set_secl_config(own.replaced(adapter_scope=scope))
         try:
             yield self
         finally:
-            self.secl_config = own
+            self.set_secl_config(own)
 
     def secl_adapter_state(self) -> dict:
         """The adapter's weights, keyed as PEFT saves them (name → tensor, live, not copied)."""

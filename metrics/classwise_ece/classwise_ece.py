@@ -37,7 +37,7 @@ _KWARGS_DESCRIPTION = """
 Args:
     predictions (list of list of float): probability vectors of shape (n, K), K >= 2, rows summing to 1.
     references (list of int): labels in [0, K).
-    n_bins (int, default 15): equal-width bins per class (> 0).
+    n_bins (int, default 15): equal-width bins per class, 1 to max(n, 15) (at most one bin per prediction).
 Returns:
     classwise_ece (float)
 Raises:

@@ -32,7 +32,7 @@ Args:
         or probability vectors of shape (n, K) whose rows sum to 1. (n, 2) is K = 2 classes.
     references (list of int): 0/1 correctness for confidences, labels in [0, K) for probability vectors.
 Returns:
-    confidence_auroc (float)
+    confidence_auroc (float): NaN, with a warning naming y_true, when all predictions are correct or all wrong.
 Raises:
     ValueError / TypeError naming the argument and the first offending value (NaN, values outside
     [0, 1], rows not summing to 1, labels out of range, length mismatch, ...).

@@ -45,7 +45,8 @@ Args:
     predictions (list of float, or list of list of float): confidences in [0, 1] of shape (n,),
         or probability vectors of shape (n, K) whose rows sum to 1. (n, 2) is K = 2 classes.
     references (list of int): 0/1 correctness for confidences, labels in [0, K) for probability vectors.
-    n_bins (int, default 15): number of bins (> 0); 15 follows Guo et al. 2017.
+    n_bins (int, default 15): number of bins, 1 to max(n, 15) (at most one bin per prediction); 15 follows
+        Guo et al. 2017.
     binning (str, default "uniform"): "uniform" (equal width; c = 1.0 in the last bin) or "quantile" (equal mass).
     norm (str, default "l1"): "l1" (ECE), "l2" (RMSCE) or "max" (MCE).
     debiased (bool, default False): debiased estimator of Kumar et al. 2019 (l1 or l2).

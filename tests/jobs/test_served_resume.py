@@ -20,7 +20,10 @@ LIMIT = 6
 
 class DyingBackend(TransformersBackend):
     """The tiny model in process, two prompts in flight, answering ``alive`` prompts and then raising the
-    ServerError a server that stopped answering raises; ``sent`` counts the prompts it was asked."""
+    ServerError a server that stopped answering raises; ``sent`` counts the prompts it was asked. Like a server it
+    takes every question's reads of a pass at once (``prefixes_per_session``)."""
+
+    prefixes_per_session = None
 
     def __init__(self, model, alive=None):
         super().__init__(model, batch_size=1)
@@ -37,7 +40,7 @@ class DyingBackend(TransformersBackend):
 @pytest.fixture()
 def serve(monkeypatch, tiny_model_dir):
     """``serve(alive)`` → the backend the next served run scores through (``open_server_backend`` replaced)."""
-    import hf_calibration.modeling.backends as backends
+    import hf_calibration.modeling.backends.registry as registry
     from hf_calibration.modeling import load_model
 
     model, tokenizer = load_model(str(tiny_model_dir))
@@ -45,7 +48,7 @@ def serve(monkeypatch, tiny_model_dir):
 
     def serve(alive=None):
         made.append(DyingBackend(model, alive))
-        monkeypatch.setattr(backends, "open_server_backend", lambda *a, **k: (tokenizer, made[-1]))
+        monkeypatch.setattr(registry, "open_server_backend", lambda *a, **k: (tokenizer, made[-1]))
         return made[-1]
 
     return serve
@@ -108,10 +111,11 @@ def test_another_runs_checkpoint_is_refused_and_never_mixed_in(serve, tiny_model
     other = serve()
     run_evaluate(_config(tiny_model_dir, out, seed=2, overwrite=True), progress=False)
     assert other.sent == LIMIT and not kept.exists()
+    out = tmp_path / "run2"  # a folder without results: the kept scores alone decide (evaluate's folder rule aside)
     serve(alive=3)
     with pytest.raises(ServerError):
         run_evaluate(_config(tiny_model_dir, out, limit=LIMIT - 1), progress=False)
-    with pytest.raises(ParameterError):  # same questions, another prompt
+    with pytest.raises(ParameterError, match="keeps 3 scored prompts"):  # same questions, another prompt
         run_evaluate(_config(tiny_model_dir, out, limit=LIMIT - 1, prompt_format="plain"), progress=False)
     again = serve()
     run_evaluate(_config(tiny_model_dir, out, limit=LIMIT - 1, prompt_format="plain", overwrite=True),

@@ -153,7 +153,8 @@ def test_single_prediction():
     assert classwise_ece([1], [[0.3, 0.7]]) == pytest.approx((0.3 + 0.3) / 2)
     assert brier_score([1], [0.8]) == pytest.approx(0.04)
     assert negative_log_likelihood([1], [0.8]) == pytest.approx(-np.log(0.8))
-    assert np.isnan(confidence_auroc([1], [0.8]))  # one class only: undefined
+    with pytest.warns(UserWarning, match="all 1 predictions are correct"):  # one class only: undefined, said so
+        assert np.isnan(confidence_auroc([1], [0.8]))
     assert confidence_auprc([1], [0.8]) == 1.0
     assert np.isnan(confidence_auprc([0], [0.8]))
     assert aurc([0], [0.8]) == 1.0

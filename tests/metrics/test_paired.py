@@ -52,3 +52,19 @@ def test_paired_strata_difference_by_hand():
     assert ece["value"] == pytest.approx(abs(0.75 - 0.5) - abs(0.25 - 0.5))
     with pytest.raises(ParameterError, match="metric"):
         paired_strata_difference(strata, metric="nll")
+
+
+def test_auroc_strata_leave_out_a_one_class_stratum_without_a_warning():
+    """The documented rule (an undefined stratum is left out) is the notice here: confidence_auroc's one-class
+    warning is not repeated for every resample."""
+    import warnings
+
+    from sklearn.metrics import roc_auc_score
+
+    y1, a1, b1 = np.array([1, 0, 1, 0, 1]), np.array([0.9, 0.2, 0.8, 0.3, 0.7]), np.array([0.4, 0.6, 0.5, 0.7, 0.3])
+    strata = [((y1, a1), (y1, b1)), ((np.ones(3, int), np.full(3, 0.6)), (np.ones(3, int), np.full(3, 0.7)))]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = paired_strata_difference(strata, metric="auroc", n_resamples=50)
+    assert got["per_stratum"][0] == pytest.approx(roc_auc_score(y1, a1) - roc_auc_score(y1, b1))
+    assert np.isnan(got["per_stratum"][1]) and got["value"] == pytest.approx(got["per_stratum"][0])

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from hf_calibration.errors import ParameterError
-from hf_calibration.modeling.backends import (TokenLogprobs, TransformersBackend, check_backend_options,
-                                              truncated_entropy)
+from hf_calibration.modeling.backends import (ScoringBackend, TokenLogprobs, TransformersBackend,
+                                              check_backend_options, truncated_entropy)
 
 
 def _full(model, ids):
@@ -90,6 +90,106 @@ def test_backend_options():
 def test_prompt_longer_than_context_is_refused_before_scoring(tiny_model):
     backend = TransformersBackend(tiny_model)
     backend.max_context = 4
-    with pytest.raises(ParameterError, match="context of 4") as err:
-        backend.check_lengths([[1, 2], [1, 2, 3, 4]], extra=1)
-    assert err.value.parameter == "prompts"
+    # in process the next token's log-probabilities come from the prompt's last position: 4 tokens fit a context
+    # of 4; a read token fed back in (extra=2: a two-step number's second digit) needs a fifth position
+    backend.check_lengths([[1, 2], [1, 2, 3, 4]], extra=1)
+    for prompts, extra in (([[1, 2], [1, 2, 3, 4, 5]], 1), ([[1, 2, 3, 4]], 2)):
+        with pytest.raises(ParameterError, match="context of 4") as err:
+            backend.check_lengths(prompts, extra=extra)
+        assert err.value.parameter == "prompts"
+
+
+@pytest.mark.parametrize("cached", [True, False])
+def test_prefix_reads_equal_whole_prompt_passes(tiny_model, cached):
+    """Each read of a session, after a prefix alone (empty follow-up), after prefix + follow-up, and after one more
+    token, equals one unpadded forward pass over the whole prompt: the cached session (in process) and the default
+    one (whole prompts, as a server gets them)."""
+    from hf_calibration.modeling.backends import CachedPrefixReads, PrefixReads
+
+    backend = TransformersBackend(tiny_model, batch_size=2)
+    prefixes, ids, then = [[5, 6, 7, 8], [9, 10]], [3, 4, 20], 11
+    follow = [[[], [12, 13], [14]], [[15, 16, 17]]]
+    session = (CachedPrefixReads if cached else PrefixReads)(backend, prefixes)
+    with session:
+        got, none = session.read(follow, ids)
+        first, second = session.read([[[12, 13]], [[]]], ids, then_token=then)
+    assert none is None
+    whole = [p + f for p, fs in zip(prefixes, follow) for f in fs]
+    for row, prompt in enumerate(whole):
+        ref = _full(tiny_model, prompt)[-1]
+        np.testing.assert_allclose(got.logprobs[row], ref[ids].numpy(), atol=1e-5)  # as above
+        assert got.top_ids[row] == int(ref.argmax())
+    for row, prompt in enumerate([prefixes[0] + [12, 13], prefixes[1]]):
+        np.testing.assert_allclose(first.logprobs[row], _full(tiny_model, prompt)[-1][ids].numpy(), atol=1e-5)
+        np.testing.assert_allclose(second.logprobs[row], _full(tiny_model, prompt + [then])[-1][ids].numpy(),
+                                   atol=1e-5)
+
+
+def test_in_process_backend_chooses_the_cached_session(tiny_model, tmp_path):
+    from hf_calibration.modeling.backends import CachedPrefixReads, PrefixReads
+    from hf_calibration.modeling.backends.checkpoint import ScoreCheckpoint
+
+    backend = TransformersBackend(tiny_model)
+    assert type(backend.prefix_reads([[1, 2]])) is CachedPrefixReads
+    kept = backend.prefix_reads([[1, 2]], checkpoint=ScoreCheckpoint(tmp_path / "k.jsonl", {"run": 1}))
+    assert type(kept) is PrefixReads  # a kept run reads whole prompts, each kept as it arrives
+
+
+class _Stopping(TransformersBackend):
+    """The tiny model in process, interrupted (Ctrl-C) at call ``stop_at``; ``sent`` counts the prompts read."""
+
+    def __init__(self, model, stop_at=None):
+        super().__init__(model, batch_size=2)
+        self.stop_at, self.calls, self.sent = stop_at, 0, 0
+
+    def next_token_logprobs(self, prompts, token_ids):
+        self.calls += 1
+        if self.calls == self.stop_at:
+            raise KeyboardInterrupt
+        self.sent += len(prompts)
+        return super().next_token_logprobs(prompts, token_ids)
+
+
+def test_read_next_tokens_keeps_finished_batches_and_resumes(tiny_model, tmp_path):
+    from hf_calibration.modeling.backends import read_next_tokens
+    from hf_calibration.modeling.backends.checkpoint import ScoreCheckpoint
+
+    prompts, ids = [[5, 6, 7], [8, 9], [10, 11, 12, 13], [14], [15, 16]], [3, 4]
+    path = tmp_path / "kept.jsonl"
+    with pytest.raises(KeyboardInterrupt):
+        read_next_tokens(_Stopping(tiny_model, stop_at=2), prompts, ids, checkpoint=ScoreCheckpoint(path, {"r": 1}))
+    assert len(path.read_text().splitlines()) == 1 + 2  # the header and the first batch of two
+    resumed = _Stopping(tiny_model)
+    got = read_next_tokens(resumed, prompts, ids, checkpoint=ScoreCheckpoint(path, {"r": 1}))
+    assert resumed.sent == 3  # the kept batch is not read again
+    for i, p in enumerate(prompts):
+        np.testing.assert_allclose(got.logprobs[i], _full(tiny_model, p)[-1][ids].numpy(), atol=1e-5)  # as above
+    other = _Stopping(tiny_model)
+    read_next_tokens(other, prompts, ids, checkpoint=ScoreCheckpoint(path, {"r": 2}))
+    assert other.sent == len(prompts)  # another run's kept reads are never mixed in
+
+
+def test_the_registry_is_what_the_cli_and_the_checks_read(monkeypatch):
+    """The --backend choices and check_backend_options come from REGISTRY: an entry added there is accepted."""
+    import dataclasses
+
+    from hf_calibration.jobs import EvaluateConfig
+    from hf_calibration.modeling.backends import registry
+
+    choices = {f.name: f for f in dataclasses.fields(EvaluateConfig)}["backend"].metadata["choices"]
+    assert choices == list(registry.REGISTRY) == list(registry.BACKENDS)
+    for name, entry in registry.REGISTRY.items():
+        assert issubclass(entry.backend_class(), ScoringBackend)
+        assert entry.capabilities <= set(registry.CAPABILITIES) and set(entry.options) <= set(registry.OPTIONS)
+    assert registry.has_capability("transformers", "exact_entropy")
+    assert not registry.has_capability("openai", "exact_entropy")
+    monkeypatch.setitem(registry.REGISTRY, "other", registry.BackendEntry(
+        "hf_calibration.modeling.backends.server:OpenAICompatibleBackend", None, "another server",
+        options=("base_url",), required=("base_url",)))
+    check_backend_options("other", "http://127.0.0.1:1/v1", None)
+    with pytest.raises(ParameterError) as err:
+        check_backend_options("other", None, None)
+    assert err.value.parameter == "base_url"
+    with pytest.raises(ParameterError) as err:
+        check_backend_options("other", "http://127.0.0.1:1/v1", "name")
+    assert err.value.parameter == "served_model" and "openai only" in str(err.value)

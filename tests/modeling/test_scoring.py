@@ -1,12 +1,14 @@
-"""Option-letter scoring on a tiny random Llama, checked against direct per-prompt forward passes."""
+"""Option-letter scoring on a tiny random Llama, checked against direct per-prompt forward passes (the in-process
+backend and a bare model, which ``score_mcqa`` wraps in it)."""
 
 import numpy as np
 import pytest
 import torch
 
+from hf_calibration.errors import ParameterError
 from hf_calibration.modeling import (
+    TransformersBackend,
     build_mcqa_prompt,
-    next_token_scores,
     option_token_ids,
     score_mcqa,
 )
@@ -67,14 +69,27 @@ def test_option_tokens_missing_is_an_error(tiny_tokenizer):
         option_token_ids(NoLetters(), 2)
 
 
-def test_next_token_scores_probs_are_full_vocab_probabilities(tiny_model, tiny_tokenizer):
-    prompt = build_mcqa_prompt(tiny_tokenizer, ROWS[0]["question"], ROWS[0]["choices"])
-    ids = [tiny_tokenizer.convert_tokens_to_ids(t) for t in ["Yes", "No"]]
-    s = next_token_scores(tiny_model, tiny_tokenizer, [prompt], ids, progress=False)
-    enc = tiny_tokenizer(prompt, return_tensors="pt", add_special_tokens=False)["input_ids"]
-    with torch.no_grad():
-        full = torch.softmax(tiny_model(input_ids=enc).logits[0, -1].double(), -1)
-    np.testing.assert_allclose(s.probs[0], full[ids].numpy(), atol=1e-6)
+def test_option_logits_are_full_vocabulary_log_probabilities(tiny_model, tiny_tokenizer):
+    """option_logits are log P(letter) over the whole vocabulary, from one unpadded forward pass each (the tiny
+    tokenizer has one id per letter): the same quantity a server returns."""
+    scores = score_mcqa(TransformersBackend(tiny_model, batch_size=3), tiny_tokenizer, ROWS, progress=False)
+    for i, row in enumerate(ROWS):
+        prompt = build_mcqa_prompt(tiny_tokenizer, row["question"], row["choices"])
+        enc = tiny_tokenizer(prompt, return_tensors="pt", add_special_tokens=False)["input_ids"]
+        with torch.no_grad():
+            full = torch.log_softmax(tiny_model(input_ids=enc).logits[0, -1].double(), -1)
+        k = len(row["choices"])
+        letters = [tiny_tokenizer.convert_tokens_to_ids(c) for c in "ABCD"[:k]]
+        # batched with left padding vs alone: float32 sums in another order, the tiny model's logits O(1) over a
+        # hidden size of 32 and 2 layers: 64·eps·|z| ≈ 1e-5 (as tests/modeling/test_backends.py)
+        np.testing.assert_allclose(scores.option_logits[i, :k], full[letters].numpy(), atol=1e-5)
+        assert np.all(np.isneginf(scores.option_logits[i, k:]))
+
+
+def test_batch_size_belongs_to_a_bare_model(tiny_model, tiny_tokenizer):
+    with pytest.raises(ParameterError) as err:
+        score_mcqa(TransformersBackend(tiny_model), tiny_tokenizer, ROWS, batch_size=2, progress=False)
+    assert err.value.parameter == "batch_size"
 
 
 @pytest.mark.parametrize("bad", [0, -1, 1.5, True])

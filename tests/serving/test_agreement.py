@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from hf_calibration.modeling import build_mcqa_prompt, option_token_ids
-from hf_calibration.modeling.backends import TransformersBackend, score_mcqa_with
+from hf_calibration.modeling.backends import TransformersBackend
 from tests.serving.conftest import LOGPROB_ATOL, PROB_ATOL
 
 QUESTIONS = [
@@ -69,12 +69,23 @@ def test_greedy_generation_and_entropy(served, local, prompts):
         assert np.all(r.entropy <= g.entropy + g.entropy_gap + tol)
 
 
-def test_mcqa_scores_match_in_process(served, smollm):
+def test_mcqa_scores_match_one_forward_pass(served, smollm):
+    """``score_mcqa`` through the server against the option letters' probabilities of one unpadded transformers
+    forward pass per question: each letter's log-probability the logsumexp over its token variants."""
+    import torch
+
     from hf_calibration.modeling import score_mcqa
 
     model, tok = smollm
-    got, ref = score_mcqa_with(served, tok, ROWS), score_mcqa(model, tok, ROWS, progress=False)
-    np.testing.assert_allclose(got.probs, ref.probs, atol=PROB_ATOL)
-    np.testing.assert_allclose(got.option_mass, ref.option_mass, atol=PROB_ATOL)
-    np.testing.assert_array_equal(got.prediction, ref.prediction)
-    assert got.prompts == ref.prompts
+    got = score_mcqa(served, tok, ROWS)
+    variants = option_token_ids(tok, 4)
+    for i, (q, c, _) in enumerate(QUESTIONS):
+        ids = tok.encode(build_mcqa_prompt(tok, q, c), add_special_tokens=False)
+        with torch.no_grad():
+            full = torch.log_softmax(model(input_ids=torch.tensor([ids])).logits[0, -1].double(), -1)
+        lp = np.array([float(torch.logsumexp(full[list(v)], 0)) for v in variants])
+        np.testing.assert_allclose(got.option_logits[i], lp, atol=LOGPROB_ATOL)
+        ref = np.exp(lp - lp.max()) / np.exp(lp - lp.max()).sum()
+        # a softmax over log-probabilities each within LOGPROB_ATOL moves by at most twice that
+        np.testing.assert_allclose(got.probs[i], ref, atol=2 * LOGPROB_ATOL)
+    assert got.prompts == [build_mcqa_prompt(tok, q, c) for q, c, _ in QUESTIONS]

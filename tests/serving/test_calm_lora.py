@@ -11,7 +11,7 @@ import torch
 
 from hf_calibration.errors import ParameterError
 from hf_calibration.modeling import option_token_ids, score_mcqa
-from hf_calibration.modeling.backends import OpenAICompatibleBackend, ServerError, score_mcqa_with
+from hf_calibration.modeling.backends import OpenAICompatibleBackend, ServerError
 from tests.serving.conftest import LOGPROB_ATOL, MODEL
 from tests.serving.test_agreement import ROWS
 
@@ -48,11 +48,11 @@ def test_calm_artifact_through_server(vllm_server, calm):
     backend = OpenAICompatibleBackend(vllm_server.url, vllm_server.model, tok)
     backend.load_lora_adapter("calm-test", str(folder))
     rows = [r for r in ROWS if len(r["choices"]) == 4]
-    got = score_mcqa_with(backend, tok, rows, adjust=served_adjustment(calm_model.logit_adjustment))
+    got = score_mcqa(backend, tok, rows, adjust=served_adjustment(calm_model.logit_adjustment))
     ref = score_mcqa(calm_model, tok, rows, progress=False)
     with calm_model.adjustment_enabled(False):  # the PEFT model alone (the hook sits on its LM head)
         lora_only = score_mcqa(calm_model.model, tok, rows, progress=False)
-    served_lora = score_mcqa_with(backend, tok, rows)
+    served_lora = score_mcqa(backend, tok, rows)
     np.testing.assert_allclose(served_lora.probs, lora_only.probs, atol=2 * LOGPROB_ATOL)  # vLLM's LoRA = PEFT's
     # option softmax of adjusted log-probabilities: each read log-probability within LOGPROB_ATOL (conftest.py),
     # divided by τ = 1.7 (< 1 × that), a softmax moves by at most twice the largest input change

@@ -126,10 +126,10 @@ def test_lora_the_server_was_not_started_with(tmp_path, capsys, vllm_server):
 def test_prompt_longer_than_context(served, smollm):
     tok = smollm[1]
     rows = [{"question": "word " * MAX_MODEL_LEN, "choices": ["a", "b"], "answer": 0, "subject": "x"}]
-    from hf_calibration.modeling.backends import score_mcqa_with
+    from hf_calibration.modeling import score_mcqa
 
     with pytest.raises(ParameterError, match=f"context of {MAX_MODEL_LEN}") as err:
-        score_mcqa_with(served, tok, rows)
+        score_mcqa(served, tok, rows)
     assert err.value.parameter == "prompts"
 
 

@@ -105,7 +105,7 @@ def _assert_same(got, want):
 
 def _final_reads(service, name, items) -> list[float]:
     """Every question read again (no update) with the adapter the stream ``name`` ended with."""
-    return [service.step(name, item.prompt_ids, choices=item.choices, update=False)["confidence"] for item in items]
+    return [service.step(name, item.prompt_ids, choices=item.choices, update=False).confidence for item in items]
 
 
 def test_served_secl_equals_in_process(served, items, reference, tmp_path):
@@ -115,7 +115,7 @@ def test_served_secl_equals_in_process(served, items, reference, tmp_path):
     assert max(abs(r["confidence_after"] - r["confidence"]) for r in want) > 20 * CONF_ATOL
     service = _service(served, tmp_path)
     service.start_burst("s")
-    got = [service.step("s", item.prompt_ids, choices=item.choices) for item in items]
+    got = [service.step("s", item.prompt_ids, choices=item.choices).to_dict() for item in items]
     _assert_same(got, want)
     stream = service.streams["s"]
     assert {k: stream.counters[k] for k in ("questions", "bursts", "burst_questions", "updates",
@@ -155,7 +155,7 @@ def test_two_streams_keep_their_own_adapter(served, items, reference, tmp_path):
     got = {"a": [], "b": []}
     for item in items[:3]:
         for name in ("a", "b"):
-            got[name].append(service.step(name, item.prompt_ids, choices=item.choices))
+            got[name].append(service.step(name, item.prompt_ids, choices=item.choices).to_dict())
     for name in ("a", "b"):
         _assert_same(got[name], want[:3])
     assert service.streams["a"].served_name != service.streams["b"].served_name
@@ -169,10 +169,10 @@ def test_teacher_in_the_burst_served(served, items, reference, tmp_path):
 
     _, want, _, _ = reference
     trainer = _secl_model()
-    trainer.secl_config = trainer.secl_config.replaced(burst_confidence="teacher")
+    trainer.set_secl_config(trainer.secl_config.replaced(burst_confidence="teacher"))
     service = SECLService(served, trainer, tmp_path, max_new_tokens=MAX_NEW)
     service.start_burst("t")
-    got = [service.step("t", item.prompt_ids, choices=item.choices) for item in items[:3]]
+    got = [service.step("t", item.prompt_ids, choices=item.choices).to_dict() for item in items[:3]]
     assert all(g["in_burst"] and g["confidence"] == g["norm_p_true"] for g in got)
     assert max(abs(g["confidence"] - g["verbalized"]) for g in got) > 20 * CONF_ATOL  # told apart
     _assert_same([{**g, "confidence": g["verbalized"]} for g in got], want[:3])
@@ -208,7 +208,7 @@ def test_killed_service_resumes(served, items, reference, tmp_path):
     assert len(stream.records) == 1 and stream.served_name == loaded and loaded in second.lora.served()
     assert [x.index for x in stream.replay.items] == [0]  # the burst's first question, kept across the kill
     rest = [second.step("r", item.prompt_ids, choices=item.choices) for item in items[1:]]
-    _assert_same(stream.records[:1] + rest, want)
+    _assert_same([r.to_dict() for r in stream.records[:1] + rest], want)
     assert max(abs(a - b) for a, b in zip(_final_reads(second, "r", items), final)) <= 2 * CONF_ATOL
     assert [p.name for p in sorted((tmp_path / "r").glob("v*"))] == [
         f"v{i:06d}" for i in range(1, stream.version + 1)]  # every version kept

@@ -9,6 +9,17 @@ caller's side, so the same ids reach an in-process model and a served one):
 - ``generate``: greedy generation with each generated token's log-probability and the entropy of the
   next-token distribution it was chosen from (the signal SECL's gate reads).
 
+Two reads every backend gets from those, and where each backend makes them fast:
+
+- ``read_next_tokens``: many prompts' next-token reads in calls of ``prompts_per_call`` prompts (a server: one
+  prompt per request, ``max_in_flight`` at a time; in process: ``batch_size`` prompts per forward pass, sorted by
+  length so that a batch holds prompts of similar length), optionally kept in a ``ScoreCheckpoint`` as they
+  arrive (a run that stops resumes);
+- ``backend.prefix_reads(prefixes)``: reads after a few prompts and follow-ups of them (a question, then the
+  follow-up turns asking about its answer). By default every read is a whole prompt (a server shares the prefix
+  in its own prefix cache); ``TransformersBackend`` runs each prefix once and reads every follow-up on its
+  key/value cache (``CachedPrefixReads``).
+
 Log-probabilities are natural-log, normalised over the full vocabulary, before any sampling temperature.
 """
 
@@ -23,7 +34,9 @@ import numpy as np
 
 from hf_calibration.errors import ParameterError
 
-BACKENDS = ("transformers", "openai")
+
+class ServerError(ParameterError):
+    """The server at ``base_url`` could not be reached, or stopped answering (after the retries)."""
 
 
 @dataclass
@@ -107,6 +120,9 @@ class ScoringBackend(ABC):
     name: str = "backend"
     vocab_size: int
     max_context: int | None = None
+    prompts_per_call: int = 1  # prompts per ``next_token_logprobs`` call in ``read_next_tokens``
+    max_in_flight: int = 1  # such calls at once (a server's concurrent requests)
+    prefixes_per_session: int | None = None  # prefixes one ``prefix_reads`` holds (None: all)
 
     def check_lengths(self, prompts: Sequence[Sequence[int]], extra: int = 0) -> None:
         """ParameterError naming ``prompts`` when a prompt plus ``extra`` tokens exceeds ``max_context``: checked
@@ -140,26 +156,167 @@ class ScoringBackend(ABC):
         """Greedy generation (no sampling) of at most ``max_new_tokens`` after each prompt, stopping at the
         end-of-sequence token."""
 
+    def prefix_reads(self, prefixes: Sequence[Sequence[int]], *, checkpoint=None) -> "PrefixReads":
+        """Next-token reads after ``prefixes`` and follow-ups of them (``PrefixReads``): whole prompts, each read of
+        the session in one ``read_next_tokens`` (kept in ``checkpoint`` when given)."""
+        return PrefixReads(self, prefixes, checkpoint=checkpoint)
+
     def close(self) -> None:
         """Release connections (a no-op in process)."""
 
 
-class TransformersBackend(ScoringBackend):
-    """A causal LM in this process: batched forward passes with left padding (position ids from the mask, so a
-    padded prompt scores as it does alone).
+def read_next_tokens(backend: ScoringBackend, prompts: Sequence[Sequence[int]], token_ids: Sequence[int], *,
+                     checkpoint=None, what: str = "prompts", progress: bool = False, desc: str = "scoring"
+                     ) -> TokenLogprobs:
+    """``backend.next_token_logprobs(prompts, token_ids)`` in calls of ``backend.prompts_per_call`` prompts, the
+    longest first, ``backend.max_in_flight`` calls at a time; a tqdm bar over the prompts when ``progress``.
 
-    model : a transformers causal LM (eval mode). batch_size : prompts per forward pass. pad_id : the id padding
-    is filled with (masked, never read).
+    checkpoint : optional ``ScoreCheckpoint``: the prompts it holds for this pass (its fingerprint: the run, the
+        exact prompts and ids) are not read again, and each call's reads are appended as soon as they arrive, so
+        an error, a dead server or Ctrl-C loses no finished call. A server's ``ServerError`` is re-raised saying
+        how many of the prompts (``what`` they are) are kept and that the same run resumes.
+
+    Every prompt is checked against the backend's context first (ParameterError naming ``prompts``).
+    """
+    from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+
+    from tqdm.auto import tqdm
+
+    rows, ids = check_token_prompts(prompts), backend._check_ids(token_ids)
+    backend.check_lengths(rows, extra=1)
+    key = None if checkpoint is None else checkpoint.pass_key(rows, ids)
+    kept = {} if checkpoint is None else checkpoint.kept(key)
+    todo = sorted((i for i in range(len(rows)) if i not in kept), key=lambda i: -len(rows[i]))
+    size = max(1, int(backend.prompts_per_call))
+    calls = [todo[start:start + size] for start in range(0, len(todo), size)]
+    bar = tqdm(total=len(rows), initial=len(kept), desc=desc, disable=not progress, unit="prompt")
+
+    def one(call):
+        got = backend.next_token_logprobs([rows[i] for i in call], ids)
+        reads = [(got.logprobs[j].tolist(), int(got.top_ids[j]), float(got.top_logprobs[j]))
+                 for j in range(len(call))]
+        if checkpoint is not None:
+            checkpoint.append_many(key, zip(call, reads))
+        kept.update(zip(call, reads))
+        bar.update(len(call))
+
+    failed = None
+    try:
+        if int(backend.max_in_flight) <= 1:
+            for call in calls:
+                one(call)
+        else:
+            pool = ThreadPoolExecutor(int(backend.max_in_flight))
+            try:
+                done, _ = wait([pool.submit(one, call) for call in calls], return_when=FIRST_EXCEPTION)
+                failed = next((f.exception() for f in done if f.exception() is not None), None)
+            finally:  # on an error or Ctrl-C nothing new starts; the calls in flight finish (and are kept)
+                pool.shutdown(wait=True, cancel_futures=True)
+    except Exception as err:  # noqa: BLE001 - re-raised below, with what was kept said when it is a server's
+        failed = err
+    finally:
+        bar.close()
+    if failed is not None:
+        raise (failed if checkpoint is None else checkpoint.interrupted(failed, len(kept), len(rows), what))
+    return TokenLogprobs(np.array([kept[i][0] for i in range(len(rows))], dtype=np.float64).reshape(len(rows), -1),
+                         np.array([kept[i][1] for i in range(len(rows))], dtype=np.int64),
+                         np.array([kept[i][2] for i in range(len(rows))], dtype=np.float64))
+
+
+class PrefixReads:
+    """Next-token reads after ``prefixes`` (token-id prompts) and follow-ups of them, from ``backend``: what the
+    confidence signals read about one answer (``secl.confidence.mcqa_signals``: the question, then the follow-up
+    turns asking about the answer). Returned by ``backend.prefix_reads``; use it as a context manager (what it
+    holds, such as a key/value cache, is released on exit).
+
+    This default reads whole prompts (prefix + follow-up), each ``read`` in one ``read_next_tokens`` (kept in
+    ``checkpoint`` when given): a server runs them concurrently and shares the prefix in its own prefix cache.
+    ``TransformersBackend`` overrides it with ``CachedPrefixReads``.
+    """
+
+    def __init__(self, backend: ScoringBackend, prefixes: Sequence[Sequence[int]], *, checkpoint=None):
+        self.backend, self.prefixes = backend, check_token_prompts(prefixes, "prefixes")
+        self.checkpoint = checkpoint
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def close(self) -> None:
+        """Release what the reads hold (nothing here)."""
+
+    def read(self, followups: Sequence[Sequence[Sequence[int]]], token_ids: Sequence[int], *,
+             then_token: int | None = None, what: str = "reads") -> tuple[TokenLogprobs, TokenLogprobs | None]:
+        """The next-token log-probabilities of ``token_ids`` after ``prefix i + f`` for each follow-up f in
+        ``followups[i]`` (an empty follow-up reads after the prefix itself), in that order (prefix 0's follow-ups
+        first): TokenLogprobs (Σ_i len(followups[i]), m). With ``then_token``, also the reads after each
+        follow-up plus that one token (a two-step number's second digit), in the same order; else None.
+        ``what`` names the reads in a kept run's message."""
+        prompts = self._prompts(followups)
+        if then_token is not None:
+            prompts += [p + [int(then_token)] for p in prompts]
+        got = read_next_tokens(self.backend, prompts, token_ids, checkpoint=self.checkpoint, what=what)
+        if then_token is None:
+            return got, None
+        n = len(prompts) // 2
+        return _rows(got, slice(0, n)), _rows(got, slice(n, 2 * n))
+
+    def _prompts(self, followups) -> list[list[int]]:
+        if len(followups) != len(self.prefixes):
+            raise ParameterError("followups", len(followups), f"need one list per prefix ({len(self.prefixes)}), "
+                                 f"got {len(followups)}")
+        return [p + [int(t) for t in f] for p, fs in zip(self.prefixes, followups) for f in fs]
+
+
+def _rows(got: TokenLogprobs, rows) -> TokenLogprobs:
+    return TokenLogprobs(got.logprobs[rows], got.top_ids[rows], got.top_logprobs[rows])
+
+
+def _token_reads(rows, ids: list[int]) -> TokenLogprobs:
+    """TokenLogprobs of ``ids`` (and the argmax) from full log-softmax rows (n, V)."""
+    best = rows.max(dim=-1)
+    return TokenLogprobs(rows[:, ids].double().cpu().numpy(), best.indices.cpu().numpy().astype(np.int64),
+                         best.values.double().cpu().numpy())
+
+
+class TransformersBackend(ScoringBackend):
+    """A causal LM in this process: the in-process read path of every job and signal.
+
+    Where its speed comes from: batched forward passes with left padding (position ids from the mask, so a padded
+    prompt scores as it does alone), the prompts of a ``next_token_logprobs`` call sorted by length so a batch
+    holds prompts of similar length, only the read positions' logits computed (``logits_to_keep``), and in
+    ``prefix_reads`` each prefix run once, its key/value cache shared by its follow-ups (``CachedPrefixReads``).
+
+    model : a transformers causal LM (eval mode), or a wrapper with the same call (``CALMModel``). batch_size :
+    prompts per forward pass (``read_next_tokens`` sends that many per call). pad_id : the id padding is filled
+    with (masked, never read). ParameterError naming ``batch_size``.
     """
 
     name = "transformers"
+    prefixes_per_session = 1  # one question's key/value cache held at a time
 
     def __init__(self, model, *, batch_size: int = 8, pad_id: int = 0):
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
             raise ParameterError("batch_size", batch_size, f"must be a positive integer, got {batch_size!r}")
-        self.model, self.batch_size, self.pad_id = model, batch_size, pad_id
+        self.model, self.batch_size, self.pad_id = model, int(batch_size), int(pad_id)
+        self.prompts_per_call = self.batch_size
         self.vocab_size = model.get_output_embeddings().weight.shape[0]
         self.max_context = getattr(model.config, "max_position_embeddings", None)
+
+    def check_lengths(self, prompts, extra: int = 0) -> None:
+        """As ``ScoringBackend.check_lengths``, less one token: in process the next token is read from the
+        prompt's last position's logits and needs no position of its own (a server generates it)."""
+        super().check_lengths(prompts, max(0, extra - 1))
+
+    def prefix_reads(self, prefixes, *, checkpoint=None) -> PrefixReads:
+        """``CachedPrefixReads`` (each prefix run once); with a ``checkpoint``, whole prompts kept as they are read
+        (``PrefixReads``)."""
+        if checkpoint is not None:
+            return PrefixReads(self, prefixes, checkpoint=checkpoint)
+        return CachedPrefixReads(self, prefixes)
 
     def _padded(self, rows: list[list[int]]):
         import torch
@@ -184,15 +341,16 @@ class TransformersBackend(ScoringBackend):
         return torch.log_softmax(out.logits.float(), dim=-1)
 
     def next_token_logprobs(self, prompts, token_ids):
+        """Batches of ``batch_size`` prompts, longest first (less padding), each with ``logits_to_keep=1``; the
+        reads are returned in the prompts' order."""
         rows, ids = check_token_prompts(prompts), self._check_ids(token_ids)
         n = len(rows)
+        order = np.argsort([-len(r) for r in rows], kind="stable")
         lp, top, top_lp = np.empty((n, len(ids))), np.empty(n, dtype=np.int64), np.empty(n)
         for start in range(0, n, self.batch_size):
-            last = self._log_softmax(rows[start:start + self.batch_size], 1)[:, -1]
-            sl = slice(start, start + len(last))
-            lp[sl] = last[:, ids].double().cpu().numpy()
-            best = last.max(dim=-1)
-            top[sl], top_lp[sl] = best.indices.cpu().numpy(), best.values.double().cpu().numpy()
+            idx = order[start:start + self.batch_size]
+            got = _token_reads(self._log_softmax([rows[i] for i in idx], 1)[:, -1], ids)
+            lp[idx], top[idx], top_lp[idx] = got.logprobs, got.top_ids, got.top_logprobs
         return TokenLogprobs(lp, top, top_lp)
 
     def continuation_logprobs(self, prompts, continuations):
@@ -233,6 +391,88 @@ class TransformersBackend(ScoringBackend):
                 lp = steps[j, :end].gather(-1, new[j, :end, None]).squeeze(-1)
                 out.append(Generation(toks[:end], lp.double().cpu().numpy(), entropy[j, :end].double().cpu().numpy(),
                                       np.zeros(end)))
+        return out
+
+
+def as_backend(model_or_backend, tokenizer=None, *, batch_size: int | None = None) -> ScoringBackend:
+    """``model_or_backend`` as a ``ScoringBackend``: a backend as it is; a bare model (a transformers causal LM, or
+    a wrapper such as ``CALMModel``) wrapped in ``TransformersBackend(model, batch_size=batch_size or 8,
+    pad_id=tokenizer.pad_token_id or 0)``. The one place a model becomes a backend, for the functions that accept
+    either (``modeling.score_mcqa``, ``secl.confidence.mcqa_signals``). ParameterError naming ``batch_size`` when
+    it is given with a backend (which keeps its own) or is not a positive integer."""
+    if isinstance(model_or_backend, ScoringBackend):
+        if batch_size is not None:
+            raise ParameterError("batch_size", batch_size, "applies to a bare model; a backend keeps its own "
+                                 f"(got {type(model_or_backend).__name__})")
+        return model_or_backend
+    pad = getattr(tokenizer, "pad_token_id", None)
+    return TransformersBackend(model_or_backend, batch_size=8 if batch_size is None else batch_size,
+                               pad_id=pad or 0)
+
+
+class CachedPrefixReads(PrefixReads):
+    """``PrefixReads`` in process: each prefix is run once (``modeling.cache.prefix_pass``, on first use) and its
+    key/value cache is shared by every follow-up: batched follow-ups left-padded after the prefix, only the last
+    position's logits computed (``continuation_logprobs``), and a follow-up plus ``then_token`` read in one pass
+    at its last two positions (``continuation_then_token``). Every read equals the uncached whole-prompt one
+    within float32 rounding (``tests/modeling/test_backends.py``). The caches are dropped on ``close``."""
+
+    def __init__(self, backend: "TransformersBackend", prefixes):
+        super().__init__(backend, prefixes)
+        self._cached: dict[int, tuple] = {}
+
+    def close(self) -> None:
+        self._cached.clear()
+
+    def _prefix(self, i: int):
+        from hf_calibration.modeling.cache import prefix_pass
+
+        if i not in self._cached:
+            self.backend.check_lengths([self.prefixes[i]], extra=1)
+            self._cached[i] = prefix_pass(self.backend.model, self.prefixes[i])
+        return self._cached[i]
+
+    def read(self, followups, token_ids, *, then_token=None, what="reads"):
+        import torch
+
+        from hf_calibration.modeling.cache import continuation_logprobs, continuation_then_token
+
+        ids = self.backend._check_ids(token_ids)
+        self.backend.check_lengths(self._prompts(followups), extra=1 + (then_token is not None))
+        firsts, seconds = [], []
+        with torch.no_grad():
+            for i, fs in enumerate(followups):
+                prefix_lp, cache, n = self._prefix(i)
+                fs = [[int(t) for t in f] for f in fs]
+                if then_token is None:  # the follow-ups of one prefix batched on its cache
+                    rows = continuation_logprobs(self.backend.model, cache, n, [f for f in fs if f],
+                                                 batch_size=self.backend.batch_size,
+                                                 pad_id=self.backend.pad_id) if any(fs) else None
+                    firsts.extend(self._in_order(fs, prefix_lp, rows))
+                    continue
+                for f in fs:  # follow-up and then_token in one pass
+                    first, second = (continuation_then_token(self.backend.model, cache, n, f, int(then_token)) if f
+                                     else (prefix_lp[None], self._after(cache, n, [int(then_token)])))
+                    firsts.append(first)
+                    seconds.append(second)
+        first = _token_reads(torch.cat(firsts), ids)
+        return first, (_token_reads(torch.cat(seconds), ids) if then_token is not None else None)
+
+    def _after(self, cache, n, tokens):
+        from hf_calibration.modeling.cache import continuation_logprobs
+
+        return continuation_logprobs(self.backend.model, cache, n, [tokens], pad_id=self.backend.pad_id)
+
+    @staticmethod
+    def _in_order(fs, prefix_lp, rows):
+        """The rows of ``fs`` in order: the prefix's own row for an empty follow-up, else the next batched row."""
+        out, at = [], 0
+        for f in fs:
+            if f:
+                out.append(rows[at:at + 1])
+                at += 1
+            else:
+                out.append(prefix_lp[None])
         return out
 
 

@@ -2,9 +2,10 @@
 
 ``ScoreCheckpoint`` is one JSON-lines file: a header line with the run's fingerprint, then one line per finished
 prompt (its pass's fingerprint, its read log-probabilities, the most likely next token and its log-probability,
-floats written as ``repr`` writes them, so they read back bit-for-bit). ``next_token_logprobs_kept`` sends only the prompts the file does not
-hold, appends each one as soon as its answer arrives, and when the server stops answering (``ServerError`` after
-the backend's retries) re-raises it saying how many prompts are kept and that the same run resumes.
+floats written as ``repr`` writes them, so they read back bit-for-bit). ``base.read_next_tokens`` (the read loop of
+every backend, in process or served) sends only the prompts the file does not hold, appends each call's reads as
+soon as they arrive, and when the server stops answering (``ServerError`` after the backend's retries) re-raises
+it saying how many prompts are kept and that the same run resumes (``ScoreCheckpoint.interrupted``).
 
 The fingerprints cover the run's identity the job records (model, served model, dataset, subjects, limit, seed,
 prompt format, …) and, per pass, a hash of the exact token-id prompts and read ids, so a file from any other run, or from
@@ -17,14 +18,10 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Sequence
 
-import numpy as np
-
 from hf_calibration.errors import ParameterError
-from hf_calibration.modeling.backends.base import TokenLogprobs
 from hf_calibration.modeling.backends.server import ServerError
 
 
@@ -115,45 +112,24 @@ class ScoreCheckpoint:
                 f.write(line + "\n")
                 f.flush()
 
+    def pass_key(self, prompts: Sequence[Sequence[int]], token_ids: Sequence[int]) -> str:
+        """The fingerprint of one pass of this run: the run, the exact prompts and the read ids."""
+        return fingerprint(self.run, prompts, token_ids)
+
+    def append_many(self, key: str, reads) -> None:
+        """``append`` each ``(index, (logprobs, top_id, top_logprob))`` of ``reads`` (one call's prompts)."""
+        for index, (logprobs, top_id, top_logprob) in reads:
+            self.append(key, index, logprobs, top_id, top_logprob)
+
+    def interrupted(self, error: Exception, kept: int, total: int, what: str) -> Exception:
+        """The exception to raise for ``error`` after ``kept`` of ``total`` prompts (``what`` they are) were kept: a
+        ServerError says so and that the same command resumes; any other error is returned as it is."""
+        if not isinstance(error, ServerError):
+            return error
+        return ServerError(error.parameter, error.value,
+                           f"{error.reason}; the {kept} of {total} {what} scored so far are kept in "
+                           f"{str(self.path)!r}: run the same command again to resume", related=error.related)
+
     def remove(self) -> None:
         """Delete the file (the run finished and its results are written)."""
         self.path.unlink(missing_ok=True)
-
-
-def next_token_logprobs_kept(backend, prompts, token_ids, checkpoint: ScoreCheckpoint, *,
-                             what: str = "prompts") -> TokenLogprobs:
-    """``backend.next_token_logprobs(prompts, token_ids)``, one prompt per request (``backend.max_in_flight`` at a
-    time), each answer appended to ``checkpoint`` as it arrives and the prompts it already holds not sent again.
-
-    Raises the backend's ServerError, its message extended by how many of the prompts (``what`` they are, in the
-    message) are kept and that running the same job again resumes; other errors as the backend raises them.
-    """
-    rows = [list(map(int, p)) for p in prompts]
-    ids = [int(t) for t in token_ids]
-    backend.check_lengths(rows, extra=1)
-    key = fingerprint(checkpoint.run, rows, ids)
-    kept = checkpoint.kept(key)
-    todo = [i for i in range(len(rows)) if i not in kept]
-
-    def one(i):
-        got = backend.next_token_logprobs([rows[i]], ids)
-        read = (got.logprobs[0].tolist(), int(got.top_ids[0]), float(got.top_logprobs[0]))
-        checkpoint.append(key, i, *read)
-        kept[i] = read
-
-    pool = ThreadPoolExecutor(max(1, int(getattr(backend, "max_in_flight", 1))))
-    try:
-        done, _ = wait([pool.submit(one, i) for i in todo], return_when=FIRST_EXCEPTION)
-        failed = next((f.exception() for f in done if f.exception() is not None), None)
-    finally:  # on an error or Ctrl-C nothing new starts; the requests in flight finish (and are kept)
-        pool.shutdown(wait=True, cancel_futures=True)
-    if isinstance(failed, ServerError):
-        raise ServerError(failed.parameter, failed.value,
-                          f"{failed.reason}; the {len(kept)} of {len(rows)} {what} scored so far are kept in "
-                          f"{str(checkpoint.path)!r}: run the same command again to resume",
-                          related=failed.related) from None
-    if failed is not None:
-        raise failed
-    return TokenLogprobs(np.array([kept[i][0] for i in range(len(rows))], dtype=np.float64).reshape(len(rows), -1),
-                         np.array([kept[i][1] for i in range(len(rows))], dtype=np.int64),
-                         np.array([kept[i][2] for i in range(len(rows))], dtype=np.float64))

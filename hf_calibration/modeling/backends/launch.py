@@ -1,6 +1,7 @@
-"""Start a local vLLM server from its own Python environment and stop it (tests, benchmarks, a quick try-out).
+"""Start a local vLLM server (from its own Python environment) or llama.cpp server and stop it (tests, benchmarks, a
+quick try-out).
 
-A production deployment starts vLLM itself (docs/serving.md); this helper runs the same command on 127.0.0.1.
+A production deployment starts its server itself (docs/serving.md); these helpers run the same commands on 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -35,21 +36,21 @@ def vllm_command(python, folder, served_model: str, port: int, *, max_model_len:
     return cmd + list(extra)
 
 
-def _wait_ready(proc, url: str, log: Path, timeout_s: float) -> None:
+def _wait_ready(proc, url: str, log: Path, timeout_s: float, name: str = "vLLM") -> None:
     import httpx
 
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:])
-            raise RuntimeError(f"vLLM exited with {proc.returncode} before serving; log tail:\n{tail}")
+            raise RuntimeError(f"{name} exited with {proc.returncode} before serving; log tail:\n{tail}")
         try:
             if httpx.get(f"{url}/models", timeout=2).status_code == 200:
                 return
         except httpx.TransportError:
             pass
         time.sleep(1)
-    raise RuntimeError(f"vLLM did not answer {url}/models within {timeout_s:.0f} s; log: {log}")
+    raise RuntimeError(f"{name} did not answer {url}/models within {timeout_s:.0f} s; log: {log}")
 
 
 @contextmanager
@@ -78,10 +79,42 @@ def local_vllm_server(python, folder, served_model: str, *, log: Path, max_model
         _wait_ready(proc, url, Path(log), timeout_s)
         yield url
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)  # the group this call started: API server, engine core, worker
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        _stop(proc)
+
+
+def _stop(proc) -> None:
+    """SIGTERM to the process group the helper started, SIGKILL after 30 s."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)  # the group the helper started (vLLM: API server, engine core, worker)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def llamacpp_command(binary, gguf, port: int, *, ctx: int = 2048, threads: int = 2, extra=()) -> list[str]:
+    """llama.cpp's server command: one slot (``-np 1``), ``ctx`` tokens of context, ``threads`` CPU threads."""
+    return [str(binary), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port), "-c", str(ctx), "-np", "1",
+            "-t", str(threads), *map(str, extra)]
+
+
+@contextmanager
+def local_llamacpp_server(binary, gguf, *, log: Path, ctx: int = 2048, threads: int = 2, timeout_s: float = 120.0,
+                          extra=()):
+    """Run llama.cpp's ``llama-server`` on ``gguf`` on 127.0.0.1 at a free port until the block ends → its base URL
+    (``http://127.0.0.1:P/v1``). binary : the ``llama-server`` executable (``make setup-llamacpp`` builds it into
+    ``.llamacpp/bin``). Stopped as ``local_vllm_server`` stops vLLM. Raises ParameterError naming ``binary`` when it
+    does not exist, RuntimeError when the server exits or does not answer within ``timeout_s``."""
+    if not Path(binary).exists():
+        raise ParameterError("binary", str(binary), f"{str(binary)!r} does not exist (make setup-llamacpp)")
+    port = free_port()
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(llamacpp_command(binary, gguf, port, ctx=ctx, threads=threads, extra=extra),
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True, cwd=Path(log).parent)
+    url = f"http://127.0.0.1:{port}/v1"
+    try:
+        _wait_ready(proc, url, Path(log), timeout_s, name="llama.cpp")
+        yield url
+    finally:
+        _stop(proc)
