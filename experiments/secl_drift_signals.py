@@ -6,7 +6,7 @@ signals").
     python -m experiments.secl_drift_signals --output-dir outputs/secl_drift_signals --analyse-only
 
 1. **Reads**, once per question, with the model as it is (identity adapter: what the default scope's gate sees):
-   ``secl.stream.baseline_pass`` on each question of the stream (``modeling.streams.build_stream`` with the stream
+   ``evaluation.stream.baseline_pass`` on each question of the stream (``modeling.streams.build_stream`` with the stream
    job's context fitting, gold letters balanced) gives ``entropy`` (the gate's input), ``verbalized``, ``p_true``,
    ``norm_p_true``; the option letters' next-token probabilities are read through a ``TransformersBackend``
    (``option_prob``: the largest, the option-probability read). Questions are read round-robin over the domains
@@ -68,7 +68,7 @@ def make_reads(args) -> None:
     from hf_calibration.modeling.prompts import option_token_ids
     from hf_calibration.modeling.streams import build_stream
     from hf_calibration.secl import SECLConfig, apply_secl
-    from hf_calibration.secl.stream import baseline_pass
+    from hf_calibration.evaluation.stream import baseline_pass
 
     torch.set_num_threads(args.threads)
     out = Path(args.output_dir)

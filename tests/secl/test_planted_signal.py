@@ -95,7 +95,7 @@ def test_the_student_learns_a_planted_ranking_from_one_burst(tiny_model, tiny_to
     updated = 0
     for q in train:
         _read(secl, tiny_tokenizer, q, update=True)
-        updated += bool(secl.secl_records[0]["updated"])
+        updated += bool(secl.secl_records[0].updated)
     assert updated == len(train)  # c* is 0 or 1, the read near 0.5: the bin gate (width 0) passes every question
     after = [_read(secl, tiny_tokenizer, q, update=False) for q in held_out]
     auroc = confidence_auroc(y, np.array(after))
