@@ -9,32 +9,9 @@ import pytest
 
 from hf_calibration.cli import main
 
+from tests.test_cli import _exit_code as _code, _one_line, no_model_load  # noqa: F401  (a fixture)
+
 QUIZ = os.path.join(os.path.dirname(__file__), "..", "examples", "data", "quiz.csv")  # 20 questions, 4 options
-
-
-@pytest.fixture()
-def no_model_load(monkeypatch):
-    """Bad input must be rejected before the model is loaded: loading fails the test."""
-    import hf_calibration.modeling
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("the model was loaded before the bad input was rejected")
-
-    monkeypatch.setattr(hf_calibration.modeling, "load_model", refuse)
-
-
-def _code(argv):
-    try:
-        return main(argv)
-    except SystemExit as exit_:  # argparse's errors exit from inside parse_args
-        return exit_.code
-
-
-def _one_line(capsys, *fragments):
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("hf-calibration: error:") and "Traceback" not in err, err
-    assert all(f in err for f in fragments), err
-    return err
 
 
 # ------------------------------------------------------------------------------------------ 1. --n-bins bounded
