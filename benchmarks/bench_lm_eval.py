@@ -52,7 +52,7 @@ def main(argv=None):
 
     from hf_calibration.data import load_mcqa
     from hf_calibration.jobs import EvaluateConfig, run_evaluate
-    from hf_calibration.lm_eval_tasks import write_mcqa_task
+    from hf_calibration.integrations.lm_eval_tasks import write_mcqa_task
     from hf_calibration.modeling import resolve_model_path
 
     work = Path(tempfile.mkdtemp(prefix="bench_lm_eval-"))

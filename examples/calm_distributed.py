@@ -2,7 +2,7 @@
 
 Every ``CALMConfig`` / ``SFTConfig`` field is a command-line flag (``--max_steps``, ``--learning_rate``,
 ``--alpha_learning_rate``, ``--inner_steps``, …), as with TRL's scripts. On a machine without GPUs
-``hf_calibration.distributed.cpu_training_kwargs()`` supplies the CPU plumbing (gloo), so the same script
+``hf_calibration.runtime.distributed.cpu_training_kwargs()`` supplies the CPU plumbing (gloo), so the same script
 runs with the ``*_cpu.yaml`` configs. Examples (8 GPUs, then 2 CPU processes):
 
     accelerate launch --config_file examples/accelerate_configs/deepspeed_zero2.yaml examples/calm_distributed.py \\
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from hf_calibration.distributed import cpu_training_kwargs
+from hf_calibration.runtime.distributed import cpu_training_kwargs
 
 
 @dataclass

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import numpy as np
 
-from hf_calibration import reports
+from hf_calibration.reporting import reports
 from hf_calibration.data import load_mcqa
 from hf_calibration.modeling import load_model, score_mcqa
-from hf_calibration.outputs import AtomicOutputDir
+from hf_calibration.runtime.outputs import AtomicOutputDir
 from hf_calibration.posthoc import CALIBRATORS
 
 

@@ -264,7 +264,7 @@ def report(out: Path, scores: dict, infos: dict, ood: list, *, header: str, n_re
     the validation split), the OOD mean and the wall times → (results, Markdown text); writes ``report.md``,
     ``report.json``, ``items.jsonl`` and ``reliability_<split>.png`` into ``out``. Method ids stay the results'
     keys; the tables name them by ``common.method_label`` (CALM for "bome")."""
-    from hf_calibration.reports import format_table, mcqa_report, references, write_json
+    from hf_calibration.reporting.reports import format_table, mcqa_report, references, write_json
 
     kw = dict(n_resamples=n_resamples, seed=seed)
     probs, labels = method_probabilities(scores, ("validation", "id_test", *ood))
@@ -335,8 +335,8 @@ def _curves_and_timing(results: dict, table: dict, infos: dict) -> list[str]:
 def _write_items_and_diagrams(out: Path, probs: dict, labels: dict, ood: list) -> None:
     """``items.jsonl`` (every question's answer, per method prediction and confidence) and the top-label
     reliability diagrams ``reliability_<split>.png`` of the test splits."""
-    from hf_calibration.plotting import plot_reliability_diagrams
-    from hf_calibration.reports import write_jsonl
+    from hf_calibration.reporting.plotting import plot_reliability_diagrams
+    from hf_calibration.reporting.reports import write_jsonl
 
     items = []
     for name in ("validation", "id_test", *ood):

@@ -51,7 +51,7 @@ from experiments.common import (IN_DOMAIN_SPLITS, RUN_FIELDS, check_same_run, fo
 def load_open_domain(name: str, *, limit: int | None = None, seed: int = 0) -> list[dict]:
     """Rows ``{"question", "reference"}`` of an open-ended domain (module docstring), shuffled by ``seed``, the
     first ``limit``. ParameterError naming ``open_domains`` for an unknown name."""
-    from hf_calibration._offline import hub_available
+    from hf_calibration.runtime.offline import hub_available
     from hf_calibration.data import load_open_qa
     from hf_calibration.data.loaders import halueval_packaged_records
 
@@ -341,7 +341,7 @@ def open_report(out: Path, answers: dict, splits: dict, *, train_domain: str, eq
     """The open-ended table (module docstring) → (results, Markdown text, claim row); writes ``report.md`` and
     ``report.json`` into ``out``."""
     from hf_calibration.metrics import calibration_report
-    from hf_calibration.reports import write_json
+    from hf_calibration.reporting.reports import write_json
 
     ood = [k for k in splits if k not in IN_DOMAIN_SPLITS]
     scores = semantic_scores(answers, splits, domains=_split_domains(train_domain, ood), equivalence=equivalence)
@@ -428,7 +428,7 @@ def open_seeds_report(out: Path, config, seeds: list, *, model_name: str, n_resa
     ``open_ended_seeds.json`` into ``out`` → (results, Markdown text, claim row). ParameterError naming ``phase``
     when a seed has no answers for a method."""
     from hf_calibration.metrics import brier_score, confidence_auroc, expected_calibration_error
-    from hf_calibration.reports import write_json
+    from hf_calibration.reporting.reports import write_json
 
     domains, sizes = _open_setting(config)
     methods = _open_methods(config)

@@ -23,7 +23,7 @@ def seeds_report(out: Path, per_seed: dict, ood: list, *, header: str, n_resampl
     from ``out/seed_<s>/scores``): per split and method the mean and range over seeds of accuracy, conf-ECE, Brier
     and AUROC (and the constant-accuracy reference); CALM − TS and − SFT pooled over seeds (``pooled_difference``)
     with each seed's value; the claim check on the pooled intervals. Writes ``seeds.md`` and ``seeds.json``."""
-    from hf_calibration.reports import write_json
+    from hf_calibration.reporting.reports import write_json
 
     splits = ("id_test", *ood)
     runs = [method_probabilities(read_scored(out / f"seed_{s}")[0], ("validation", *splits)) for s in per_seed]

@@ -34,9 +34,9 @@ from hf_calibration.jobs.common import (JobResult, batch_size_field, check_choic
 from hf_calibration.jobs.diagnose import DATASETS as DIAGNOSE_DATASETS
 from hf_calibration.jobs.diagnose import DiagnoseConfig, run_diagnose
 from hf_calibration.jobs.secl_stream import SECLStreamConfig, check_stream, run_secl_stream
-from hf_calibration.reports import format_cell, format_table, write_json
+from hf_calibration.reporting.reports import format_cell, format_table, write_json
 from hf_calibration.secl.config import SECLConfig
-from hf_calibration.secl.confidence import SIGNAL_NAMES
+from hf_calibration.modeling.signals import SIGNAL_NAMES
 from hf_calibration.evaluation.stream import STREAM_COLUMNS, WITHIN_DOMAIN, pass_keys, signal_rows, summarize_stream
 
 from experiments.calm import run_calm_experiment

@@ -136,7 +136,7 @@ def format_report(summary: dict, source: str) -> str:
 
 def main(argv=None) -> dict:
     from hf_calibration.cli import script_parser
-    from hf_calibration.reports import write_json
+    from hf_calibration.reporting.reports import write_json
 
     ap = script_parser("python -m experiments.secl_burst_confidence", __doc__.split("\n\n")[0])
     ap.add_argument("source", type=Path, help="records.jsonl of hf-calibration secl, or a secl_schedule folder")

@@ -68,7 +68,7 @@ def test_calm_refuses_an_adapter_saved_without_the_marker(tiny_model_dir, tmp_pa
 def test_calm_marks_its_folder_and_evaluate_then_refuses_it(tiny_model_dir, tmp_path, capsys):
     from hf_calibration.calm import CALMConfig
     from hf_calibration.jobs import CALMJobConfig, run_calm
-    from hf_calibration.outputs import read_manifest
+    from hf_calibration.runtime.outputs import read_manifest
 
     out = tmp_path / "c"
     config = CALMJobConfig(model=str(tiny_model_dir), train_dataset="halueval_qa_lm", n_train=4, n_calibration=4,
@@ -261,7 +261,7 @@ def test_an_old_calibrator_file_without_option_counts_still_loads(tiny_model_dir
 
 def test_evaluate_with_posthoc_draws_the_calibrated_curve_of_the_subset_scored(tiny_model_dir, tmp_path, capsys,
                                                                                 monkeypatch):
-    import hf_calibration.plotting
+    import hf_calibration.reporting.plotting
     from hf_calibration.posthoc import load_calibrator
 
     fit = tmp_path / "stem"
@@ -271,8 +271,8 @@ def test_evaluate_with_posthoc_draws_the_calibrated_curve_of_the_subset_scored(t
     assert main(["fit-posthoc", "--method", "platt", "--predictions", str(fit / "predictions.jsonl"),
                  "--output", str(calib)]) == 0
     drawn = []
-    plot = hf_calibration.plotting.plot_reliability_diagram
-    monkeypatch.setattr(hf_calibration.plotting, "plot_reliability_diagram",
+    plot = hf_calibration.reporting.plotting.plot_reliability_diagram
+    monkeypatch.setattr(hf_calibration.reporting.plotting, "plot_reliability_diagram",
                         lambda *a, **k: drawn.append(k) or plot(*a, **k))
     out = tmp_path / "humanities"
     assert main(["evaluate", "--model", str(tiny_model_dir), "--subjects", "humanities", "--limit", "8",

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from hf_calibration.errors import MissingPathError, ParameterError, ParameterWarning
-from hf_calibration.lm_eval_import import find_samples, option_log_scores, read_samples, to_mcqa_scores
+from hf_calibration.integrations.lm_eval_import import find_samples, option_log_scores, read_samples, to_mcqa_scores
 
 DATE = "2026-01-02T03-04-05.123456"
 
@@ -176,7 +176,7 @@ def test_cli(tmp_path, capsys):
 
 
 def test_process_results_and_aggregations():
-    from hf_calibration.lm_eval_metrics import ece, ece_high, ece_low, process_results
+    from hf_calibration.integrations.lm_eval_metrics import ece, ece_high, ece_low, process_results
     from hf_calibration.metrics import expected_calibration_error
 
     rng = np.random.default_rng(1)
@@ -195,7 +195,7 @@ def test_process_results_and_aggregations():
 
 
 def test_process_results_needs_an_answer_index():
-    from hf_calibration.lm_eval_metrics import mcqa_results, process_results
+    from hf_calibration.integrations.lm_eval_metrics import mcqa_results, process_results
 
     with pytest.raises(TypeError, match="answer: process_results needs"):
         process_results({"answer": "1", "option1": "x"}, [(-1.0, False), (-2.0, False)])  # winogrande's 1-based "1"
@@ -206,14 +206,14 @@ def test_process_results_needs_an_answer_index():
 def test_write_mcqa_task(tmp_path):
     import yaml
 
-    from hf_calibration.lm_eval_tasks import write_mcqa_task
+    from hf_calibration.integrations.lm_eval_tasks import write_mcqa_task
 
     rows = [{"question": " 2+2? ", "choices": ["3", "4", "5"], "answer": 1, "subject": "math"}]
     path = write_mcqa_task(rows, tmp_path, "arith", ece=True)
     loader = type("Loader", (yaml.SafeLoader,), {})
     loader.add_constructor("!function", lambda ld, node: ("function", ld.construct_scalar(node)))
     config = yaml.load(path.read_text(), Loader=loader)
-    assert config["process_results"] == ("function", "hf_calibration.lm_eval_metrics.process_results")
+    assert config["process_results"] == ("function", "hf_calibration.integrations.lm_eval_metrics.process_results")
     assert [m["metric"] for m in config["metric_list"]] == ["acc", "ece", "ece_low", "ece_high"]
     doc = json.loads((tmp_path / "arith.jsonl").read_text())
     assert doc["prompt"].startswith("2+2?\nA. 3\nB. 4\nC. 5\n") and doc["prompt"].endswith("\nAnswer:")
@@ -226,7 +226,7 @@ def test_readme_and_docs_show_the_yaml_the_real_run_uses():
     """tests/jobs/test_lm_eval_real.py runs write_mcqa_task(..., ece=True), whose metric lines are ECE_YAML."""
     from pathlib import Path
 
-    from hf_calibration.lm_eval_tasks import ECE_YAML
+    from hf_calibration.integrations.lm_eval_tasks import ECE_YAML
 
     root = Path(__file__).resolve().parents[1]
     for page in ("README.md", "docs/lm_eval.md"):
@@ -248,7 +248,7 @@ class Block:
         if name.split(".")[0] in {heavy!r}:
             raise ImportError("blocked: " + name)
 sys.meta_path.insert(0, Block())
-from hf_calibration.lm_eval_metrics import ece, process_results
+from hf_calibration.integrations.lm_eval_metrics import ece, process_results
 items = [process_results({{"answer": 0}}, [(-1.0, False), (-2.0, True)])["ece"]]
 print(ece(items))
 """

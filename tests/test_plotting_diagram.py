@@ -7,7 +7,7 @@ import warnings
 import numpy as np
 import pytest
 
-from hf_calibration.plotting import (SPARSE_BIN, plot_reliability_diagram, smooth_reliability_curve,
+from hf_calibration.reporting.plotting import (SPARSE_BIN, plot_reliability_diagram, smooth_reliability_curve,
                                      wilson_interval)
 
 
@@ -125,7 +125,7 @@ def test_the_legend_covers_no_bin():
 
 
 def test_the_secl_panels_share_one_legend_outside_every_panel():
-    from hf_calibration.plotting import plot_reliability_diagrams
+    from hf_calibration.reporting.plotting import plot_reliability_diagrams
 
     correct, conf = _one_question_bin()
     fig = plot_reliability_diagrams({"stem": (correct, conf), "humanities": (correct[::-1], conf),

@@ -581,7 +581,7 @@ def test_evaluate_report_feeds_a_confidence_calibrator_its_own_input_format():
 
     from hf_calibration.modeling.scoring import MCQAScores
     from hf_calibration.posthoc import PlattScaler
-    from hf_calibration.reports import posthoc_report
+    from hf_calibration.reporting.reports import posthoc_report
 
     rng = np.random.default_rng(0)
     logits = rng.normal(size=(60, 4)) * 2

@@ -13,7 +13,7 @@ import pytest
 
 from hf_calibration.cli import main
 from hf_calibration.errors import ParameterError
-from hf_calibration.html_report import find_metric_tables, render_report
+from hf_calibration.reporting.html_report import find_metric_tables, render_report
 from hf_calibration.jobs import EvaluateConfig, ReportConfig, run_evaluate, run_report
 
 REPO = Path(__file__).resolve().parents[1]
@@ -99,7 +99,7 @@ def test_report_rescores_the_per_answer_files_with_the_ece_options(folders, tmp_
     file: a SECL-style row uses its own <signal>_correct)."""
     import numpy as np
 
-    from hf_calibration.html_report import rescored_table
+    from hf_calibration.reporting.html_report import rescored_table
     from hf_calibration.metrics import expected_calibration_error
 
     options = dict(n_bins=4, binning="quantile", norm="l2")

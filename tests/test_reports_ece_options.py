@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from hf_calibration.metrics import calibration_report
-from hf_calibration.reports import references
+from hf_calibration.reporting.reports import references
 
 # Two equal-mass bins split at the median 0.5: {0.1, 0.2} with accuracy 1/2 and mean confidence 0.15 (gap 0.35),
 # {0.8, 0.9} with accuracy 1 and mean confidence 0.85 (gap 0.15); each holds half the answers.

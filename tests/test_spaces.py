@@ -1,7 +1,7 @@
 """Each metric Space's app.py starts with gradio, serves its page, and computes through it.
 
 evaluate's own widget (``launch_gradio_widget``) calls ``gr.inputs.Dataframe``, gone since gradio 4, so a
-Space built with it no longer starts; ``hf_calibration.spaces`` is the replacement every app.py uses.
+Space built with it no longer starts; ``hf_calibration.integrations.spaces`` is the replacement every app.py uses.
 gradio is a test extra (``.[spaces]``); without it the launch tests are skipped with that reason.
 """
 
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from hf_calibration import metrics as lib
-from hf_calibration.spaces import compute_from_table
+from hf_calibration.integrations.spaces import compute_from_table
 
 REPO = Path(__file__).resolve().parents[1]
 METRICS = sorted(p.parent.name for p in REPO.glob("metrics/*/app.py"))

@@ -2,7 +2,7 @@
 
 ``CALMModel`` wraps a ``peft.PeftModel`` (the LoRA adapter, whose layout on disk and loading are PEFT's) or a
 full model, plus its ``LogitAdjustment``; its folder is PEFT's adapter folder (or the full model) with
-``logit_adjustment.safetensors`` and ``logit_adjustment_config.json`` beside it (``hf_calibration.hub.save_artifact``).
+``logit_adjustment.safetensors`` and ``logit_adjustment_config.json`` beside it (``hf_calibration.integrations.hub.save_artifact``).
 
 Adjusted logits: z'_y = z_y / τ_y + l_y for every covered token id y (multiplicative first, then
 additive: the AutoBalance convention, Li et al. NeurIPS 2021); uncovered ids are left unchanged.
@@ -162,7 +162,7 @@ class LogitAdjustment(nn.Module):
         """
         from safetensors.torch import load_file
 
-        from hf_calibration.hub import check_artifact_config
+        from hf_calibration.integrations.hub import check_artifact_config
 
         folder = Path(folder)
         for name in (ADJUSTMENT_CONFIG_NAME, ADJUSTMENT_WEIGHTS_NAME):
@@ -241,7 +241,7 @@ class CALMModel(nn.Module):
         """The wrapped model's ``save_pretrained`` (``PeftModel.save_pretrained``: PEFT's adapter folder; or a full
         model) plus the adjustment files beside it. ``state_dict`` (keys of this wrapper, e.g. what DeepSpeed
         ZeRO-3 gathered) replaces the live weights; other ``kwargs`` go to the wrapped model's ``save_pretrained``."""
-        from hf_calibration.hub import save_artifact
+        from hf_calibration.integrations.hub import save_artifact
 
         state_dict = kwargs.pop("state_dict", None)
         adjustment_state = None
@@ -258,7 +258,7 @@ class CALMModel(nn.Module):
         model, in place (e.g. a checkpoint of the same run). Raises FileNotFoundError naming a missing file."""
         from safetensors.torch import load_file
 
-        from hf_calibration.hub import download_folder, load_artifact_weights
+        from hf_calibration.integrations.hub import download_folder, load_artifact_weights
 
         folder = download_folder(folder, required_files=[ADJUSTMENT_WEIGHTS_NAME])
         load_artifact_weights(self.model, folder)
@@ -266,7 +266,7 @@ class CALMModel(nn.Module):
 
     def base_model_name(self) -> str | None:
         """Hub id (or path) of the base model: the PEFT adapter's ``base_model_name_or_path`` or the config's name."""
-        from hf_calibration.hub import base_model_name
+        from hf_calibration.integrations.hub import base_model_name
 
         return base_model_name(self.model)
 
@@ -274,12 +274,12 @@ class CALMModel(nn.Module):
                     private: bool = False, base_model: str | None = None) -> str:
         """Upload the adapter (or full model), the logit adjustment and a model card to ``repo_id``.
 
-        The card (``hf_calibration.hub.write_model_card``) carries ``library_name: hf-calibration``, the base
+        The card (``hf_calibration.integrations.hub.write_model_card``) carries ``library_name: hf-calibration``, the base
         model, the method (CALM, arXiv 2608.07419), the adjustment's config and ``metrics`` (name → number,
         e.g. {"conf_ece": 0.05}). ``base_model`` defaults to ``base_model_name()``. Returns the commit URL.
         Raises ValueError (before anything is uploaded) for an invalid repo id, no token, or no base model name.
         """
-        from hf_calibration.hub import push_artifact_to_hub
+        from hf_calibration.integrations.hub import push_artifact_to_hub
 
         base_model = base_model or self.base_model_name()
         if not base_model:
@@ -299,14 +299,14 @@ class CALMModel(nn.Module):
         A PEFT adapter folder (``adapter_config.json``) is loaded with ``peft.PeftModel.from_pretrained`` on top of
         ``base_model`` (a loaded model, adapted in place) or of its ``base_model_name_or_path`` (resolved like
         ``hf_calibration.modeling.load_model``, so the packaged offline copies work); a full-model folder loads
-        through ``AutoModelForCausalLM`` (``hf_calibration.hub.load_artifact``). ``model_kwargs`` go to
+        through ``AutoModelForCausalLM`` (``hf_calibration.integrations.hub.load_artifact``). ``model_kwargs`` go to
         ``from_pretrained`` of the base model.
 
         Raises FileNotFoundError naming the missing logit-adjustment file, ValueError (before any model loads)
         for a config written by a newer release, and for an adjustment whose vocabulary size differs from the
         model's.
         """
-        from hf_calibration.hub import load_artifact
+        from hf_calibration.integrations.hub import load_artifact
 
         model, adjustment = load_artifact(
             pretrained, LogitAdjustment.from_pretrained, required_files=[ADJUSTMENT_CONFIG_NAME, ADJUSTMENT_WEIGHTS_NAME],

@@ -11,7 +11,7 @@ import torch
 from accelerate.utils import DistributedType
 from trl import SFTTrainer
 
-from hf_calibration._versions import check_tested_versions
+from hf_calibration.runtime.versions import check_tested_versions
 from hf_calibration.calm.config import CALMConfig
 from hf_calibration.calm.logit_adjustment import (
     ADJUSTMENT_WEIGHTS_NAME,
@@ -22,8 +22,8 @@ from hf_calibration.calm.logit_adjustment import (
 )
 from hf_calibration.calm.evaluation import calibration_metrics, model_card_section
 from hf_calibration.calm.strategies import STRATEGIES
-from hf_calibration.distributed import quiet_deepspeed_cpu_notice
-from hf_calibration.hub import peft_checkpointing_warning_silenced
+from hf_calibration.runtime.distributed import quiet_deepspeed_cpu_notice
+from hf_calibration.integrations.hub import peft_checkpointing_warning_silenced
 
 ALPHA_PREFIX = "logit_adjustment."
 _ZERO3_PIN = -1  # DeepSpeed submodule ids are >= 0
@@ -63,7 +63,7 @@ class CALMTrainer(SFTTrainer):
     Raises at construction (not mid-training): ValueError for a missing calibration dataset, adjustment
     token ids outside the vocabulary, or training completions that do not start with an option letter;
     TypeError when ``args`` is not a ``CALMConfig``; RuntimeError when the installed transformers or TRL is
-    outside the tested range of ``hf_calibration._versions`` (opt out: ``HF_CALIBRATION_SKIP_VERSION_CHECK=1``).
+    outside the tested range of ``hf_calibration.runtime.versions`` (opt out: ``HF_CALIBRATION_SKIP_VERSION_CHECK=1``).
 
     Logged once per optimizer step (train), as values of the whole global batch: ``lower_loss`` (L_tr),
     ``residual_q``, ``bome_lambda``, ``calibration_entropy`` (H on S_V), ``cft_term``, ``mean_temperature``; at
@@ -134,7 +134,7 @@ class CALMTrainer(SFTTrainer):
     def __init__(self, model, args: CALMConfig | None = None, data_collator=None, train_dataset=None,
                  eval_dataset=None, processing_class=None, calibration_dataset=None, compute_metrics=None,
                  callbacks=None, optimizers=(None, None), peft_config=None, **kwargs):
-        check_tested_versions("CALMTrainer")  # private Trainer/TRL internals below (hf_calibration._versions)
+        check_tested_versions("CALMTrainer")  # private Trainer/TRL internals below (hf_calibration.runtime.versions)
         quiet_deepspeed_cpu_notice()  # before the Trainer imports DeepSpeed (which logs its CPU fallback as a warning)
         if args is None:
             name = model if isinstance(model, str) else model.config._name_or_path

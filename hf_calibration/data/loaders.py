@@ -13,7 +13,7 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 from datasets import Dataset
 
-from hf_calibration._offline import hub_available, package_dir
+from hf_calibration.runtime.offline import hub_available, package_dir
 from hf_calibration.data.custom import (MCQA_FILE_FORMATS, check_columns, file_builder, read_mcqa_file, read_mcqa_hub,
                                         to_mcqa)
 from hf_calibration.data.mmlu_categories import CATEGORIES, SUBCATEGORIES

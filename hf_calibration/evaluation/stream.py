@@ -31,7 +31,7 @@ import torch
 
 from hf_calibration.metrics.paired import paired_differences, paired_strata_difference
 from hf_calibration.modeling.streams import StreamItem, judge
-from hf_calibration.secl.confidence import SIGNAL_NAMES
+from hf_calibration.modeling.signals import SIGNAL_NAMES
 from hf_calibration.secl.step import answer_length
 
 
@@ -274,7 +274,7 @@ def summarize_stream(records: list[dict], *, n_resamples: int = 1000, seed: int 
     domains that the pooled differences reward.
     """
     from hf_calibration.metrics import calibration_report
-    from hf_calibration.reports import references
+    from hf_calibration.reporting.reports import references
 
     secl_keys = pass_keys(signals)
     correct_all = np.array([r["correct"] for r in records], dtype=int)
@@ -387,7 +387,7 @@ STREAM_COLUMNS = (
 
 
 def format_stream_summary(summary: dict) -> str:
-    from hf_calibration.reports import format_table
+    from hf_calibration.reporting.reports import format_table
 
     def shares(name, p):
         return (f"{name}: in burst {p['share_in_burst']:.0%}, trained on {p['share_trained']:.0%}, bin-gate skips "

@@ -18,7 +18,7 @@ from hf_calibration.jobs.common import (JobResult, check_choice, check_int, chec
 from hf_calibration.metrics.validation import check_n_bins
 from hf_calibration.modeling.context import OVERFLOW_POLICIES
 from hf_calibration.modeling.prompts import PROMPT_FORMATS
-from hf_calibration.outputs import check_result_folder, mark_written, snapshot
+from hf_calibration.runtime.outputs import check_result_folder, mark_written, snapshot
 
 SPLITS = ("train", "calibration", "eval")
 # what CALMTrainer.save_model writes (adapter or full model, α, tokenizer, card): another job's, or the same names

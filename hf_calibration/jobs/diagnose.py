@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hf_calibration import modeling, reports
+from hf_calibration import modeling
+from hf_calibration.reporting import reports
 from hf_calibration.data import MCQA_DATASETS, OPEN_QA_DATASETS, check_mcqa_arguments, dataset_kind
 from hf_calibration.errors import ParameterError, renamed_parameters
 from hf_calibration.jobs.common import (CUSTOM_DATA_FIELDS, JobResult, MCQAScoringConfig,
@@ -16,11 +17,12 @@ from hf_calibration.jobs.common import (CUSTOM_DATA_FIELDS, JobResult, MCQAScori
                                         custom_data_options, dataset_field, ece_options, fit_mcqa_to_context,
                                         load_mcqa_for)
 from hf_calibration.modeling.streams import build_stream
-from hf_calibration.plotting import plot_reliability_diagrams
-from hf_calibration.outputs import AtomicOutputDir, check_result_folder, partial_path
-from hf_calibration.reports import write_json, write_jsonl
+from hf_calibration.reporting.plotting import plot_reliability_diagrams
+from hf_calibration.runtime.outputs import AtomicOutputDir, check_result_folder, partial_path
+from hf_calibration.reporting.reports import write_json, write_jsonl
 from hf_calibration.secl.config import SECLConfig
-from hf_calibration.secl.confidence import DEFAULT_TAU_N, SIGNAL_NAMES
+from hf_calibration.modeling.signals import SIGNAL_NAMES
+from hf_calibration.secl.confidence import DEFAULT_TAU_N
 from hf_calibration.secl.diagnose import diagnose, format_diagnosis, generation_discrimination_gap, plot_diagnosis
 from hf_calibration.evaluation.stream import BASELINE_ROWS, run_stream, summarize_stream
 

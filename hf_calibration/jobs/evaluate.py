@@ -6,10 +6,11 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from hf_calibration import modeling, reports
+from hf_calibration import modeling
+from hf_calibration.reporting import reports
 from hf_calibration.data import check_mcqa_arguments
 from hf_calibration.errors import ParameterError, renamed_parameters
-from hf_calibration.outputs import check_result_folder, partial_path, read_manifest
+from hf_calibration.runtime.outputs import check_result_folder, partial_path, read_manifest
 from hf_calibration.jobs.common import (CUSTOM_DATA_FIELDS, JobResult, MCQAScoringConfig, batch_size_field, check_device,
                                         check_ece_options, check_input_file,
                                         check_output_dir, custom_data_options, dataset_field, ece_options,

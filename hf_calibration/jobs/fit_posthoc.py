@@ -9,7 +9,7 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hf_calibration import reports
+from hf_calibration.reporting import reports
 from hf_calibration.errors import ParameterError, ParameterWarning, renamed_parameters
 from hf_calibration.jobs.common import JobResult, check_choice, check_output_file
 

@@ -1,7 +1,7 @@
 """``run_lm_eval_import``: calibration reports of lm-evaluation-harness runs (``hf-calibration lm-eval-import``).
 
 lm-eval scores each choice of a multiple-choice question by its log-likelihood and logs them with
-``--log_samples``; ``hf_calibration.lm_eval_import`` turns those logs into option probabilities, and this
+``--log_samples``; ``hf_calibration.integrations.lm_eval_import`` turns those logs into option probabilities, and this
 job writes the same report ``evaluate`` writes, per task and per scoring (``acc``, ``acc_norm``, ...), with
 no model loaded: a run scored anywhere (a GPU cluster, vLLM) is reported here on a CPU.
 """
@@ -16,13 +16,13 @@ from pathlib import Path
 
 import numpy as np
 
-from hf_calibration import reports
+from hf_calibration.reporting import reports
 from hf_calibration.errors import ParameterError, ParameterWarning
 from hf_calibration.jobs.common import (JobResult, binning_field, check_ece_options, check_int, check_non_empty,
                                         check_output_dir, ece_options, n_bins_field, n_resamples_field, norm_field,
                                         output_dir_field, overwrite_field, seed_field)
-from hf_calibration.lm_eval_import import SCORINGS, LMEvalSamples, find_samples, read_samples, to_mcqa_scores
-from hf_calibration.outputs import AtomicOutputDir, check_result_folder
+from hf_calibration.integrations.lm_eval_import import SCORINGS, LMEvalSamples, find_samples, read_samples, to_mcqa_scores
+from hf_calibration.runtime.outputs import AtomicOutputDir, check_result_folder
 from hf_calibration.modeling.prompts import LETTERS
 
 def _names(value: str | None) -> list[str]:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hf_calibration.errors import MissingPathError, ParameterError, ParameterWarning
-from hf_calibration.html_report import GENERATOR, non_numeric_cells, render_report
+from hf_calibration.reporting.html_report import GENERATOR, non_numeric_cells, render_report
 from hf_calibration.jobs.common import ECE_DEFAULTS, JobResult, check_choice, check_int, check_output_file, n_resamples_field
 from hf_calibration.metrics.binning import BINNINGS
 from hf_calibration.metrics.ece import NORMS

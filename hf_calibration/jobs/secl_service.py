@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from hf_calibration.errors import ParameterError
 from hf_calibration.jobs.common import (JobResult, check_choice, check_device, check_int, check_output_dir,
                                         device_field, model_field, seed_field, served_model_field)
-from hf_calibration.reports import write_json
+from hf_calibration.reporting.reports import write_json
 from hf_calibration.secl.config import SECLConfig
 from hf_calibration.secl.service import SWAP_MODES
 

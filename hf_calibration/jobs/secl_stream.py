@@ -22,11 +22,11 @@ from hf_calibration.jobs.common import (JobResult, check_choice, check_device, c
                                         overwrite_field, seed_field)
 from hf_calibration.modeling.context import OVERFLOW_POLICIES
 from hf_calibration.modeling.streams import build_stream, parse_stream
-from hf_calibration.plotting import plot_reliability_diagrams
-from hf_calibration.outputs import AtomicOutputDir, check_result_folder
-from hf_calibration.reports import write_json, write_jsonl
+from hf_calibration.reporting.plotting import plot_reliability_diagrams
+from hf_calibration.runtime.outputs import AtomicOutputDir, check_result_folder
+from hf_calibration.reporting.reports import write_json, write_jsonl
 from hf_calibration.secl.config import ADAPTER_SCOPES, SECLConfig
-from hf_calibration.secl.confidence import SIGNAL_NAMES
+from hf_calibration.modeling.signals import SIGNAL_NAMES
 from hf_calibration.evaluation.stream import (FINAL_SUFFIX, baseline_pass, final_adapter_pass, format_stream_summary,
                                         secl_field, secl_key, secl_pass, signal_rows, summarize_stream)
 from hf_calibration.secl.stream_checkpoint import RunLock, StreamCheckpoint, weights_fingerprint

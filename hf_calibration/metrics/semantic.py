@@ -107,7 +107,7 @@ class EmbeddingEquivalence:
     def _load(self):
         from transformers import AutoModel, AutoTokenizer
 
-        from hf_calibration._offline import hub_available, package_dir
+        from hf_calibration.runtime.offline import hub_available, package_dir
 
         path = self.model_name
         if self.model_name == EMBEDDING_MODEL and not hub_available():

@@ -8,7 +8,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from hf_calibration._offline import hub_available, package_dir
+from hf_calibration.runtime.offline import hub_available, package_dir
 from hf_calibration.errors import MissingPathError, ParameterError
 
 CACHE_ENV = "HF_CALIBRATION_CACHE"

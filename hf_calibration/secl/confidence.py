@@ -45,6 +45,7 @@ from hf_calibration.modeling.cache import (cache_row, continuation_logprobs, con
 from hf_calibration.modeling.backends.base import as_backend
 from hf_calibration.modeling.prompts import (LETTERS, build_mcqa_prompt, build_prompt, option_token_ids,
                                              resolve_prompt_format, single_token_ids)
+from hf_calibration.modeling.signals import SIGNAL_NAMES, SIGNALS  # noqa: F401  (re-exported; defined below the report page)
 
 # Anchored wording ("0 (certainly wrong) to 10 (certainly correct)") made Qwen2.5-Coder-0.5B answer "1"
 # to every question; this wording gives a number that varies (greedy mostly 5-8). Our measurement.
@@ -401,18 +402,6 @@ def dinco_score(p_true_options: np.ndarray, answer_index: np.ndarray, consistenc
     return 0.5 * (nvc + np.asarray(consistency, dtype=np.float64))
 
 
-SIGNALS = ("option_probability", "p_true", "norm_p_true", "verbalized", "dinco")
-# Display names of every confidence signal in a table or figure: these, SECL's and the labelled baselines of a
-# SECL stream (secl.stream).
-SIGNAL_NAMES = {
-    "option_probability": "option probability", "p_true": "P(True)", "norm_p_true": "P(True)Norm",
-    "verbalized": "verbalized", "dinco": "DINCO-style", "secl": "SECL", "platt": "Platt (labels, 2-fold)",
-    "temperature": "TS (labels, 2-fold)",
-    # a SECL stream's comparison pass with the other adapter scope (SECLConfig.adapter_scope)
-    "secl_all": "SECL (scope all)", "secl_confidence": "SECL (scope confidence)",
-    # the same answers read again with the adapter the stream ended with (evaluation.stream.final_adapter_pass)
-    "secl_final": "SECL, final adapter",
-}
 
 
 @dataclass

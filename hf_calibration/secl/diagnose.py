@@ -140,7 +140,7 @@ def summarize(signals: MCQASignals, *, n_bins: int = 15, binning: str = "uniform
     ``norm``: the binned metrics' options (``calibration_report``) in every report and in the gap's ΔECE.
     """
     from hf_calibration.metrics import calibration_report
-    from hf_calibration.reports import position_bias, references
+    from hf_calibration.reporting.reports import position_bias, references
 
     y = signals.correct.astype(int)
     k = signals.option_probs.shape[1]
@@ -214,7 +214,7 @@ DIAGNOSIS_COLUMNS = (
 def format_diagnosis(result: dict, title: str = "") -> str:
     """The printed table: one row per signal and reference, then the position bias (multiple choice only)
     and the verdict."""
-    from hf_calibration.reports import format_table
+    from hf_calibration.reporting.reports import format_table
 
     rows = {SIGNAL_NAMES[k]: v for k, v in result["signals"].items()}
     rows.update({f"ref: {k}": v for k, v in result["references"].items()})
@@ -242,7 +242,7 @@ def format_diagnosis(result: dict, title: str = "") -> str:
 
 def plot_diagnosis(signals: MCQASignals, *, title: str | None = None, n_bins: int = 15, binning: str = "uniform"):
     """Reliability diagrams of option probability, P(True), P(True)Norm and verbalized, side by side."""
-    from hf_calibration.plotting import plot_reliability_diagrams
+    from hf_calibration.reporting.plotting import plot_reliability_diagrams
 
     y = signals.correct.astype(int)
     names = ("option_probability", "p_true", "norm_p_true", "verbalized")

@@ -32,7 +32,7 @@ Adapters accumulate over the stream; ``reset_calibration()`` restores the identi
 when the SECL model was built). Counters (``secl_counters``) and per-item records of the last call
 (``secl_records``) are kept. ``save_pretrained`` writes PEFT's adapter folder (``PeftModel.save_pretrained``,
 readable by ``peft.PeftModel.from_pretrained``) with ``secl_config.json`` and ``secl_state.json`` beside it
-(``hf_calibration.hub.save_artifact``).
+(``hf_calibration.integrations.hub.save_artifact``).
 
 Forward passes are counted as in ``confidence.py``: one per generation and one per next-token read
 (verbalized: 1, or 2 when "10" is two tokens; P(True): one per candidate; the beam search for
@@ -231,7 +231,7 @@ class SECLGenerationMixin(SECLBurstMixin):
         and pushable to the Hub like any adapter) plus ``secl_config.json`` and ``secl_state.json`` (gate, open burst,
         counters, the replay buffer's questions without caches: an open burst or a "stream" replay_scope goes on
         after ``from_pretrained`` as it would have) beside it. ``kwargs`` go to ``PeftModel.save_pretrained``."""
-        from hf_calibration.hub import save_artifact
+        from hf_calibration.integrations.hub import save_artifact
 
         save_artifact(self.peft_model, save_directory, self._secl_save_state, **kwargs)
 
@@ -245,7 +245,7 @@ class SECLGenerationMixin(SECLBurstMixin):
         The adapter is read by PEFT (``PeftModel.load_adapter``). FileNotFoundError names a missing file;
         ValueError for state written by a newer release (``format_version``), before anything is loaded.
         """
-        from hf_calibration.hub import ADAPTER_WEIGHTS_NAME, download_folder, load_artifact_weights
+        from hf_calibration.integrations.hub import ADAPTER_WEIGHTS_NAME, download_folder, load_artifact_weights
 
         folder = download_folder(folder, required_files=[ADAPTER_WEIGHTS_NAME, STATE_NAME])
         state = read_secl_state(folder)
@@ -260,7 +260,7 @@ class SECLGenerationMixin(SECLBurstMixin):
         ``base_model_name_or_path``), the method (SECL, arXiv 2604.09624), the SECL config and ``metrics``. Returns the
         commit URL; ValueError (before any upload) for an invalid repo id, no token, or no base model name.
         """
-        from hf_calibration.hub import base_model_name, push_artifact_to_hub
+        from hf_calibration.integrations.hub import base_model_name, push_artifact_to_hub
 
         base_model = base_model or base_model_name(self.peft_model)
         if not base_model:
@@ -533,7 +533,7 @@ def apply_secl(model, tokenizer, config: SECLConfig | None = None) -> "SECLModel
     """
     from peft import LoraConfig, get_peft_model
 
-    from hf_calibration.hub import peft_checkpointing_warning_silenced
+    from hf_calibration.integrations.hub import peft_checkpointing_warning_silenced
 
     config = config or SECLConfig()
     if not isinstance(config, SECLConfig):
@@ -575,7 +575,7 @@ class SECLModel(SECLGenerationMixin, AdaptedModel):
         written by a newer release (``format_version``) or a model that already carries PEFT adapters, before
         ``model`` is changed.
         """
-        from hf_calibration.hub import ADAPTER_CONFIG_NAME, ADAPTER_WEIGHTS_NAME, load_artifact
+        from hf_calibration.integrations.hub import ADAPTER_CONFIG_NAME, ADAPTER_WEIGHTS_NAME, load_artifact
         from hf_calibration.secl.config import CONFIG_NAME
 
         _check_plain(model)

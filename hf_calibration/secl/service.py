@@ -208,7 +208,7 @@ class SECLService:
         return stream
 
     def _resume(self, stream: StreamState, state: dict) -> None:
-        from hf_calibration.hub import check_artifact_config, load_artifact_weights
+        from hf_calibration.integrations.hub import check_artifact_config, load_artifact_weights
 
         check_artifact_config(state, kind="SECL service state", max_format_version=STATE_FORMAT,
                               source=str(self.state_dir / stream.name / STATE_FILE))
@@ -289,7 +289,7 @@ class SECLService:
         version = max(taken + [stream.version]) + 1
         final = self._version_folder(stream.name, version)
         tmp = root / f".v{version:06d}.tmp-{os.getpid()}"
-        from hf_calibration.hub import save_artifact
+        from hf_calibration.integrations.hub import save_artifact
 
         with self._lock:
             self._activate(stream)

@@ -141,7 +141,7 @@ def read_secl_state(folder) -> dict:
     Raises FileNotFoundError when it is missing; ValueError when it was written by a newer release
     (``format_version``).
     """
-    from hf_calibration.hub import check_artifact_config
+    from hf_calibration.integrations.hub import check_artifact_config
 
     path = Path(folder) / STATE_NAME
     if not path.is_file():

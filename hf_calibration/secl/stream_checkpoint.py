@@ -43,7 +43,7 @@ import torch
 
 from hf_calibration.errors import ParameterError
 from hf_calibration.modeling.backends.checkpoint import fingerprint
-from hf_calibration.outputs import partial_path
+from hf_calibration.runtime.outputs import partial_path
 
 RUN_FILE = "run.json"
 BASELINE_FILE = "baseline.jsonl"

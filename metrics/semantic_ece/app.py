@@ -1,8 +1,8 @@
-"""The Space's page: a table of JSON cells in, the metric's result out (hf_calibration.spaces)."""
+"""The Space's page: a table of JSON cells in, the metric's result out (hf_calibration.integrations.spaces)."""
 
 import evaluate
 
-from hf_calibration.spaces import launch_metric_space
+from hf_calibration.integrations.spaces import launch_metric_space
 
 EXAMPLES = [['["Paris", "paris", "Lyon", "Paris"]', '["Paris"]'], ['["4", "4.0", "5", "6"]', '["5"]']]
 

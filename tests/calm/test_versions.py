@@ -1,8 +1,8 @@
-"""CALMTrainer refuses transformers / TRL versions outside the tested ranges of hf_calibration._versions."""
+"""CALMTrainer refuses transformers / TRL versions outside the tested ranges of hf_calibration.runtime.versions."""
 
 import pytest
 
-from hf_calibration import _versions
+from hf_calibration.runtime import versions as _versions
 from tests.calm.test_trainer import make_trainer
 
 

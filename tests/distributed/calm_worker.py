@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root, for tests.tiny
 
-from hf_calibration.distributed import cpu_training_kwargs  # noqa: E402
+from hf_calibration.runtime.distributed import cpu_training_kwargs  # noqa: E402
 
 PROMPT = "which option is correct ? A. B. C. D. Answer"
 WORDS = "the a of and to in is was for on that with as by it at from this be are".split()

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from huggingface_hub import constants
 
-from hf_calibration import _offline
+from hf_calibration.runtime import offline as _offline
 from tests.hub.fake_hub import FakeHub
 
 

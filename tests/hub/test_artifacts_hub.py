@@ -8,7 +8,7 @@ from peft import LoraConfig, get_peft_model
 from safetensors.torch import load as safetensors_load
 from safetensors.torch import save_file
 
-from hf_calibration.hub import push_folder_to_hub
+from hf_calibration.integrations.hub import push_folder_to_hub
 from tests.tiny import make_tiny_model
 
 calm = pytest.importorskip("hf_calibration.calm.logit_adjustment")

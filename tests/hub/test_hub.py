@@ -1,4 +1,4 @@
-"""hf_calibration.hub against the fake Hub on 127.0.0.1: push, download back, compare exactly; bad input."""
+"""hf_calibration.integrations.hub against the fake Hub on 127.0.0.1: push, download back, compare exactly; bad input."""
 
 import hashlib
 import json
@@ -11,7 +11,7 @@ from huggingface_hub.errors import RepositoryNotFoundError
 from peft import LoraConfig, PeftModel, get_peft_model, get_peft_model_state_dict
 from safetensors.torch import load_file, save_file
 
-from hf_calibration.hub import (
+from hf_calibration.integrations.hub import (
     METRICS_DIR,
     check_artifact_config,
     download_folder,

@@ -173,7 +173,7 @@ def test_real_model_25000_token_question(real_model, tmp_path, capsys, monkeypat
 
 
 def test_lm_eval_task_prompts_fit(tiny_tokenizer, tmp_path):
-    from hf_calibration.lm_eval_tasks import write_mcqa_task
+    from hf_calibration.integrations.lm_eval_tasks import write_mcqa_task
 
     rows = [{"question": LONG, "choices": ["eggs", "day"], "answer": 0}, {"question": "day ?", "choices": ["a", "b"],
                                                                           "answer": 1}]

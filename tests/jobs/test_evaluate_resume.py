@@ -13,7 +13,7 @@ from hf_calibration.cli import main
 from hf_calibration.errors import ParameterError
 from hf_calibration.jobs import EvaluateConfig, run_evaluate
 from hf_calibration.modeling.backends import TransformersBackend
-from hf_calibration.outputs import partial_path
+from hf_calibration.runtime.outputs import partial_path
 
 LIMIT, BATCH = 7, 2
 

@@ -31,7 +31,7 @@ def run(tmp_path_factory):
 
     from hf_calibration.data import load_mcqa
     from hf_calibration.jobs import LMEvalImportConfig, run_lm_eval_import
-    from hf_calibration.lm_eval_tasks import write_mcqa_task
+    from hf_calibration.integrations.lm_eval_tasks import write_mcqa_task
     from hf_calibration.modeling import resolve_model_path
 
     root = tmp_path_factory.mktemp("lm-eval")
@@ -125,7 +125,7 @@ def test_lm_eval_reports_our_ece(run, task):
 
 def test_import_writes_evaluates_report(run):
     """Each task and scoring is a folder in evaluate's shape, which `hf-calibration report` renders."""
-    from hf_calibration.html_report import render_report
+    from hf_calibration.reporting.html_report import render_report
 
     _, root, imported = run
     for task in TASKS:

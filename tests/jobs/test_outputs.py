@@ -8,7 +8,7 @@ import pytest
 
 from hf_calibration.cli import main
 from hf_calibration.errors import ParameterError
-from hf_calibration.outputs import MANIFEST, AtomicOutputDir, read_manifest
+from hf_calibration.runtime.outputs import MANIFEST, AtomicOutputDir, read_manifest
 from tests.test_lm_eval_import import _two_subjects
 
 

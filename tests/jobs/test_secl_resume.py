@@ -10,7 +10,7 @@ from safetensors.torch import load_file
 import hf_calibration.evaluation.stream as stream_module
 from hf_calibration.errors import ParameterError
 from hf_calibration.jobs import SECLStreamConfig, run_secl_stream
-from hf_calibration.outputs import partial_path
+from hf_calibration.runtime.outputs import partial_path
 from hf_calibration.secl import SECLConfig
 from hf_calibration.secl.stream_checkpoint import RunLock, StreamCheckpoint
 

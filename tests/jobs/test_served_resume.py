@@ -12,7 +12,7 @@ import pytest
 
 from hf_calibration.jobs import DiagnoseConfig, EvaluateConfig, run_diagnose, run_evaluate
 from hf_calibration.modeling.backends import ServerError, TransformersBackend
-from hf_calibration.outputs import partial_path
+from hf_calibration.runtime.outputs import partial_path
 
 URL = "http://127.0.0.1:9/v1"
 LIMIT = 6

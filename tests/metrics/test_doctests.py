@@ -21,7 +21,7 @@ LIBRARY_MODULES = [
     "hf_calibration.metrics.semantic",
     "hf_calibration.metrics.smooth",
     "hf_calibration.metrics.streaming",
-    "hf_calibration.plotting",
+    "hf_calibration.reporting.plotting",
 ]
 EVALUATE_MODULES = sorted(p.parent.name for p in REPO.glob("metrics/*/*.py") if p.stem == p.parent.name)
 

@@ -3,7 +3,7 @@ import sys
 
 CHECK = """
 import sys
-import hf_calibration.metrics, hf_calibration.plotting
+import hf_calibration.metrics, hf_calibration.reporting.plotting
 from hf_calibration.metrics import expected_calibration_error, calibration_report
 expected_calibration_error([1, 0], [0.7, 0.4])
 calibration_report([1, 0], [[0.3, 0.7], [0.6, 0.4]], n_resamples=5)

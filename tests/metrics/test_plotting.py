@@ -3,7 +3,7 @@ import pytest
 from matplotlib.figure import Figure
 
 from hf_calibration.metrics import expected_calibration_error
-from hf_calibration.plotting import plot_reliability_diagram
+from hf_calibration.reporting.plotting import plot_reliability_diagram
 from tests.metrics.data import make_multiclass
 
 

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from hf_calibration.cli import main
-from hf_calibration.outputs import partial_path
+from hf_calibration.runtime.outputs import partial_path
 from tests.serving.conftest import MODEL, PROB_ATOL
 
 LIMIT = 4

@@ -19,7 +19,7 @@ from hf_calibration.cli import main
 from hf_calibration.errors import ParameterError
 from hf_calibration.modeling import build_mcqa_prompt
 from hf_calibration.modeling.backends import ServerError, TransformersBackend
-from hf_calibration.outputs import partial_path
+from hf_calibration.runtime.outputs import partial_path
 from tests.serving.test_agreement import ROWS, _read_ids
 from tests.serving_llamacpp.conftest import CTX, U32, VOCAB, open_backend, q4_logprob_tol
 

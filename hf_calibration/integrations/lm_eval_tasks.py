@@ -20,13 +20,13 @@ __all__ = ["CHOICE_STYLES", "ECE_YAML", "write_mcqa_task"]
 CHOICE_STYLES = ("letters", "texts")
 
 # The lines of a multiple-choice task's YAML that make lm-eval report conf-ECE and its 95 % interval beside acc
-# (``hf_calibration.lm_eval_metrics``); README.md and docs/lm_eval.md show them as they are here.
-ECE_YAML = """process_results: !function hf_calibration.lm_eval_metrics.process_results
+# (``hf_calibration.integrations.lm_eval_metrics``); README.md and docs/lm_eval.md show them as they are here.
+ECE_YAML = """process_results: !function hf_calibration.integrations.lm_eval_metrics.process_results
 metric_list:
   - {metric: acc, aggregation: mean, higher_is_better: true}
-  - {metric: ece, aggregation: !function hf_calibration.lm_eval_metrics.ece, higher_is_better: false}
-  - {metric: ece_low, aggregation: !function hf_calibration.lm_eval_metrics.ece_low, higher_is_better: false}
-  - {metric: ece_high, aggregation: !function hf_calibration.lm_eval_metrics.ece_high, higher_is_better: false}
+  - {metric: ece, aggregation: !function hf_calibration.integrations.lm_eval_metrics.ece, higher_is_better: false}
+  - {metric: ece_low, aggregation: !function hf_calibration.integrations.lm_eval_metrics.ece_low, higher_is_better: false}
+  - {metric: ece_high, aggregation: !function hf_calibration.integrations.lm_eval_metrics.ece_high, higher_is_better: false}
 """
 _ACC_YAML = """metric_list:
   - {metric: acc, aggregation: mean, higher_is_better: true}
@@ -43,7 +43,7 @@ def write_mcqa_task(rows, folder, name: str, *, choices: str = "letters", ece: b
     instruction) plus "\\nAnswer:" (``evaluate --prompt-format plain``'s text) and the choices are the letters;
     ``"texts"``: the prompt is the question plus "\\nAnswer:" and the choices are the option texts (cloze).
     The task reports ``acc`` and ``acc_norm``; with ``ece``, ``acc`` and conf-ECE with its 95 % interval through
-    ``hf_calibration.lm_eval_metrics`` instead (lm-eval then needs hf_calibration importable).
+    ``hf_calibration.integrations.lm_eval_metrics`` instead (lm-eval then needs hf_calibration importable).
 
     tokenizer, max_length, on_overflow : with a tokenizer and the model's context (tokens), every prompt plus its
         longest choice is fitted to it before it is written (``modeling.context.fit_to_context``: the question's

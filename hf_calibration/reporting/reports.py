@@ -17,7 +17,7 @@ import numpy as np
 
 from hf_calibration.errors import MissingPathError, ParameterError
 from hf_calibration.metrics import calibration_report
-from hf_calibration.outputs import AtomicOutputDir
+from hf_calibration.runtime.outputs import AtomicOutputDir
 
 # (key in calibration_report, column title) in table order.
 # Brier and NLL are of the top-label confidence (comparable across all rows, references included);
@@ -325,7 +325,7 @@ def write_evaluation(out: Path, dataset, scores, metrics: dict, run: dict, *, n_
     """Write predictions.jsonl, metrics.json and reliability_diagram.png (``n_bins`` bins, ``binning``; with
     ``calibrator``, the curve after it too) into ``out`` atomically, as ``job`` (``outputs.AtomicOutputDir``:
     another job's folder is refused unless ``overwrite``)."""
-    from hf_calibration.plotting import plot_reliability_diagram
+    from hf_calibration.reporting.plotting import plot_reliability_diagram
 
     with AtomicOutputDir(out, job, overwrite=overwrite) as tmp:
         write_jsonl(tmp / "predictions.jsonl", prediction_records(dataset, scores))

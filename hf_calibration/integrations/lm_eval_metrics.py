@@ -2,12 +2,12 @@
 conf-ECE (with a 95 % bootstrap interval) next to accuracy, on any backend (HF, vLLM, an API) and without
 our scoring code::
 
-    process_results: !function hf_calibration.lm_eval_metrics.process_results
+    process_results: !function hf_calibration.integrations.lm_eval_metrics.process_results
     metric_list:
       - {metric: acc, aggregation: mean, higher_is_better: true}
-      - {metric: ece, aggregation: !function hf_calibration.lm_eval_metrics.ece, higher_is_better: false}
-      - {metric: ece_low, aggregation: !function hf_calibration.lm_eval_metrics.ece_low, higher_is_better: false}
-      - {metric: ece_high, aggregation: !function hf_calibration.lm_eval_metrics.ece_high, higher_is_better: false}
+      - {metric: ece, aggregation: !function hf_calibration.integrations.lm_eval_metrics.ece, higher_is_better: false}
+      - {metric: ece_low, aggregation: !function hf_calibration.integrations.lm_eval_metrics.ece_low, higher_is_better: false}
+      - {metric: ece_high, aggregation: !function hf_calibration.integrations.lm_eval_metrics.ece_high, higher_is_better: false}
 
 lm-eval (0.4.x, ``lm_eval/api/task.py``) hands ``process_results(doc, results)`` one document and its
 choices' ``(loglikelihood, is_greedy)`` pairs; it returns, per metric name, a per-document item; after all
@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hf_calibration.lm_eval_import import option_probabilities
+from hf_calibration.integrations.lm_eval_import import option_probabilities
 from hf_calibration.metrics import bootstrap, expected_calibration_error
 
 __all__ = ["ECE_OPTIONS", "ece", "ece_high", "ece_low", "mcqa_results", "process_results"]
@@ -64,7 +64,7 @@ def process_results(doc: dict, results) -> dict:
         answer = _LETTERS.index(answer)
     if isinstance(answer, bool) or not isinstance(answer, int):
         raise TypeError(f"answer: process_results needs the doc's 'answer' as a choice index or letter A-J, got "
-                         f"{answer!r}; call hf_calibration.lm_eval_metrics.mcqa_results(results, gold) instead")
+                         f"{answer!r}; call hf_calibration.integrations.lm_eval_metrics.mcqa_results(results, gold) instead")
     return mcqa_results(results, answer)
 
 

@@ -142,8 +142,8 @@ def rescored_table(path, ece: dict, *, n_resamples: int = 1000, seed: int = 0) -
     import numpy as np
 
     from hf_calibration.metrics import calibration_report
-    from hf_calibration.reports import references
-    from hf_calibration.secl.confidence import SIGNAL_NAMES
+    from hf_calibration.reporting.reports import references
+    from hf_calibration.modeling.signals import SIGNAL_NAMES
 
     records = _jsonl_records(path)
     if not records or not all(isinstance(r, dict) and isinstance(r.get("correct"), bool) for r in records):

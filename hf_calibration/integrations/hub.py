@@ -37,7 +37,7 @@ from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
 from huggingface_hub.utils import validate_repo_id
 
 from hf_calibration import __version__
-from hf_calibration._offline import hub_available
+from hf_calibration.runtime.offline import hub_available
 from hf_calibration.errors import check_choice
 
 logger = logging.getLogger(__name__)
@@ -49,7 +49,7 @@ METRICS_DIR = Path(__file__).resolve().parent.parent / "metrics"  # the source t
 # A metric Space's app when its folder has none: our Gradio page (evaluate's widget needs gradio < 4).
 _SPACE_APP = """import evaluate
 
-from hf_calibration.spaces import launch_metric_space
+from hf_calibration.integrations.spaces import launch_metric_space
 
 launch_metric_space(evaluate.load("{name}"))
 """
