@@ -275,6 +275,17 @@ class SECLService:
             self._write_state(stream)
         return record
 
+    def _verbalized(self, reader, prompt, answer, restated) -> tuple[float, float, int]:
+        """(c, greedy, reads): the verbalized confidence of ``answer`` (its turn restating ``restated``) read
+        through ``reader``, over the ids the trainer's ``secl_verbalized`` reads (the second read of a two-token
+        "10" after its "1")."""
+        tr, tokens = self.trainer, self.trainer.secl_tokens
+        cont = tr.secl_followup(answer, restated, self.config.confidence_template, PLAIN_CONFIDENCE_PREFIX)
+        rows = [prompt + cont] + ([prompt + cont + [tokens.digits[1][0]]] if tokens.two_step else [])
+        lp = reader.next_token_logprobs(rows, self._verbal_ids).dense(self._verbal_ids, reader.vocab_size)
+        conf, greedy, _ = verbalized_from_logprobs(lp[:1], tokens, lp[1:] if tokens.two_step else None)
+        return float(conf[0]), float(greedy[0]), len(rows)
+
     # -- versions and state -------------------------------------------------------------------
     def _version_folder(self, name: str, version: int) -> Path:
         return self.state_dir / name / f"v{version:06d}"
