@@ -79,6 +79,7 @@ def test_both_exact_read_paths_agree(served, prompts, smollm, monkeypatch):
     """Forced reads and the full distribution read the same logits; only the float32 normaliser's summation order
     differs: (V − 1)·u relative (conftest.py)."""
     ids = _read_ids(smollm[1])
+    ids = ids[:4] + ids[-4:]  # one request per id on the forced path
     reads = served._engine()
     monkeypatch.setattr(reads, "forced_max", 10 ** 6)
     forced = served.next_token_logprobs(prompts[:2], ids)
