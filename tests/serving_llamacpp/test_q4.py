@@ -111,7 +111,7 @@ def test_evaluate_and_diagnose_through_llamacpp(q4_server, tmp_path, capsys):
     rc, out, err = _cli(capsys, "diagnose", "--output-dir", str(tmp_path / "diag"), "--limit", "2",
                         "--n-resamples", "20", *served)
     assert rc == 0, err
-    run = json.loads((tmp_path / "diag" / "metrics.json").read_text())["run"]
+    run = json.loads((tmp_path / "diag" / "diagnosis.json").read_text())["run"]
     assert run["server"]["engine"] == "llama.cpp"
     records = [json.loads(line) for line in (tmp_path / "diag" / "signals.jsonl").read_text().splitlines()]
     assert len(records) == 2 and all(0 <= r["p_true"] <= 1 for r in records)
