@@ -150,7 +150,7 @@ class DistributionReads:
     prefix. Generation: greedy, the whole distribution at each step, so the entropy is exact (gap 0)."""
 
     def __init__(self, backend, *, full: bool, forced: bool, forced_max: int = 0):
-        self.backend, self.full, self.forced = backend, full, forced
+        self.backend, self.full = backend, full
         self.forced_max = forced_max if forced else 0
         if not full:
             self.forced_max = 10 ** 9
@@ -167,7 +167,7 @@ class DistributionReads:
                               "in the chat shape (logprobs.content)")
         return content
 
-    def forced(self, row: list[int], token: int) -> tuple[float, int, float]:
+    def forced_read(self, row: list[int], token: int) -> tuple[float, int, float]:
         """(raw log-probability of ``token`` after ``row``, most likely id, its log-probability)."""
         step = self.steps(row, n_probs=1, force=token)[0]
         if int(step["id"]) != int(token):
@@ -189,7 +189,7 @@ class DistributionReads:
         if len(unique) <= self.forced_max:
             read = {}
             for t in unique:
-                read[t], best, best_lp = self.forced(row, t)
+                read[t], best, best_lp = self.forced_read(row, t)
             return [read[t] for t in ids], best, best_lp
         step = self.steps(row, n_probs=self.backend.vocab_size)[0]
         dist = self.distribution(step)
@@ -338,7 +338,7 @@ def _probe_reads(backend, ids: list[int]):
     forced = None
     try:
         t0 = time.perf_counter()
-        got, _, _ = reads.forced(ids, probe_ids[-1])
+        got, _, _ = reads.forced_read(ids, probe_ids[-1])
         forced = time.perf_counter() - t0
         # the forced read must be the raw log-probability (before the bias): the full distribution's value
         if dist is not None and not abs(got - dist[probe_ids[-1]]) <= 1e-3:

@@ -110,7 +110,8 @@ def local_llamacpp_server(binary, gguf, *, log: Path, ctx: int = 2048, threads: 
         raise ParameterError("binary", str(binary), f"{str(binary)!r} does not exist (make setup-llamacpp)")
     port = free_port()
     with open(log, "wb") as out:
-        proc = subprocess.Popen(llamacpp_command(binary, gguf, port, ctx=ctx, threads=threads, extra=extra),
+        proc = subprocess.Popen(llamacpp_command(Path(binary).resolve(), Path(gguf).resolve(), port, ctx=ctx,
+                                                 threads=threads, extra=extra),
                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True, cwd=Path(log).parent)
     url = f"http://127.0.0.1:{port}/v1"
     try:
