@@ -104,21 +104,11 @@ class LoRAAdmin:
         self.backend = backend
 
     def served(self) -> set:
-        return {m.get("id") for m in self.backend._request("GET", "/models").get("data") or []}
+        return {m.get("id") for m in self.backend.request("GET", "/models").get("data") or []}
 
     def _post(self, path: str, payload: dict) -> tuple[int, str]:
-        """One POST (vLLM answers these endpoints in plain text, not JSON): (status, body). ServerError naming
-        ``base_url`` when the server cannot be reached; not retried (a repeated load is refused as a duplicate)."""
-        import httpx
-
-        from hf_calibration.modeling.backends import ServerError
-
-        url = f"{self.backend.base_url}{path}"
-        try:
-            response = self.backend._client.post(url, json=payload)
-        except httpx.TransportError as err:
-            raise ServerError("base_url", self.backend.base_url, f"cannot reach {url}: {type(err).__name__}") from None
-        return response.status_code, " ".join(response.text.split())[:300]
+        """One POST (vLLM answers these endpoints in plain text, not JSON): ``OpenAICompatibleBackend.post_once``."""
+        return self.backend.post_once(path, payload)
 
     def load(self, name: str, folder: Path, *, rank: int) -> None:
         """``/v1/load_lora_adapter``. ParameterError naming ``base_url`` (no runtime LoRA loading, LoRA not

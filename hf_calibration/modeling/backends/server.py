@@ -116,6 +116,24 @@ class OpenAICompatibleBackend(ScoringBackend):
                               f"{len(prompts)} prompts")
         return sorted(choices, key=lambda c: c.get("index", 0))
 
+    def request(self, method: str, path: str, payload: dict | None = None) -> dict:
+        """One request to ``base_url + path`` with the retries (a connection error, a timeout, HTTP 408/429/5xx);
+        the decoded JSON, or ``{"text": …}`` for a plain-text answer. ServerError naming ``base_url`` otherwise."""
+        return self._request(method, path, payload)
+
+    def post_once(self, path: str, payload: dict) -> tuple[int, str]:
+        """One POST to ``base_url + path``, not retried (a repeated LoRA load is refused as a duplicate):
+        ``(HTTP status, the answer's text on one line, at most 300 characters)``. ServerError naming ``base_url``
+        when the server cannot be reached."""
+        import httpx
+
+        url = f"{self.base_url}{path}"
+        try:
+            response = self._client.post(url, json=payload)
+        except httpx.TransportError as err:
+            raise ServerError("base_url", self.base_url, f"cannot reach {url}: {type(err).__name__}") from None
+        return response.status_code, " ".join(response.text.split())[:300]
+
     def close(self) -> None:
         self._client.close()
 
