@@ -13,6 +13,7 @@ CLI, "got limit 1" in Python).
 
 from __future__ import annotations
 
+import math
 import re
 import warnings
 from contextlib import contextmanager
@@ -79,6 +80,19 @@ def check_choice(value, name: str, choices):
     if value not in choices:
         raise ParameterError(name, value, f"must be one of {', '.join(map(repr, choices))}, got {value!r}")
     return value
+
+
+def check_int(value, name: str, *, minimum: int = 1) -> None:
+    """ParameterError naming ``name`` unless ``value`` is an int ≥ ``minimum`` (bool is not an int here)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        what = "a positive integer" if minimum == 1 else f"an integer ≥ {minimum}"
+        raise ParameterError(name, value, f"must be {what}, got {value!r}")
+
+
+def check_positive_number(value, name: str) -> None:
+    """ParameterError naming ``name`` unless ``value`` is a finite real number > 0."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value > 0):
+        raise ParameterError(name, value, f"must be a finite number > 0, got {value!r}")
 
 
 class ParameterWarning(UserWarning):

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from hf_calibration.errors import ParameterError
-from hf_calibration.jobs.common import check_int, check_positive_number, model_field, served_model_field
+from hf_calibration.errors import ParameterError, check_choice, check_int, check_positive_number
 
 SIGNALS = ("p_true", "norm_p_true", "verbalized", "option_probability", "secl", "none")
 
@@ -18,8 +17,11 @@ class GatewayConfig:
     upstream: str = field(metadata={
         "help": "Base URL of the OpenAI-compatible model server the gateway forwards to, e.g. "
                 "http://127.0.0.1:8000/v1 (vLLM: its prefix cache makes the confidence reads cheap)."})
-    model: str = model_field()
-    served_model: str | None = served_model_field()
+    model: str = field(default="HuggingFaceTB/SmolLM2-135M-Instruct", metadata={
+        "help": "Hub id or local folder of the served model: its tokenizer and chat template build the follow-up "
+                "prompts sent upstream as token ids (offline: the packaged copies)."})
+    served_model: str | None = field(default=None, metadata={
+        "help": "Name the upstream serves the model under (when not given: --model)."})
     signal: str = field(default="p_true", metadata={
         "help": "The confidence signal given to every answer unless a request names another in calibration.signal: "
                 "p_true, norm_p_true (needs calibration.options), verbalized, option_probability (multiple-choice "
@@ -52,8 +54,6 @@ class GatewayConfig:
     tau_n: float = field(default=0.2, metadata={"help": "P(True)Norm's temperature tau_n > 0 (docs/methods.md)."})
 
     def __post_init__(self):
-        from hf_calibration.jobs.common import check_choice
-
         if not isinstance(self.upstream, str) or not self.upstream.startswith(("http://", "https://")):
             raise ParameterError("upstream", self.upstream, "must be an http(s) URL such as http://127.0.0.1:8000/v1, "
                                  f"got {self.upstream!r}")

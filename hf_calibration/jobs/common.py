@@ -14,7 +14,8 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hf_calibration.errors import MissingPathError, ParameterError, ParameterWarning, check_choice, renamed_parameters
+from hf_calibration.errors import (MissingPathError, ParameterError, ParameterWarning, check_choice,  # noqa: F401
+                                   check_int, check_positive_number, renamed_parameters)
 from hf_calibration.metrics.validation import check_n_bins
 from hf_calibration.metrics.binning import BINNINGS
 from hf_calibration.metrics.ece import NORMS
@@ -207,19 +208,6 @@ def ece_options(config) -> dict:
 
 
 # ------------------------------------------------------------------------------------------- checks
-
-
-def check_int(value, name: str, *, minimum: int = 1) -> None:
-    """ParameterError naming ``name`` unless ``value`` is an int ≥ ``minimum`` (bool is not an int here)."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        what = "a positive integer" if minimum == 1 else f"an integer ≥ {minimum}"
-        raise ParameterError(name, value, f"must be {what}, got {value!r}")
-
-
-def check_positive_number(value, name: str) -> None:
-    """ParameterError naming ``name`` unless ``value`` is a finite real number > 0."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value > 0):
-        raise ParameterError(name, value, f"must be a finite number > 0, got {value!r}")
 
 
 def check_device(device: str) -> str:
