@@ -37,7 +37,6 @@ started on the same ``state_dir`` resumes every stream there and has the server 
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import threading
@@ -142,12 +141,10 @@ def _lora_refusal(base_url: str, status: int, text: str, rank) -> ParameterError
 
 
 def _view(backend, served_model: str):
-    """The backend reading through ``served_model`` (the base model or a LoRA name); shares its connection."""
-    if served_model == backend.served_model:
-        return backend
-    view = copy.copy(backend)
-    view.served_model = served_model
-    return view
+    """The backend reading through ``served_model`` (the base model or a LoRA name); shares its connection
+    (``OpenAICompatibleBackend.with_served_model``; an in-process backend in tests has one name only)."""
+    rebind = getattr(backend, "with_served_model", None)
+    return backend if rebind is None or served_model == backend.served_model else rebind(served_model)
 
 
 class SECLService:

@@ -134,6 +134,21 @@ class OpenAICompatibleBackend(ScoringBackend):
             raise ServerError("base_url", self.base_url, f"cannot reach {url}: {type(err).__name__}") from None
         return response.status_code, " ".join(response.text.split())[:300]
 
+    def with_served_model(self, served_model: str) -> "OpenAICompatibleBackend":
+        """This backend reading through ``served_model`` instead (the base model or a LoRA adapter the server has
+        loaded): the same connection, probe and read strategy, the strategy rebound to the new name. ``self``
+        when the name is already this backend's."""
+        import copy
+
+        if served_model == self.served_model:
+            return self
+        view = copy.copy(self)
+        view.served_model = served_model
+        if self._reads is not None:  # the strategy sends requests through its backend: rebind it to the view
+            view._reads = copy.copy(self._reads)
+            view._reads.backend = view
+        return view
+
     def close(self) -> None:
         self._client.close()
 
