@@ -160,7 +160,9 @@ def run_fit_posthoc(config: FitPosthocConfig) -> FitPosthocResult:
                                  f"{'right' if correct[0] else 'wrong'}; {config.method} needs right and wrong ones "
                                  f"to fit (on these the fit runs to a bound: no information about the labels)")
         _fit(calibrator, records, config, correct)
-    calibrator.n_options_ = sorted({len(r["option_logits"]) for r in records})  # what evaluate --posthoc checks
+    # what evaluate --posthoc checks; a calibrator of another signal (labelled answers, no option logits) has none
+    counts = {len(r["option_logits"]) for r in records if "option_logits" in r}
+    calibrator.n_options_ = sorted(counts) if counts else None
     out.parent.mkdir(parents=True, exist_ok=True)
     staged = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     try:

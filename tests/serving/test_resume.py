@@ -74,6 +74,12 @@ def _evaluate(capsys, out, url):
     return rc, capsys.readouterr().err
 
 
+def _lines(err):
+    """stderr's lines less the progress bar's (tqdm's "scoring:  50%|█████     | 2/4 …" updates, closed with a newline
+    before the error): the error itself must be one line."""
+    return [line for line in err.strip().splitlines() if "%|" not in line]
+
+
 def _records(out):
     return [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
 
@@ -82,7 +88,7 @@ def test_server_dying_mid_run_keeps_scores_and_the_same_command_resumes(proxy, t
     out = tmp_path / "served"
     proxy.budget = 1 + 2  # the start-up check's one completion, then two questions (one request in flight)
     rc, err = _evaluate(capsys, out, proxy.url)
-    lines = err.strip().splitlines()
+    lines = _lines(err)
     assert rc == 2 and len(lines) == 1 and "Traceback" not in err, err
     assert "--base-url" in lines[0] and proxy.url in lines[0]
     assert f"2 of {LIMIT} questions scored so far are kept" in lines[0] and "run the same command again" in lines[0]
@@ -119,7 +125,7 @@ def test_diagnose_resumes_inside_a_later_pass_through_the_server(proxy, tmp_path
     whole, proxy.completions = proxy.completions, 0
     proxy.budget = 1 + 2 + 3  # the check, both option reads, three of the eight P(True) reads
     rc, err = diagnose(tmp_path / "run")
-    assert rc == 2 and len(err.strip().splitlines()) == 1, err
+    assert rc == 2 and len(_lines(err)) == 1, err
     assert "the 3 of 8 P(True) reads (after all option reads) scored so far are kept" in err
     proxy.budget, proxy.completions = None, 0
     rc, err = diagnose(tmp_path / "run")
