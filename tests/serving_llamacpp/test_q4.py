@@ -63,6 +63,12 @@ def _cli(capsys, *argv):
     return rc, out.out, out.err
 
 
+
+def _lines(err):
+    """stderr's lines less the progress bar's (tqdm's "scoring:  50%|█████     | 2/4 …" updates, closed with a newline
+    before the error): the error itself must be one line."""
+    return [line for line in err.strip().splitlines() if "%|" not in line]
+
 def test_next_token_logprobs_within_the_derived_tolerance(served, prompts, smollm):
     model, tok = smollm
     ids = _read_ids(tok)
@@ -134,13 +140,15 @@ def test_wrong_model_in_a_job_is_one_line(q4_server, tiny_model_dir, tmp_path, c
     out = tmp_path / "out"
     rc, _, err = _cli(capsys, "evaluate", "--output-dir", str(out), "--limit", "2", "--model", str(tiny_model_dir),
                       "--backend", "openai", "--base-url", q4_server)
-    assert rc == 2 and len(err.strip().splitlines()) == 1 and "--base-url" in err and "Traceback" not in err
+    assert rc == 2 and len(_lines(err)) == 1 and "--base-url" in err and "Traceback" not in err
     assert not out.exists()
 
 
 def test_context_overflow_refused_before_sending_and_by_the_server(served, smollm, tmp_path, capsys, q4_server):
     tok = smollm[1]
     rows = [{"question": "word " * CTX, "choices": ["a", "b"], "answer": 0, "subject": "x"}]
+    from hf_calibration.modeling import score_mcqa
+
     with pytest.raises(ParameterError, match=f"context of {CTX}") as err:
         score_mcqa(served, tok, rows, progress=False)
     assert err.value.parameter == "prompts"
@@ -156,14 +164,14 @@ def test_context_overflow_refused_before_sending_and_by_the_server(served, smoll
     data.write_text(json.dumps({"question": "word " * CTX, "choices": ["a", "b"], "answer": 0}) + "\n")
     rc, _, err = _cli(capsys, "evaluate", "--output-dir", str(tmp_path / "o"), "--dataset", str(data),
                       "--backend", "openai", "--base-url", q4_server)
-    assert rc == 2 and len(err.strip().splitlines()) == 1 and "--dataset" in err and str(CTX) in err
+    assert rc == 2 and len(_lines(err)) == 1 and "--dataset" in err and str(CTX) in err
 
 
 def test_secl_serve_says_it_needs_runtime_lora_loading(q4_server, tmp_path, capsys):
     out = tmp_path / "secl"
     rc, _, err = _cli(capsys, "secl-serve", "--output-dir", str(out), "--base-url", q4_server,
                       "--limit-per-domain", "2")
-    lines = err.strip().splitlines()
+    lines = _lines(err)
     assert rc == 2 and len(lines) == 1 and "--base-url" in lines[0], err
     assert "runtime LoRA loading" in lines[0] and "llama.cpp" in lines[0]
 
@@ -221,7 +229,7 @@ def test_server_gone_mid_run_keeps_scores_and_the_same_command_resumes(q4_server
                 "1", "--backend", "openai", "--base-url", proxy.url]
         proxy.budget = 1 + 2  # the start-up probe's prompt, then two questions
         rc, _, err = _cli(capsys, *argv)
-        lines = err.strip().splitlines()
+        lines = _lines(err)
         assert rc == 2 and len(lines) == 1 and proxy.url in lines[0], err
         assert f"2 of {LIMIT} questions scored so far are kept" in lines[0]
         assert not out.exists() and len(partial_path(out, "evaluate").read_text().splitlines()) == 1 + 2
