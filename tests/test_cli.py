@@ -210,7 +210,13 @@ def test_rerun_into_the_same_folder_replaces_outputs(tiny_model_dir, tmp_path, c
     assert "exists and was not written by evaluate" in capsys.readouterr().err
     assert _evaluate(tiny_model_dir, out, "--overwrite") == 0
     assert (out / "reliability_diagram.png").is_file()
-    assert _evaluate(tiny_model_dir, out, "--seed", "1") == 0  # its own earlier run: replaced without asking
+    capsys.readouterr()
+    assert _evaluate(tiny_model_dir, out, "--n-bins", "10") == 0  # its own earlier run, other ECE options: replaced
+    assert json.loads((out / "metrics.json").read_text())["run"]["n_bins"] == 10
+    # other questions (another seed) are another run's results: refused without --overwrite (issue 52), one line
+    assert _evaluate(tiny_model_dir, out, "--seed", "1") == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "--output-dir" in err and "--overwrite" in err and "seed 0, now 1" in err
 
 
 # ---------------------------------------------------------------- issue 14: bad input found late or not at all
