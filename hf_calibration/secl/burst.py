@@ -21,11 +21,9 @@ from hf_calibration.secl.confidence import (
     PLAIN_P_TRUE_PREFIX,
     assistant_answer_ids,
     cache_row,
-    continuation_logprobs,
     mcqa_answer_text,
     norm_p_true,
     p_true_from_logprobs,
-    prefix_pass,
 )
 from hf_calibration.secl.replay import ReplayItem, consolidate, update_steps
 
@@ -97,13 +95,9 @@ class SECLBurstMixin:
         with torch.no_grad(), self._secl_base():
             candidates, passes = self.secl_candidates(list(prompt), list(answer_ids), distractors, choices)
             conts = [self.secl_followup(ids, text, cfg.p_true_template, PLAIN_P_TRUE_PREFIX) for ids, text in candidates]
-            if prompt_context is None:
-                _, cache, n = prefix_pass(self, list(prompt))
-                mask = None
-            else:
-                (cache, mask), n = prompt_context, len(prompt_context[1])
-            lp = continuation_logprobs(self, cache, n, conts, batch_size=len(conts),  # all candidates in one call
-                                       pad_id=self.secl_tokenizer.pad_token_id or 0, prefix_mask=mask)
+            # all candidates in one forward pass, on the prompt's cache (run here when none is given)
+            lp, _ = self.secl_reads([list(prompt)], None if prompt_context is None else [prompt_context],
+                                    batch_size=len(conts)).rows([conts])
             pt, _ = p_true_from_logprobs(lp, self.secl_tokens)
         if was_training:
             self.train()

@@ -44,6 +44,8 @@ by ``max_new_tokens`` (not ended by an end-of-turn token) that token is run firs
 scope on its own with the adapter off (a one-token call, part of the same read, not counted again). In a
 burst, the P(True) candidates are scored in one batched call; in the "confidence" scope on ``generate``'s
 cache of the prompt (no prompt pass), and the update steps run the follow-up turn alone on the answer's cache.
+Every one of these reads is the in-process backend's (``secl_reads``: ``TransformersBackend``'s
+``CachedPrefixReads``, started from ``generate``'s cache); only generation runs outside it.
 """
 
 from __future__ import annotations
@@ -57,14 +59,15 @@ from pathlib import Path
 import torch
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
+from hf_calibration.modeling.backends.base import CachedPrefixReads, TransformersBackend
 from hf_calibration.modeling.prompts import LETTERS, first_option_letter, resolve_prompt_format
 from hf_calibration.secl.adapted import AdaptedModel
 from hf_calibration.secl.burst import (  # noqa: F401  (confidence_bin, same_option, bin_gate_passes: re-exported)
     SECLBurstMixin, bin_gate_passes, confidence_bin, same_option)
 from hf_calibration.secl.config import SECLConfig
 from hf_calibration.secl.confidence import (
-    PLAIN_CONFIDENCE_PREFIX, ConfidenceTokens, cache_row, confidence_distribution, continuation_then_token,
-    extend_cache, followup_ids, mcqa_answer_text, prefix_pass, verbalized_from_logprobs)
+    PLAIN_CONFIDENCE_PREFIX, ConfidenceTokens, cache_row, confidence_distribution, followup_ids, mcqa_answer_text,
+    verbalized_from_logprobs)
 from hf_calibration.secl.reads import ModelReads
 from hf_calibration.secl.replay import ReplayBuffer, directional_target  # noqa: F401  (directional_target: re-exported)
 from hf_calibration.secl.state import (  # noqa: F401  (COUNTERS, FORMAT_VERSION, write_secl_files: re-exported)
@@ -158,6 +161,15 @@ class SECLGenerationMixin(SECLBurstMixin):
         if self.secl_config.adapter_scope == "confidence":
             return self.peft_model.disable_adapter()
         return contextlib.nullcontext()
+
+    def secl_reads(self, prefixes, caches=None, *, requires_grad: bool = False, batch_size: int = 1):
+        """Every model read of SECL goes through this: ``TransformersBackend(self).prefix_reads``'s cached reads
+        (``modeling.backends.base.CachedPrefixReads``) after ``prefixes`` (token ids), each starting from its cache
+        in ``caches`` when given (``generate``'s, or one made whole by ``secl_answer_context``), with gradients for
+        the update steps' read. batch_size : follow-ups per forward pass (the P(True) candidates: all in one).
+        The adapter is as the caller has it (``_secl_base`` turns it off)."""
+        backend = TransformersBackend(self, batch_size=batch_size, pad_id=self.secl_tokenizer.pad_token_id or 0)
+        return CachedPrefixReads(backend, prefixes, caches=caches, requires_grad=requires_grad)
 
     def set_secl_config(self, config: SECLConfig) -> None:
         """Use ``config`` from now on, for the model's reads and its stream's steps (``secl_state.config``); the
@@ -419,13 +431,9 @@ class SECLGenerationMixin(SECLBurstMixin):
         if context is not None and context[2] == len(answer):
             return context  # already whole (the answer ended at end-of-turn, or extended before)
         with self._secl_base():
-            if context is None:
-                _, cache, n = prefix_pass(self, list(prompt) + answer)
-                return cache, torch.ones(n, dtype=torch.long), len(answer)
-            cache, mask, cached = context
-            cache = extend_cache(self, cache, len(mask), answer[cached:], prefix_mask=mask,
-                                 start_position=len(prompt) + cached)
-        return cache, torch.cat([mask, torch.ones(len(answer) - cached, dtype=torch.long)]), len(answer)
+            cache, mask = self.secl_reads([list(prompt) + answer],
+                                          None if context is None else [context[:2]]).prefix_cache(0)
+        return cache, mask, len(answer)
 
     def secl_verbalized(self, prompt, answer_ids, *, requires_grad=False, context=None, restated=None):
         """(confidence tensor (1,), greedy, forward passes) of the answer; with gradients when asked.
@@ -457,15 +465,13 @@ class SECLGenerationMixin(SECLBurstMixin):
         cont = self.secl_followup(answer_ids, text, self.secl_config.confidence_template, PLAIN_CONFIDENCE_PREFIX)
         if self.secl_config.adapter_scope == "confidence":
             context = self.secl_answer_context(prompt, answer_ids, context)
-        if context is None:
-            _, cache, n = prefix_pass(self, prompt, requires_grad=requires_grad)
-            mask = start = None
-        else:
+        prefix, caches = list(prompt), None
+        if context is not None:  # the prompt and the answer's first ``cached`` tokens are in the cache
             cache, mask, cached = context
-            cont, n, start = cont[cached:], len(mask), len(prompt) + cached
-        first, second = continuation_then_token(
-            self, cache, n, cont, tokens.digits[1][0] if tokens.two_step else None, requires_grad=requires_grad,
-            prefix_mask=mask, start_position=start)
+            prefix, caches = prefix + self._secl_answer_ids(answer_ids)[:cached], [(cache, mask)]
+            cont = cont[cached:]
+        first, second = self.secl_reads([prefix], caches, requires_grad=requires_grad).rows(
+            [[cont]], then_token=tokens.digits[1][0] if tokens.two_step else None)
         return first, second, 2 if tokens.two_step else 1
 
     def _secl_alternatives(self, prompt, answer_ids) -> tuple[list, int]:

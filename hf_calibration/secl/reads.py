@@ -1,7 +1,9 @@
 """``ModelReads``: the reads and training one SECL step asks for (``secl.step.SECLReads``), in process on a
-``SECLModel``. This is where the in-process speed lives: every read continues ``generate``'s key/value cache of the
-prompt and the answer (``SECLGenerationMixin.secl_verbalized`` / ``secl_answer_context`` / ``secl_pseudo_label``),
-so outside a burst a question costs one forward pass over the follow-up turn. The served counterpart, through an
+``SECLModel``. Every read goes through the in-process ``TransformersBackend`` (``SECLGenerationMixin.secl_reads``:
+its ``CachedPrefixReads``), started from ``generate``'s key/value cache of the prompt and the answer
+(``secl_verbalized`` / ``secl_answer_context`` / ``secl_pseudo_label`` build the follow-ups), so outside a burst a
+question costs one forward pass over the follow-up turn; the update steps' read is the same cached read with
+gradients. The served counterpart, through an
 ``OpenAICompatibleBackend``, is ``secl.service.ServedReads``.
 """
 

@@ -5,9 +5,9 @@ Hedna et al. 2026, arXiv 2604.09624; docs/architecture.md, "SECL").
 ``SECLRecord``. What it decides (the gate, the burst, the bin gate, the replay buffer, the counters) is here; what it
 reads from a model or trains is asked of ``reads``, an ``SECLReads``:
 
-- ``mixin.ModelReads``: in process, on a ``SECLModel``. Its reads reuse ``generate``'s key/value cache of the prompt
-  and the answer (the confidence follow-up and the P(True) candidates run on it; the cached read lives in
-  ``SECLGenerationMixin.secl_verbalized`` / ``secl_pseudo_label``), and the update steps train the model's adapter.
+- ``reads.ModelReads``: in process, on a ``SECLModel``. Every read is a ``TransformersBackend`` cached read
+  (``SECLGenerationMixin.secl_reads``: ``CachedPrefixReads`` starting from ``generate``'s key/value cache of the
+  prompt and the answer), and the update steps train the model's adapter.
 - ``service.ServedReads``: the reads through an ``OpenAICompatibleBackend`` (``ScoringBackend``), the update steps
   on the service's local trainer, the adapter hot-swapped into the server.
 

@@ -193,3 +193,51 @@ def test_the_registry_is_what_the_cli_and_the_checks_read(monkeypatch):
     with pytest.raises(ParameterError) as err:
         check_backend_options("other", "http://127.0.0.1:1/v1", "name")
     assert err.value.parameter == "served_model" and "openai only" in str(err.value)
+
+
+def test_prefix_reads_from_a_given_padded_cache_equal_whole_prompt_passes(tiny_model):
+    """A session started from a cache that holds a prefix's first tokens behind left padding (a row of a batched
+    ``generate``'s cache, as SECL hands it over) extends it by the rest of the prefix and reads as one unpadded pass
+    over the whole prompt; the cache it was given is not changed; an empty follow-up (a read the given cache does
+    not hold) is refused naming ``followups``."""
+    from hf_calibration.modeling.backends import CachedPrefixReads
+
+    backend = TransformersBackend(tiny_model, batch_size=2)
+    prefix, ids, then = [5, 6, 7, 8, 9], [3, 4, 20], 11
+    with torch.no_grad():  # a batch of two, this prompt's first three tokens left-padded by two
+        out = tiny_model(input_ids=torch.tensor([[1, 2, 3, 4, 5], [0, 0, 5, 6, 7]]),
+                         attention_mask=torch.tensor([[1, 1, 1, 1, 1], [0, 0, 1, 1, 1]]),
+                         position_ids=torch.tensor([[0, 1, 2, 3, 4], [0, 0, 0, 1, 2]]), use_cache=True)
+    from hf_calibration.modeling.cache import cache_row
+
+    cache, mask = cache_row(out.past_key_values, 1, 5), torch.tensor([0, 0, 1, 1, 1])
+    before = cache.get_seq_length()
+    session = CachedPrefixReads(backend, [prefix], caches=[(cache, mask)])
+    got, _ = session.read([[[12, 13], [14]]], ids)
+    first, second = session.read([[[12]]], ids, then_token=then)
+    for row, f in enumerate([[12, 13], [14]]):
+        np.testing.assert_allclose(got.logprobs[row], _full(tiny_model, prefix + f)[-1][ids].numpy(), atol=1e-5)
+    np.testing.assert_allclose(first.logprobs[0], _full(tiny_model, prefix + [12])[-1][ids].numpy(), atol=1e-5)
+    np.testing.assert_allclose(second.logprobs[0], _full(tiny_model, prefix + [12, then])[-1][ids].numpy(),
+                               atol=1e-5)
+    assert cache.get_seq_length() == before
+    with pytest.raises(ParameterError, match="followups"):
+        session.read([[[]]], ids)
+
+
+def test_prefix_reads_with_gradients_give_the_whole_prompt_gradient(tiny_model):
+    """``requires_grad=True`` (the training read of SECL's update steps): the rows carry their graph, and the
+    gradient of a read with respect to the weights equals that of one forward pass over the whole prompt."""
+    from hf_calibration.modeling.backends import CachedPrefixReads
+
+    backend = TransformersBackend(tiny_model, batch_size=1)
+    prefix, follow, token = [5, 6, 7, 8], [12, 13], 3
+    weight = tiny_model.get_output_embeddings().weight
+    first, _ = CachedPrefixReads(backend, [prefix], requires_grad=True).rows([[follow]])
+    (grad,) = torch.autograd.grad(first[0, token], weight)
+    ref = torch.log_softmax(tiny_model(torch.tensor([prefix + follow])).logits[0, -1].float(), dim=-1)[token]
+    (ref_grad,) = torch.autograd.grad(ref, weight)
+    torch.testing.assert_close(grad, ref_grad, atol=1e-5, rtol=0)
+    with torch.no_grad():
+        plain, _ = CachedPrefixReads(backend, [prefix]).rows([[follow]])
+    assert not plain.requires_grad

@@ -318,3 +318,41 @@ def test_answer_letter_is_not_its_own_distractor(tiny_tokenizer, secl):
     answer = tiny_tokenizer.encode("A. the", add_special_tokens=False)
     label = secl.secl_pseudo_label(prompt, answer, ["A", "B", "C", "D"])
     assert label["n_distractors"] == 3 and label["p_true"].shape == (4,)
+
+
+@pytest.mark.parametrize("scope", ["confidence", "all"])
+def test_every_read_goes_through_the_in_process_backend(tiny_model, tiny_tokenizer, monkeypatch, scope):
+    """Issue 48's one read path: in a SECL stream (a burst with P(True) labels, update steps with replay and a
+    consolidation, then a question outside the burst), every forward pass of the model other than generation
+    itself (the answers, the beam-search alternatives) runs inside ``TransformersBackend``'s cached reads
+    (``CachedPrefixReads``): counted by a hook on the base model, which sees every forward pass."""
+    from hf_calibration.modeling.backends.base import CachedPrefixReads
+    from hf_calibration.secl.adapted import AdaptedModel
+
+    model = apply_secl(tiny_model, tiny_tokenizer, SECLConfig(
+        burst_size=2, learning_rate=1e-2, bin_gate_width=0, replay_size=4, consolidation_epochs=1,
+        adapter_scope=scope))
+    depth = {"backend": 0, "generate": 0}
+    seen = {"backend": 0, "generate": 0, "elsewhere": 0}
+
+    def inside(where, f):
+        def call(*args, **kwargs):
+            depth[where] += 1
+            try:
+                return f(*args, **kwargs)
+            finally:
+                depth[where] -= 1
+        return call
+
+    for name in ("rows", "_prefix"):
+        monkeypatch.setattr(CachedPrefixReads, name, inside("backend", getattr(CachedPrefixReads, name)))
+    monkeypatch.setattr(AdaptedModel, "generate", inside("generate", AdaptedModel.generate))
+    tiny_model.register_forward_pre_hook(lambda module, args: seen.__setitem__(
+        where := ("generate" if depth["generate"] else "backend" if depth["backend"] else "elsewhere"),
+        seen[where] + 1))
+    model.start_burst()
+    run(model, tiny_tokenizer, secl_distractors=[["A", "B"]])
+    run(model, tiny_tokenizer, PROMPTS[1:])  # beam-search alternatives; the burst ends and consolidates
+    run(model, tiny_tokenizer)
+    assert model.secl_counters["updates"] >= 1 and seen["backend"] > 0 and seen["generate"] > 0
+    assert seen["elsewhere"] == 0, seen

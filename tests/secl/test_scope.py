@@ -171,12 +171,13 @@ def test_adapter_scope_is_checked():
 # -- item 2: P(True) about the content -------------------------------------------------------------------------
 def test_p_true_prompt_shows_the_option_text(tiny_tokenizer, tiny_model, monkeypatch):
     """MCQA candidates are shown to P(True) as "<letter>. <option text>", for the answer and each distractor."""
-    import hf_calibration.secl.burst
+    import hf_calibration.modeling.cache
 
     model = apply_secl(tiny_model, tiny_tokenizer, SECLConfig())
     scored = []
-    real = hf_calibration.secl.burst.continuation_logprobs
-    monkeypatch.setattr(hf_calibration.secl.burst, "continuation_logprobs",
+    # SECL reads through TransformersBackend's cached reads, which batch the candidates with this function
+    real = hf_calibration.modeling.cache.continuation_logprobs
+    monkeypatch.setattr(hf_calibration.modeling.cache, "continuation_logprobs",
                         lambda m, c, n, conts, **kw: scored.extend(conts) or real(m, c, n, conts, **kw))
     prompt = tiny_tokenizer.encode(
         tiny_tokenizer.apply_chat_template([{"role": "user", "content": QUESTION}], tokenize=False,

@@ -415,53 +415,108 @@ class CachedPrefixReads(PrefixReads):
     key/value cache is shared by every follow-up: batched follow-ups left-padded after the prefix, only the last
     position's logits computed (``continuation_logprobs``), and a follow-up plus ``then_token`` read in one pass
     at its last two positions (``continuation_then_token``). Every read equals the uncached whole-prompt one
-    within float32 rounding (``tests/modeling/test_backends.py``). The caches are dropped on ``close``."""
+    within float32 rounding (``tests/modeling/test_backends.py``). The caches are dropped on ``close``.
 
-    def __init__(self, backend: "TransformersBackend", prefixes):
+    caches : optional, one per prefix: None (the prefix is run on first use) or ``(cache, mask)``, a cache that
+        already holds the prefix's first ``mask.sum()`` tokens (``mask`` (n,): 1 for a real token, 0 for padding
+        inside the cache, e.g. a row of a batched ``generate``'s cache); the prefix's remaining tokens are run on
+        it on first use (``extend_cache``, no gradients) and the given cache is never modified. An empty follow-up
+        (a read after the prefix itself) needs a prefix run here. SECL's reads start from ``generate``'s cache so.
+    requires_grad : the reads keep their autograd graph (``rows``; a prefix run here too): the training read of
+        SECL's update steps. Default False: every read runs under ``torch.no_grad``.
+    """
+
+    def __init__(self, backend: "TransformersBackend", prefixes, *, caches=None, requires_grad: bool = False):
         super().__init__(backend, prefixes)
+        if caches is not None and len(caches) != len(self.prefixes):
+            raise ParameterError("caches", len(caches), f"need one per prefix ({len(self.prefixes)}), got "
+                                 f"{len(caches)}")
+        self._given = list(caches) if caches is not None else [None] * len(self.prefixes)
+        self.requires_grad = bool(requires_grad)
         self._cached: dict[int, tuple] = {}
 
     def close(self) -> None:
         self._cached.clear()
 
     def _prefix(self, i: int):
-        from hf_calibration.modeling.cache import prefix_pass
+        """(log-softmax after the prefix (V,) or None for a given cache, cache, its length, its mask or None)."""
+        from hf_calibration.modeling.cache import extend_cache, prefix_pass
 
-        if i not in self._cached:
-            self.backend.check_lengths([self.prefixes[i]], extra=1)
-            self._cached[i] = prefix_pass(self.backend.model, self.prefixes[i])
+        if i in self._cached:
+            return self._cached[i]
+        self.backend.check_lengths([self.prefixes[i]], extra=1)
+        given = self._given[i]
+        if given is None:
+            lp, cache, n = prefix_pass(self.backend.model, self.prefixes[i], requires_grad=self.requires_grad)
+            self._cached[i] = (lp, cache, n, None)
+            return self._cached[i]
+        import torch
+
+        cache, mask = given
+        have, rest = int(mask.sum()), self.prefixes[i][int(mask.sum()):]
+        if have > len(self.prefixes[i]):
+            raise ParameterError("caches", f"cache {i}", f"cache {i} holds {have} tokens, its prefix has "
+                                 f"{len(self.prefixes[i])}")
+        if rest:
+            cache = extend_cache(self.backend.model, cache, len(mask), rest, prefix_mask=mask, start_position=have)
+            mask = torch.cat([mask, torch.ones(len(rest), dtype=torch.long)])
+        self._cached[i] = (None, cache, len(mask), mask)
         return self._cached[i]
 
-    def read(self, followups, token_ids, *, then_token=None, what="reads"):
+    def prefix_cache(self, i: int) -> tuple:
+        """``(cache, mask)`` of prefix ``i`` (run, or the given cache extended, on first use; mask (n,) 1 for a
+        real token): a cache later reads, of this or another ``CachedPrefixReads``, can start from."""
+        _, cache, n, mask = self._prefix(i)
+        import torch
+
+        return cache, (torch.ones(n, dtype=torch.long) if mask is None else mask)
+
+    def rows(self, followups, *, then_token: int | None = None):
+        """The full next-token log-softmax rows after ``prefix i + f`` for each follow-up f in ``followups[i]``, in
+        ``read``'s order: a float32 tensor (Σ_i len(followups[i]), V), and with ``then_token`` the rows one token
+        later (same shape), else None. With ``requires_grad`` they carry their graph. ``read`` takes the chosen
+        ids and the argmax from them."""
         import torch
 
         from hf_calibration.modeling.cache import continuation_logprobs, continuation_then_token
 
-        ids = self.backend._check_ids(token_ids)
         self.backend.check_lengths(self._prompts(followups), extra=1 + (then_token is not None))
         firsts, seconds = [], []
-        with torch.no_grad():
+        with torch.set_grad_enabled(self.requires_grad):
             for i, fs in enumerate(followups):
-                prefix_lp, cache, n = self._prefix(i)
+                prefix_lp, cache, n, mask = self._prefix(i)
                 fs = [[int(t) for t in f] for f in fs]
+                if prefix_lp is None and not all(fs):
+                    raise ParameterError("followups", f"prefix {i}", "an empty follow-up reads after the prefix "
+                                         f"itself, which prefix {i}'s given cache does not hold")
                 if then_token is None:  # the follow-ups of one prefix batched on its cache
                     rows = continuation_logprobs(self.backend.model, cache, n, [f for f in fs if f],
-                                                 batch_size=self.backend.batch_size,
-                                                 pad_id=self.backend.pad_id) if any(fs) else None
+                                                 batch_size=self.backend.batch_size, pad_id=self.backend.pad_id,
+                                                 prefix_mask=mask, requires_grad=self.requires_grad
+                                                 ) if any(fs) else None
                     firsts.extend(self._in_order(fs, prefix_lp, rows))
                     continue
                 for f in fs:  # follow-up and then_token in one pass
-                    first, second = (continuation_then_token(self.backend.model, cache, n, f, int(then_token)) if f
-                                     else (prefix_lp[None], self._after(cache, n, [int(then_token)])))
+                    first, second = (continuation_then_token(self.backend.model, cache, n, f, int(then_token),
+                                                             prefix_mask=mask, requires_grad=self.requires_grad)
+                                     if f else (prefix_lp[None], self._after(cache, n, [int(then_token)])))
                     firsts.append(first)
                     seconds.append(second)
-        first = _token_reads(torch.cat(firsts), ids)
-        return first, (_token_reads(torch.cat(seconds), ids) if then_token is not None else None)
+        return torch.cat(firsts), (torch.cat(seconds) if then_token is not None else None)
+
+    def read(self, followups, token_ids, *, then_token=None, what="reads"):
+        import torch
+
+        ids = self.backend._check_ids(token_ids)
+        with torch.no_grad():
+            first, second = self.rows(followups, then_token=then_token)
+        return _token_reads(first, ids), (_token_reads(second, ids) if second is not None else None)
 
     def _after(self, cache, n, tokens):
         from hf_calibration.modeling.cache import continuation_logprobs
 
-        return continuation_logprobs(self.backend.model, cache, n, [tokens], pad_id=self.backend.pad_id)
+        return continuation_logprobs(self.backend.model, cache, n, [tokens], pad_id=self.backend.pad_id,
+                                     requires_grad=self.requires_grad)
 
     @staticmethod
     def _in_order(fs, prefix_lp, rows):
