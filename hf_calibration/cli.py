@@ -386,7 +386,7 @@ def run_parsed(parser: Parser, job, argv: list[str], *, prog: str = PROG, our_di
 
 
 # Commands that keep what they finished as they go, so that running them again continues (secl: every question of
-# each pass, secl/stream_checkpoint.py; secl-serve: every stream's state).
+# each pass, jobs/stream_checkpoint.py; secl-serve: every stream's state).
 RESUMABLE = ("secl", "secl-serve")
 
 

@@ -18,6 +18,10 @@ Two passes over the same stream with the same model:
    adapter scope (``SECLConfig.adapter_scope``) writes the same fields under ``secl_<scope>``
    (``secl_field``), so one stream can report both.
 
+Each pass takes where to resume (``start``: what an earlier run of it finished) and a callback per finished
+question (``on_record``); what keeps them between runs is the stream job's business (``jobs.stream_checkpoint``),
+not this module's.
+
 Supervised references (labels): Platt scaling and temperature scaling of the baseline verbalized
 confidence, fitted by 2-fold cross-fitting over the stream (each half calibrated by a fit on the other).
 """
@@ -25,6 +29,9 @@ confidence, fitted by 2-fold cross-fitting over the stream (each half calibrated
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -71,21 +78,27 @@ def run_stream(model, items: list, *, max_new_tokens: int = 8, burst_at_start: b
     return records
 
 
+# A pass's per-question callback (``on_record``): the question's index in the stream and what the pass made of it.
+OnRecord = Callable[[int, Any], None]
+
+
 def baseline_pass(model, items: list, *, max_new_tokens: int = 8, progress: bool = True,
-                  checkpoint=None) -> list[dict]:
+                  start: Sequence[dict] = (), on_record: OnRecord | None = None) -> list[dict]:
     """The baseline pass (module docstring) with the identity adapter: one record per item.
 
-    checkpoint : a ``StreamCheckpoint`` (``stream_checkpoint.py``): the records it kept are taken as they are and
-    each new one is kept as it finishes, so a run that stops resumes at its next question."""
+    start : the records of the first ``len(start)`` items, from an earlier run of this pass (taken as they are; the
+        pass goes on at the next item); at most ``len(items)``, else ValueError.
+    on_record : called as ``on_record(i, record)`` once item ``i`` is done (not for those of ``start``), e.g. to
+        keep it, so a run that stops can resume at its next item (``jobs.stream_checkpoint``)."""
     from tqdm.auto import tqdm
 
     from hf_calibration.secl.confidence import dinco_score
 
-    records = [] if checkpoint is None else checkpoint.baseline()[: len(items)]
+    records = _started(start, items)
     model.reset_calibration()
-    for item in tqdm(items[len(records):], desc="baseline pass", disable=not progress, unit="q",
-                     initial=len(records), total=len(items)):
-        start = time.perf_counter()
+    for i, item in enumerate(tqdm(items[len(records):], desc="baseline pass", disable=not progress, unit="q",
+                                  initial=len(records), total=len(items)), start=len(records)):
+        begin = time.perf_counter()
         r = _generate(model, item, max_new_tokens=max_new_tokens, update=False)
         # the P(True) reads continue generate's prompt cache (identity adapter: the teacher's weights), so the
         # prompt runs once per question, not twice
@@ -103,11 +116,32 @@ def baseline_pass(model, items: list, *, max_new_tokens: int = 8, progress: bool
             "n_distractors": label["n_distractors"],
             "passes": {"verbalized": gen_passes, "p_true": 2,
                        "norm_p_true": 1 + label["forward_passes"], "dinco": 1 + label["forward_passes"]},
-            "baseline_seconds": time.perf_counter() - start,
+            "baseline_seconds": time.perf_counter() - begin,
         })
-        if checkpoint is not None:
-            checkpoint.add_baseline(records[-1])
+        if on_record is not None:
+            on_record(i, records[-1])
     return records
+
+
+def _started(start: Sequence, items: list) -> list:
+    """``start`` as a new list; ValueError when it covers more items than there are."""
+    if len(start) > len(items):
+        raise ValueError(f"start: covers {len(start)} items, more than the {len(items)} of the stream")
+    return list(start)
+
+
+@dataclass(frozen=True)
+class SECLResume:
+    """Where a SECL pass resumes (``secl_pass(start=...)``).
+
+    done : what the pass added for each of the stream's first ``len(done)`` questions, as its ``on_record`` got it:
+        ``{"fields": {record field: value}, "passes": forward passes}``.
+    snapshot : the model's ``secl_snapshot()`` right after the last of them (adapter weights and SECL state:
+        gate, open burst, counters, replay buffer, optimizer), put back with ``load_secl_snapshot``.
+    """
+
+    done: Sequence[dict]
+    snapshot: dict
 
 
 # A SECL pass's fields; those of the pass with the model's own adapter scope keep the names they always had.
@@ -128,76 +162,78 @@ def secl_field(key: str, name: str) -> str:
 
 
 def secl_pass(model, items: list, records: list[dict], *, scope: str | None = None, max_new_tokens: int = 8,
-              burst_at_start: bool = False, progress: bool = True, checkpoint=None) -> dict:
+              burst_at_start: bool = False, progress: bool = True, start: SECLResume | None = None,
+              on_record: OnRecord | None = None) -> dict:
     """One SECL pass over ``items`` (module docstring), from the identity adapter with a fresh gate and counters;
     adds its fields to ``records`` (from ``baseline_pass``) and returns its counters.
 
     scope : the pass's ``SECLConfig.adapter_scope``; None → the model's own. The fields are named by
     ``secl_key`` / ``secl_field``. The model keeps its own config afterwards; its adapter, gate and counters are
-    this pass's. checkpoint : a ``StreamCheckpoint``: the pass continues from the question and the state it kept
-    and keeps each question as it finishes (``stream_checkpoint.py``).
+    this pass's.
+    start : resume an earlier run of this pass (``SECLResume``): its questions' fields are put into ``records``, its
+    snapshot into the model, and the pass goes on at the next question (no burst opened at the start then).
+    on_record : called as ``on_record(i, {"fields": …, "passes": …})`` once question ``i`` is done (not for those of
+    ``start``), while the model holds the pass's state after it: ``model.secl_snapshot()`` there and the ``done`` so
+    far make the ``SECLResume`` of questions 0..i (``jobs.stream_checkpoint`` keeps them).
     """
     from tqdm.auto import tqdm
 
     key = secl_key(scope, model.secl_config.adapter_scope)
+    done = _started(start.done if start is not None else (), items)
     with model.secl_scope(scope):
         model.reset_calibration(counters=True)
-        kept = [] if checkpoint is None else checkpoint.resume_pass(model, key)
-        for rec, done in zip(records, kept):
-            rec.update(done["fields"])
-            rec["passes"][key] = done["passes"]
-        if burst_at_start and not kept:
+        if done:
+            model.load_secl_snapshot(start.snapshot)
+        for rec, kept in zip(records, done):
+            rec.update(kept["fields"])
+            rec["passes"][key] = kept["passes"]
+        if burst_at_start and not done:
             model.start_burst()
         for i, (item, rec) in enumerate(zip(
-                tqdm(items[len(kept):], desc=f"SECL pass ({model.secl_config.adapter_scope})", disable=not progress,
-                     unit="q", initial=len(kept), total=len(items)), records[len(kept):]), start=len(kept)):
-            start = time.perf_counter()
+                tqdm(items[len(done):], desc=f"SECL pass ({model.secl_config.adapter_scope})", disable=not progress,
+                     unit="q", initial=len(done), total=len(items)), records[len(done):]), start=len(done)):
+            begin = time.perf_counter()
             r = _generate(model, item, max_new_tokens=max_new_tokens, update=True)
             parsed, correct = judge(item, r["text"])
             values = {"answer": r["text"], "answer_ids": r["answer_ids"], "correct": bool(correct),
                       "verbalized": r["verbalized"], "confidence_after": r["confidence_after"],
                       "alarm": r["alarm"], "burst": r["in_burst"], "updated": r["updated"],
                       "skipped_by_bin_gate": r["skipped_by_bin_gate"], "p_true": r["p_true"],
-                      "norm_p_true": r["norm_p_true"], "target": r["target"], "seconds": time.perf_counter() - start}
+                      "norm_p_true": r["norm_p_true"], "target": r["target"], "seconds": time.perf_counter() - begin}
             fields = {key: r["confidence"], **{secl_field(key, name): values[name] for name in SECL_PASS_FIELDS}}
             rec.update(fields)
             rec["passes"][key] = r["forward_passes"]
-            if checkpoint is not None:
-                checkpoint.save_pass(model, key, {"fields": fields, "passes": r["forward_passes"]}, i + 1)
+            if on_record is not None:
+                on_record(i, {"fields": fields, "passes": r["forward_passes"]})
     return dict(model.secl_counters)
 
 
 def final_adapter_pass(model, items: list, records: list[dict], *, key: str = "secl", progress: bool = True,
-                       checkpoint=None) -> int:
+                       start: Sequence[float] = (), on_record: OnRecord | None = None) -> None:
     """Every question's verbalized confidence read again with the adapter the SECL pass ``key`` ended with (after
-    its last burst), as field ``key + FINAL_SUFFIX`` ("secl_final"): what the calibrated model says about the same answers
-    once the stream has trained it, where the pass's own ``key`` confidence is read with the adapter the earlier
-    questions had produced. Run it right after ``secl_pass`` (the model still holds that pass's adapter and
+    its last burst), as field ``key + FINAL_SUFFIX`` ("secl_final"): what the calibrated model says about the same
+    answers once the stream has trained it, where the pass's own ``key`` confidence is read with the adapter the
+    earlier questions had produced. Run it right after ``secl_pass`` (the model still holds that pass's adapter and
     config); each read is one forward pass over the follow-up turn (two when "10" is two tokens) on the cache of
-    prompt and answer, the adapter off for that cache in the "confidence" scope, no update. checkpoint : a
-    ``StreamCheckpoint``: each read is kept as it is made and a rerun with the same adapter starts after the last
-    one kept. Returns how many reads were taken from ``checkpoint``."""
+    prompt and answer, the adapter off for that cache in the "confidence" scope, no update.
+
+    start : the reads of the first ``len(start)`` questions, made earlier with this same adapter (taken as they
+        are). on_record : called as ``on_record(i, confidence)`` after each new read (not for those of ``start``)."""
     from tqdm.auto import tqdm
 
-    adapter = kept = None
-    if checkpoint is not None:
-        from hf_calibration.secl.stream_checkpoint import adapter_digest
-
-        adapter = adapter_digest(model)
-        kept = checkpoint.finals(key, adapter, len(items))
+    kept = _started(start, items)
     with model.secl_scope(None if key == "secl" else key.removeprefix("secl_")), torch.no_grad():
         for i, (item, rec) in enumerate(zip(tqdm(items, desc="final-adapter reads", disable=not progress, unit="q"),
                                             records)):
-            if kept is not None and i < len(kept):
-                rec[key + FINAL_SUFFIX] = kept[i]
+            if i < len(kept):
+                rec[key + FINAL_SUFFIX] = float(kept[i])
                 continue
             answer = rec[secl_field(key, "answer_ids")]
             conf, _, _ = model.secl_verbalized(item.prompt_ids, answer,
                                                restated=model.secl_restated(answer, item.choices))
             rec[key + FINAL_SUFFIX] = float(conf[0])
-            if checkpoint is not None:
-                checkpoint.add_final(key, adapter, i, rec[key + FINAL_SUFFIX])
-    return len(kept or ())
+            if on_record is not None:
+                on_record(i, rec[key + FINAL_SUFFIX])
 
 
 def cross_fit(conf: np.ndarray, correct: np.ndarray, method: str, seed: int) -> np.ndarray:

@@ -29,7 +29,7 @@ from hf_calibration.secl.config import ADAPTER_SCOPES, SECLConfig
 from hf_calibration.modeling.signals import SIGNAL_NAMES
 from hf_calibration.evaluation.stream import (FINAL_SUFFIX, baseline_pass, final_adapter_pass, format_stream_summary,
                                         secl_field, secl_key, secl_pass, signal_rows, summarize_stream)
-from hf_calibration.secl.stream_checkpoint import RunLock, StreamCheckpoint, weights_fingerprint
+from hf_calibration.jobs.stream_checkpoint import RunLock, StreamCheckpoint, adapter_digest, weights_fingerprint
 
 # The labelled Platt/TS rows are 2-fold cross-fitted over the whole stream: each fold needs a question.
 MIN_STREAM_QUESTIONS = 2
@@ -162,11 +162,47 @@ def _exit_with_parent(poll_seconds: float = 1.0) -> None:
     threading.Thread(target=watch, daemon=True, name="exit-with-parent").start()
 
 
+class KeptPasses:
+    """The stream's passes (``evaluation.stream``) over ``items`` with ``model``, each resuming from ``checkpoint``
+    (a ``StreamCheckpoint``) and keeping every question into it as it finishes: the one place the checkpoint meets
+    the passes (their ``start`` and ``on_record``). options : ``max_new_tokens``, ``burst_at_start``,
+    ``progress``. The process that runs the baseline pass and a worker process running a SECL pass use it alike."""
+
+    def __init__(self, checkpoint: StreamCheckpoint, model, items: list, options: dict):
+        self.checkpoint, self.model, self.items, self.options = checkpoint, model, items, options
+
+    def baseline(self) -> list[dict]:
+        """``baseline_pass``'s records, the kept ones taken as they are."""
+        return baseline_pass(self.model, self.items, max_new_tokens=self.options["max_new_tokens"],
+                             progress=self.options["progress"], start=self.checkpoint.baseline()[: len(self.items)],
+                             on_record=lambda i, record: self.checkpoint.add_baseline(record))
+
+    def secl(self, records: list[dict], scope: str) -> dict:
+        """``secl_pass`` with adapter scope ``scope`` into ``records``, from the state it kept; → its counters."""
+        key = secl_key(scope, self.model.secl_config.adapter_scope)
+
+        def keep(i: int, done: dict) -> None:  # the model holds the pass's state after question i
+            self.checkpoint.save_pass(key, done, i + 1, self.model.secl_snapshot())
+
+        return secl_pass(self.model, self.items, records, scope=scope, start=self.checkpoint.resume_pass(key),
+                         on_record=keep, **self.options)
+
+    def final(self, records: list[dict]) -> int:
+        """``final_adapter_pass`` of the "secl" pass with the adapter the model holds, taking the reads kept for that
+        adapter (``adapter_digest``); → how many were taken."""
+        adapter = adapter_digest(self.model)
+        kept = self.checkpoint.finals("secl", adapter, len(self.items))
+        final_adapter_pass(self.model, self.items, records, progress=self.options["progress"], start=kept,
+                           on_record=lambda i, confidence: self.checkpoint.add_final("secl", adapter, i, confidence))
+        return len(kept)
+
+
 def _secl_pass_worker(job: dict) -> tuple[list, dict, dict | None]:
     """One SECL pass in a spawned process (``SECLStreamConfig.workers``): the model loaded and wrapped as in the
-    parent, its identity adapter set to the parent's (the same LoRA A), the same stream. Returns the pass's record
-    fields (one dict per question, with its ``passes`` entry), its counters and, when ``job["keep"]``, the state
-    the pass left (``SECLModel.secl_snapshot``: adapter weights and SECL state) for the parent to take over."""
+    parent, its identity adapter set to the parent's (the same LoRA A), the same stream; the pass itself is
+    ``KeptPasses.secl``, as in one process. Returns the pass's record fields (one dict per question, with its
+    ``passes`` entry), its counters and, when ``job["keep"]``, the state the pass left (``SECLModel.secl_snapshot``:
+    adapter weights and SECL state) for the parent to take over."""
     from hf_calibration.secl.mixin import apply_secl
 
     torch.set_num_threads(job["threads"])
@@ -181,35 +217,35 @@ def _secl_pass_worker(job: dict) -> tuple[list, dict, dict | None]:
                              **stream_context(model, tokenizer, model.secl_config, on_overflow=job["on_overflow"],
                                               max_new_tokens=job["options"]["max_new_tokens"]))
     fields = [{"passes": {}} for _ in items]
-    checkpoint = StreamCheckpoint(*job["checkpoint"]) if job["checkpoint"] is not None else None
-    counters = secl_pass(model, items, fields, scope=job["scope"], checkpoint=checkpoint, **job["options"])
+    passes = KeptPasses(StreamCheckpoint(*job["checkpoint"]), model, items, job["options"])
+    counters = passes.secl(fields, job["scope"])
     return fields, counters, model.secl_snapshot() if job["keep"] else None
 
 
-def _parallel_passes(model, items, config, secl, scopes, options, checkpoint) -> tuple[list, dict]:
+def _parallel_passes(passes: KeptPasses, config, secl, scopes) -> tuple[list, dict]:
     """The baseline pass here and the SECL passes of ``scopes`` in ``config.workers - 1`` spawned processes (each
-    pass independent, module docstring of ``evaluation.stream``); → (records as the sequential run builds them, counters
-    per scope). ``model`` is left as the last scope's pass leaves it in a sequential run (adapter, gate, open burst,
-    counters), so it saves the same calibrated adapter. Threads: this process's count shared out (at least one
-    each)."""
+    pass independent, module docstring of ``evaluation.stream``), every one through ``KeptPasses``; → (records as
+    the sequential run builds them, counters per scope). The model is left as the last scope's pass leaves it in a
+    sequential run (adapter, gate, open burst, counters), so it saves the same calibrated adapter. Threads: this
+    process's count shared out (at least one each)."""
     import multiprocessing
 
+    model, checkpoint = passes.model, passes.checkpoint
     threads = max(1, torch.get_num_threads() // config.workers)
     initial = {k: v.detach().cpu().clone() for k, v in model.secl_initial_adapter.items()}
     groups = [scopes] if config.workers == 2 else [[s] for s in scopes]
     jobs = [[{"model": config.model, "device": config.device, "secl": secl.to_dict(), "initial": initial,
               "stream": config.stream, "limit_per_domain": config.limit_per_domain, "seed": config.seed,
               "balance_gold": config.balance_gold, "on_overflow": config.on_overflow, "scope": s,
-              "options": {**options, "progress": False}, "threads": threads, "keep": s == scopes[-1],
-              "checkpoint": None if checkpoint is None else (str(checkpoint.folder), checkpoint.key)} for s in group]
+              "options": {**passes.options, "progress": False}, "threads": threads, "keep": s == scopes[-1],
+              "checkpoint": (str(checkpoint.folder), checkpoint.key)} for s in group]
             for group in groups]
     own_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
         with ProcessPoolExecutor(max_workers=len(groups), mp_context=multiprocessing.get_context("spawn")) as pool:
             futures = [pool.submit(_run_jobs, group) for group in jobs]
-            records = baseline_pass(model, items, max_new_tokens=config.max_new_tokens, progress=options["progress"],
-                                    checkpoint=checkpoint)
+            records = passes.baseline()
             done = [f.result() for f in futures]
     finally:
         torch.set_num_threads(own_threads)
@@ -217,9 +253,9 @@ def _parallel_passes(model, items, config, secl, scopes, options, checkpoint) ->
     for group, results in zip(jobs, done):
         for job, (fields, counters, state) in zip(group, results):
             for rec, extra in zip(records, fields):
-                passes = extra.pop("passes")
+                extra_passes = extra.pop("passes")
                 rec.update(extra)
-                rec["passes"].update(passes)
+                rec["passes"].update(extra_passes)
             counters_of[job["scope"]] = counters
             if state is not None:
                 model.load_secl_snapshot(state)
@@ -230,18 +266,17 @@ def _run_jobs(group: list) -> list:
     return [_secl_pass_worker(job) for job in group]
 
 
-def _all_passes(model, items, config, secl, scopes, options, checkpoint) -> tuple[list, dict]:
-    """The baseline pass, the SECL pass of each of ``scopes`` (the configured one last), here or in workers, each
-    resuming from ``checkpoint`` (a ``StreamCheckpoint``), then the configured scope's final-adapter reads (row
-    "secl_final"). → (records, counters per scope, final-adapter reads resumed from ``checkpoint``)."""
+def _all_passes(passes: KeptPasses, config, secl, scopes) -> tuple[list, dict, int]:
+    """The baseline pass, the SECL pass of each of ``scopes`` (the configured one last), here or in workers, then
+    the configured scope's final-adapter reads (row "secl_final"), each through ``passes`` (resuming from its
+    checkpoint). → (records, counters per scope, final-adapter reads resumed)."""
     if config.workers == 1:
-        records = baseline_pass(model, items, max_new_tokens=config.max_new_tokens, progress=options["progress"],
-                                checkpoint=checkpoint)
-        counters_of = {s: secl_pass(model, items, records, scope=s, checkpoint=checkpoint, **options) for s in scopes}
+        records = passes.baseline()
+        counters_of = {s: passes.secl(records, s) for s in scopes}
     else:
-        records, counters_of = _parallel_passes(model, items, config, secl, scopes, options, checkpoint)
+        records, counters_of = _parallel_passes(passes, config, secl, scopes)
     # the model holds the configured scope's adapter as its pass left it: every answer read again with it
-    finals = final_adapter_pass(model, items, records, progress=options["progress"], checkpoint=checkpoint)
+    finals = passes.final(records)
     for rec in records:  # what a read with a fixed adapter costs: the verbalized read's passes
         rec["passes"]["secl" + FINAL_SUFFIX] = rec["passes"]["verbalized"]
     return records, counters_of, finals
@@ -249,7 +284,7 @@ def _all_passes(model, items, config, secl, scopes, options, checkpoint) -> tupl
 
 def _stream_checkpoint(out, config, secl, options, items, keys, weights: str) -> tuple[StreamCheckpoint, dict]:
     """The run's ``StreamCheckpoint`` beside ``out``, started (a rerun of the same command resumes each pass at the
-    question it stopped at; ``secl/stream_checkpoint.py``), and how many questions each pass has kept."""
+    question it stopped at; ``jobs/stream_checkpoint.py``), and how many questions each pass has kept."""
     identity = {"job": "secl", "model": config.model, "stream": config.stream, "seed": config.seed,
                 "limit_per_domain": config.limit_per_domain, "balance_gold": config.balance_gold,
                 "on_overflow": config.on_overflow, "options": options | {"progress": None}, "config": secl.to_dict(),
@@ -269,10 +304,11 @@ def run_secl_stream(config: SECLStreamConfig, secl: SECLConfig | None = None, *,
     ``evaluation.stream.final_adapter_pass``: what the calibrated model says once the stream has trained it). Writes
     ``records.jsonl``, ``metrics.json``, the calibrated adapter ``secl_adapter/`` and ``reliability_<domain>.png``
     per domain into ``output_dir``, atomically. Each pass keeps every question as it finishes in a hidden folder
-    beside ``output_dir`` (``secl.stream_checkpoint``): a run that stops is resumed by running it again.
+    beside ``output_dir`` (``jobs.stream_checkpoint``, wired to the passes by ``KeptPasses``): a run that stops is
+    resumed by running it again.
 
     Every input is checked before the model loads; ParameterError naming the field, also naming output_dir when
-    another run is writing into the same folder (``secl.stream_checkpoint.RunLock``). A domain with fewer
+    another run is writing into the same folder (``jobs.stream_checkpoint.RunLock``). A domain with fewer
     questions than ``limit_per_domain`` is a ParameterWarning; all of its questions are used.
 
     With ``workers`` > 1 the SECL passes run in processes started by ``multiprocessing``'s "spawn" method, which
@@ -313,8 +349,8 @@ def _run_secl_stream(config: SECLStreamConfig, secl: SECLConfig, out: Path, prog
     scopes = ([other] if other is not None else []) + [scope]  # the configured scope last: its adapter is saved
     checkpoint, kept = _stream_checkpoint(out, config, secl, options, items, [secl_key(s, scope) for s in scopes],
                                           weights)
-    records, counters_of, kept["secl" + FINAL_SUFFIX] = _all_passes(model, items, config, secl, scopes, options,
-                                                                     checkpoint)
+    records, counters_of, kept["secl" + FINAL_SUFFIX] = _all_passes(KeptPasses(checkpoint, model, items, options),
+                                                                     config, secl, scopes)
     compared = None
     if other is not None:
         compared = {"adapter_scope": other, "key": secl_key(other, scope), "counters": counters_of[other]}

@@ -1,4 +1,4 @@
-"""A SECL stream run that stops resumes where it stopped (``secl/stream_checkpoint.py``): a rerun of the same command
+"""A SECL stream run that stops resumes where it stopped (``jobs/stream_checkpoint.py``): a rerun of the same command
 gives the records, counters and adapter of a run that never stopped, and keeps nothing from another run."""
 
 import json
@@ -10,9 +10,9 @@ from safetensors.torch import load_file
 import hf_calibration.evaluation.stream as stream_module
 from hf_calibration.errors import ParameterError
 from hf_calibration.jobs import SECLStreamConfig, run_secl_stream
+from hf_calibration.jobs.stream_checkpoint import RunLock, StreamCheckpoint
 from hf_calibration.runtime.outputs import partial_path
 from hf_calibration.secl import SECLConfig
-from hf_calibration.secl.stream_checkpoint import RunLock, StreamCheckpoint
 
 # a burst over the first four questions with a replay buffer and a consolidation when it ends: every piece of state
 # a resumed pass must get back (adapter, AdamW, gate, open burst, counters, replay buffer and its sampler)
@@ -99,7 +99,7 @@ def test_a_stopped_stream_resumes_where_it_stopped(tiny_model_dir, tmp_path, mon
 def test_a_resumed_run_reads_each_kept_file_once(tiny_model_dir, tmp_path, monkeypatch):
     """At start-up the run counts what each pass kept and the passes then take it: the baseline records and the SECL
     pass's state are read once, not once to count and once more to resume."""
-    import hf_calibration.secl.stream_checkpoint as kept_module
+    import hf_calibration.jobs.stream_checkpoint as kept_module
 
     (tmp_path.parent / "model").exists() or (tmp_path.parent / "model").symlink_to(tiny_model_dir)
     config = _config(tmp_path, "stopped")
@@ -153,7 +153,7 @@ def test_final_reads_keep_only_the_next_questions_numbers(tmp_path, bad, kept):
     """A final-adapter line whose hash is right but whose content is not the next question's read (index) or not a
     confidence in [0, 1] ends what is kept, and the file is cut there so the next read follows the kept ones; no
     more reads than questions are taken."""
-    from hf_calibration.secl.stream_checkpoint import _line
+    from hf_calibration.jobs.stream_checkpoint import _line
 
     path = tmp_path / "secl_final.jsonl"
     good = [{"adapter": "a", "index": i, "confidence": c} for i, c in enumerate([0.25, 1])]
@@ -196,7 +196,7 @@ def test_the_lock_holds_against_another_process_and_ends_with_it(tmp_path):
 
     out = tmp_path / "out"
     child = subprocess.Popen([sys.executable, "-c", "import time\n"
-                              "from hf_calibration.secl.stream_checkpoint import RunLock\n"
+                              "from hf_calibration.jobs.stream_checkpoint import RunLock\n"
                               f"lock = RunLock({str(out)!r}); print('held', flush=True); time.sleep(120)"],
                              stdout=subprocess.PIPE, text=True)
     try:
@@ -257,7 +257,7 @@ def test_a_line_changed_or_a_state_file_cut_is_not_resumed(tmp_path):
     (checkpoint.folder / "secl.jsonl").write_text("")
     for content in (b"", b"\x80garbage" * 100):  # emptied, overwritten
         (checkpoint.folder / "secl.pt").write_bytes(content)
-        assert checkpoint.kept("secl") == 0 and checkpoint.resume_pass(object(), "secl") == []
+        assert checkpoint.kept("secl") == 0 and checkpoint.resume_pass("secl") is None
         assert not (checkpoint.folder / "secl.pt").exists()
 
 
@@ -270,18 +270,18 @@ def test_fewer_lines_than_the_state_covers_start_the_pass_over(tiny_model_dir, t
     checkpoint = StreamCheckpoint.for_output(tmp_path / "out", {"seed": 0}, [[1]])
     checkpoint.start()
     for i in range(3):
-        checkpoint.save_pass(model, "secl", {"fields": {"secl": 0.5}, "passes": 3}, i + 1)
+        checkpoint.save_pass("secl", {"fields": {"secl": 0.5}, "passes": 3}, i + 1, model.secl_snapshot())
     assert checkpoint.kept("secl") == 3
     lines = (checkpoint.folder / "secl.jsonl").read_text().splitlines()
     (checkpoint.folder / "secl.jsonl").write_text("\n".join(lines[:2]) + "\n")  # a line lost, the state says 3
-    assert checkpoint.kept("secl") == 0 and checkpoint.resume_pass(model, "secl") == []
+    assert checkpoint.kept("secl") == 0 and checkpoint.resume_pass("secl") is None
 
 
 def test_another_model_under_the_same_path_gets_another_fingerprint(tiny_tokenizer):
     """A model replaced at the same path resumes nothing of the old one's: the run's fingerprint covers the weights."""
     import torch
 
-    from hf_calibration.secl.stream_checkpoint import weights_fingerprint
+    from hf_calibration.jobs.stream_checkpoint import weights_fingerprint
     from tests.tiny import make_tiny_model
 
     one, same, other = (make_tiny_model(tiny_tokenizer, seed=s) for s in (0, 0, 1))

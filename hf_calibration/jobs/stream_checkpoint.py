@@ -1,6 +1,10 @@
 """What a SECL stream run (``jobs.secl_stream.run_secl_stream``) keeps while it runs, so that a run that stops
 (killed, out of time, Ctrl-C) resumes at the question it stopped at instead of starting over.
 
+The file format and the run lock of the stream job; the evaluation passes (``evaluation.stream``) know nothing of
+it: each takes a resume point (``start``) and a per-question callback (``on_record``), and
+``jobs.secl_stream`` connects them to this checkpoint in one place (``KeptPasses``).
+
 ``StreamCheckpoint`` is one hidden folder beside the result folder (``outputs.partial_path(output_dir, "secl")``
 without the ``.jsonl``; a run that stops leaves the result folder as it was):
 
@@ -14,9 +18,9 @@ without the ``.jsonl``; a run that stops leaves the result folder as it was):
   open burst, the counters, the replay buffer (``ReplayBuffer.state_dict``) and how many questions it covers,
   written to a temporary file and renamed (atomic). Lines past that count (a question finished after the last
   state was written) are dropped on resume.
-- ``<key>_final.jsonl``: the final-adapter reads (``evaluation.stream.final_adapter_pass``) after the passes, one line per
-  question, each with the digest of the adapter it was read with (``adapter_digest``); lines read with another
-  adapter (the pass was run again) are dropped.
+- ``<key>_final.jsonl``: the final-adapter reads (``evaluation.stream.final_adapter_pass``) after the passes, one
+  line per question, each with the digest of the adapter it was read with (``adapter_digest``); lines read with
+  another adapter (the pass was run again) are dropped.
 
 Each line holds its JSON text and that text's sha256: a line cut or changed after it was written ends what is kept
 there. A state file that cannot be read makes its pass start over. Floats are written as JSON writes Python floats
@@ -42,6 +46,7 @@ import numpy as np
 import torch
 
 from hf_calibration.errors import ParameterError
+from hf_calibration.evaluation.stream import SECLResume
 from hf_calibration.modeling.backends.checkpoint import fingerprint
 from hf_calibration.runtime.outputs import partial_path
 
@@ -203,7 +208,7 @@ class StreamCheckpoint:
     def kept_counts(self, keys, *, hold_passes: bool = True) -> dict:
         """How many questions the baseline pass and each SECL pass of ``keys`` will resume from ({"baseline": n,
         key: n, …}), each file read once: what is read here is held for this object's first ``baseline`` and
-        ``resume_pass(…, key)`` to take instead of reading the files again (the run's start-up). hold_passes : False
+        ``resume_pass(key)`` to take instead of reading the files again (the run's start-up). hold_passes : False
         where the SECL passes run in other processes (they read their own), so their states are not held here."""
         self._held = {"baseline": _kept_lines(self.folder / BASELINE_FILE)}
         counts = {"baseline": len(self._held["baseline"])}
@@ -225,17 +230,19 @@ class StreamCheckpoint:
         _append(self.folder / BASELINE_FILE, record)
 
     # -- a SECL pass ------------------------------------------------------------------------------------------------
-    def resume_pass(self, model, key: str) -> list[dict]:
-        """Put the state the SECL pass ``key`` saved into ``model`` (adapter, optimizer, gate, open burst, counters,
-        replay buffer) and return the fields it kept per question ({"fields": …, "passes": …}); [] (model untouched,
-        the pass's files removed) when the pass has kept nothing it can resume from: no state, a state file that
-        cannot be read, or fewer intact lines than the state covers."""
+    def resume_pass(self, key: str) -> SECLResume | None:
+        """Where the SECL pass ``key`` resumes (``evaluation.stream.secl_pass(start=...)``): the fields it kept per
+        question ({"fields": …, "passes": …}) and the model's ``secl_snapshot()`` after the last of them (adapter,
+        optimizer, gate, open burst, counters, replay buffer); None (the pass's files removed) when the pass has kept
+        nothing it can resume from: no state, a state file that cannot be read, or fewer intact lines than the state
+        covers."""
         done, loaded = self._held.pop(key) if key in self._held else self._pass(key)
         if not done:
-            return []
+            return None
         saved, state = loaded
-        model.load_secl_snapshot({"adapter": saved["adapter"], "state": {**state, "optimizer": saved["optimizer"]}})
-        return done
+        state = {name: value for name, value in state.items() if name != "n"}
+        return SECLResume(done=done, snapshot={"adapter": saved["adapter"],
+                                               "state": {**state, "optimizer": saved["optimizer"]}})
 
     def _pass(self, key: str) -> tuple[list, tuple | None]:
         """(kept fields, (tensors, state)) of the SECL pass ``key``; ([], None), its files removed, when it cannot
@@ -277,13 +284,14 @@ class StreamCheckpoint:
     def add_final(self, key: str, adapter: str, index: int, confidence: float) -> None:
         _append(self.folder / f"{key}_final.jsonl", {"adapter": adapter, "index": index, "confidence": confidence})
 
-    def save_pass(self, model, key: str, done: dict, n: int) -> None:
+    def save_pass(self, key: str, done: dict, n: int, snapshot: dict) -> None:
         """Keep one more question of the SECL pass ``key``: its fields ``done`` (appended) and the pass's state after
-        it, covering the first ``n`` questions (written atomically)."""
+        it, ``snapshot`` (``SECLModel.secl_snapshot()``: adapter and SECL state), covering the first ``n`` questions
+        (written atomically)."""
         _append(self.folder / f"{key}.jsonl", done)
-        snapshot = model.secl_snapshot()  # the one checkpoint of a SECL stream: adapter and SECLState
-        optimizer = snapshot["state"].pop("optimizer")
-        saved = {"adapter": snapshot["adapter"], "optimizer": optimizer, "state": _dumps({"n": n, **snapshot["state"]})}
+        state = dict(snapshot["state"])
+        optimizer = state.pop("optimizer")
+        saved = {"adapter": snapshot["adapter"], "optimizer": optimizer, "state": _dumps({"n": n, **state})}
         path = self.folder / f"{key}.pt"
         tmp = path.with_name(path.name + ".tmp")
         torch.save(saved, tmp)
