@@ -140,11 +140,13 @@ def _lora_refusal(base_url: str, status: int, text: str, rank) -> ParameterError
     return ServerError("base_url", base_url, f"the server refused the adapter: HTTP {status}: {text}")
 
 
-def _view(backend, served_model: str):
+def _view(backend, served_model: str, *, on_missing_model=None):
     """The backend reading through ``served_model`` (the base model or a LoRA name); shares its connection
     (``OpenAICompatibleBackend.with_served_model``; an in-process backend in tests has one name only)."""
     rebind = getattr(backend, "with_served_model", None)
-    return backend if rebind is None or served_model == backend.served_model else rebind(served_model)
+    if rebind is None or served_model == backend.served_model:
+        return backend
+    return rebind(served_model, on_missing_model=on_missing_model)
 
 
 class SECLService:
@@ -174,6 +176,7 @@ class SECLService:
         self._identity = {k: v.detach().clone() for k, v in trainer.secl_initial_adapter.items()}
         self._active: StreamState | None = None
         self._lock = threading.Lock()  # the trainer holds one stream's adapter at a time
+        self._load_lock = threading.Lock()  # one reload of a lost adapter at a time (concurrent reads may all miss it)
         tok = trainer.secl_tokens
         self._verbal_ids = list(dict.fromkeys([t for v in tok.digits for t in v] + list(tok.ten)
                                               + list(tok.zero_after_one)))
@@ -210,10 +213,31 @@ class SECLService:
         with self._lock:
             self._activate(stream)
             load_artifact_weights(self.trainer.peft_model, folder)
+        self._serve_current(stream)
+
+    def _serve_current(self, stream: StreamState) -> None:
+        """Have the server load ``stream``'s current version (``LoRAAdmin.load``, as a new version is loaded) unless
+        it already serves it (a killed service's load stands), and read the stream through it."""
         served = f"{stream.name}-v{stream.version}"
-        if served not in self.lora.served():  # a server restarted since; else the killed service's load stands
-            self.lora.load(served, folder, rank=self.config.lora_r)
+        with self._load_lock:
+            if served not in self.lora.served():
+                self.lora.load(served, self._version_folder(stream.name, stream.version), rank=self.config.lora_r)
         stream.served_name = served
+
+    def reload_adapter(self, served_name: str) -> bool:
+        """Load again into the server the adapter of the stream whose current version is served as ``served_name``
+        (the server answered that it does not serve it: restarted since it was loaded); True when there is such a
+        stream (the server's refusals raise as ``LoRAAdmin.load``'s), False otherwise (nothing is sent). The
+        ``on_missing_model`` of every read this service sends through a stream's adapter."""
+        stream = next((s for s in list(self.streams.values()) if s.served_name == served_name), None)
+        if stream is None or stream.version == 0:
+            return False
+        self._serve_current(stream)
+        return True
+
+    def _reader(self, served_model: str):
+        """The backend reading through ``served_model``, its lost adapter reloaded once (``reload_adapter``)."""
+        return _view(self.backend, served_model, on_missing_model=self.reload_adapter)
 
     def _activate(self, stream: StreamState) -> None:
         """Put ``stream``'s adapter weights into the trainer (the other stream's kept aside). Each stream's AdamW is
@@ -244,7 +268,7 @@ class SECLService:
         """
         stream = self.open_stream(name)
         prompt = [int(t) for t in prompt_ids]
-        reader = _view(self.backend, stream.served_name or self.backend.served_model)
+        reader = self._reader(stream.served_name or self.backend.served_model)
         answerer = reader if self.adapter_scope == "all" else self.backend
         gen = answerer.generate([prompt], max_new_tokens=self.max_new_tokens)[0]
         length = answer_length(gen.token_ids, self.trainer.secl_stop_ids())
@@ -369,7 +393,7 @@ class ServedReads(SECLReads):
         svc = self.service
         if svc.swap == "update":
             svc._swap(self.stream)
-            return svc._verbalized(_view(svc.backend, self.stream.served_name), item.prompt, item.answer_ids,
+            return svc._verbalized(svc._reader(self.stream.served_name), item.prompt, item.answer_ids,
                                    item.restated)[0]
         with svc._lock, svc.trainer.secl_scope("all"), torch.no_grad():
             # read locally: the server keeps the old version until the burst ends

@@ -55,8 +55,10 @@ def _wait_ready(proc, url: str, log: Path, timeout_s: float, name: str = "vLLM")
 
 @contextmanager
 def local_vllm_server(python, folder, served_model: str, *, log: Path, max_model_len: int = 2048,
-                      lora_rank: int | None = 8, timeout_s: float = 300.0, kv_cache_gib: int = 1, extra=()):
-    """Run vLLM on 127.0.0.1 at a free port until the block ends → its base URL (``http://127.0.0.1:P/v1``).
+                      lora_rank: int | None = 8, timeout_s: float = 300.0, kv_cache_gib: int = 1, extra=(),
+                      port: int | None = None):
+    """Run vLLM on 127.0.0.1 at ``port`` (default: a free port) until the block ends → its base URL
+    (``http://127.0.0.1:P/v1``).
 
     python : the interpreter of vLLM's environment. folder : an HF model folder. log : file for its output.
     ``VLLM_CPU_KVCACHE_SPACE`` (GiB, CPU build) is ``kv_cache_gib``; runtime LoRA loading is allowed. The server
@@ -66,7 +68,7 @@ def local_vllm_server(python, folder, served_model: str, *, log: Path, max_model
     """
     if not Path(python).exists():
         raise ParameterError("python", str(python), f"{str(python)!r} does not exist (make setup-vllm)")
-    port = free_port()
+    port = free_port() if port is None else port
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib), "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}
     env.pop("PYTHONPATH", None)  # the server imports its own environment's packages only
     cmd = vllm_command(python, folder, served_model, port, max_model_len=max_model_len, lora_rank=lora_rank,
