@@ -169,10 +169,10 @@ class OpenAICompatibleBackend(ScoringBackend):
         the decoded JSON, or ``{"text": …}`` for a plain-text answer. ServerError naming ``base_url`` otherwise."""
         return self._request(method, path, payload)
 
-    def post_once(self, path: str, payload: dict) -> tuple[int, str]:
+    def post_once(self, path: str, payload: dict) -> tuple[int, str, dict | None]:
         """One POST to ``base_url + path``, not retried (a repeated LoRA load is refused as a duplicate):
-        ``(HTTP status, the answer's text on one line, at most 300 characters)``. ServerError naming ``base_url``
-        when the server cannot be reached."""
+        ``(HTTP status, the answer's text on one line, at most 300 characters, its OpenAI error object or None:
+        error_object)``. ServerError naming ``base_url`` when the server cannot be reached."""
         import httpx
 
         url = f"{self.base_url}{path}"
@@ -180,7 +180,8 @@ class OpenAICompatibleBackend(ScoringBackend):
             response = self._client.post(url, json=payload)
         except httpx.TransportError as err:
             raise ServerError("base_url", self.base_url, f"cannot reach {url}: {type(err).__name__}") from None
-        return response.status_code, " ".join(response.text.split())[:300]
+        error = error_object(response) if response.status_code >= 400 else None
+        return response.status_code, " ".join(response.text.split())[:300], error
 
     def with_served_model(self, served_model: str, *, on_missing_model=None) -> "OpenAICompatibleBackend":
         """This backend reading through ``served_model`` instead (the base model or a LoRA adapter the server has
