@@ -76,17 +76,17 @@ def test_an_upstream_restarted_under_the_gateway_gets_the_stream_adapter_back(sm
     and names the same version; when the reload itself fails, the client gets a 502 in OpenAI's error shape."""
     from hf_calibration.gateway.config import GatewayConfig
     from hf_calibration.gateway.secl_stepper import SECLStepper
-    from hf_calibration.modeling import load_model, packaged_model_available, resolve_model_path
+    from hf_calibration.modeling import load_model, resolve_model_path
     from hf_calibration.modeling.backends import OpenAICompatibleBackend
     from hf_calibration.modeling.backends.launch import free_port, local_vllm_server
     from hf_calibration.modeling.prompts import format_mcqa
     from hf_calibration.secl import SECLConfig, apply_secl
     from hf_calibration.secl.service import SECLService
+    from tests.served_helpers import require_server
     from tests.serving.conftest import MAX_MODEL_LEN, START_TIMEOUT_S, vllm_python
 
     python = vllm_python()
-    if not python.exists() or not packaged_model_available(MODEL):
-        pytest.skip("needs the vLLM venv (make setup-vllm) and the packaged SmolLM2")
+    require_server(python, "vLLM venv", "make setup-vllm")
     port, folder = free_port(), resolve_model_path(MODEL)
 
     def vllm(name):  # this test's own server, always on the same port

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.served_helpers import require_server
 from tests.serving.conftest import MAX_MODEL_LEN, MODEL, START_TIMEOUT_S, vllm_python
 
 
@@ -31,14 +32,13 @@ def test_a_server_without_runtime_loading_is_probed_and_refused_naming_base_url(
     a probed backend refuses before sending, and an unprobed one reads the endpoint's 404 (no vLLM NotFoundError
     type) as the same refusal naming base_url."""
     from hf_calibration.errors import ParameterError
-    from hf_calibration.modeling import packaged_model_available, resolve_model_path
+    from hf_calibration.modeling import resolve_model_path
     from hf_calibration.modeling.backends import OpenAICompatibleBackend
     from hf_calibration.modeling.backends.launch import local_vllm_server
     from hf_calibration.secl.service import LoRAAdmin
 
     python = vllm_python()
-    if not python.exists() or not packaged_model_available(MODEL):
-        pytest.skip("needs the vLLM venv (make setup-vllm) and the packaged SmolLM2")
+    require_server(python, "vLLM venv", "make setup-vllm")
     with local_vllm_server(python, resolve_model_path(MODEL), MODEL, log=tmp_path / "vllm.log",
                            max_model_len=MAX_MODEL_LEN, lora_rank=8, timeout_s=START_TIMEOUT_S,
                            runtime_lora=False) as url:
