@@ -5,9 +5,15 @@ from __future__ import annotations
 
 
 def lazy_exports(package: str, table: dict[str, str]):
-    """``(__getattr__, __all__)`` for the package named ``package`` whose public names are ``table``'s keys, each
-    imported from the module its value names on first access and then kept in the package's namespace (later
-    accesses are plain attribute reads). Unknown names raise AttributeError naming the package, as Python does."""
+    """``(__getattr__, __all__)`` for the package named ``package`` whose public names are all lazy: ``table``'s keys
+    (``lazy_getattr``), sorted."""
+    return lazy_getattr(package, table), sorted(table)
+
+
+def lazy_getattr(package: str, table: dict[str, str]):
+    """The module ``__getattr__`` of the package named ``package``: each name in ``table`` imported from the module its
+    value names on first access and then kept in the package's namespace (later accesses are plain attribute reads).
+    Unknown names raise AttributeError naming the package, as Python does."""
     import importlib
     import sys
 
@@ -18,4 +24,4 @@ def lazy_exports(package: str, table: dict[str, str]):
         setattr(sys.modules[package], name, value)
         return value
 
-    return __getattr__, sorted(table)
+    return __getattr__

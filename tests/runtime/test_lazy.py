@@ -1,5 +1,5 @@
-"""``runtime.lazy.lazy_exports``: the one home of the lazy ``__getattr__`` of ``hf_calibration.jobs`` and
-``hf_calibration.gateway``. Checked in a fresh interpreter, where nothing was imported before."""
+"""``runtime.lazy``: the one home of the lazy ``__getattr__`` of ``hf_calibration.jobs``, ``gateway``, ``modeling`` and
+``secl``. Checked in a fresh interpreter, where nothing was imported before."""
 
 from __future__ import annotations
 
@@ -13,15 +13,21 @@ SCRIPT = r"""
 import sys
 import hf_calibration.gateway as gateway
 import hf_calibration.jobs as jobs
-# importing the packages imports none of their modules
-assert not any(m in sys.modules for m in ("hf_calibration.jobs.serve", "hf_calibration.gateway.app", "torch",
+import hf_calibration.modeling as modeling
+import hf_calibration.secl as secl
+# importing the packages imports none of their lazy modules
+assert not any(m in sys.modules for m in ("hf_calibration.jobs.serve", "hf_calibration.gateway.app",
+                                           "hf_calibration.modeling.scoring", "hf_calibration.secl.mixin",
                                            "fastapi")), sorted(m for m in sys.modules if "hf_calibration." in m)
 from hf_calibration.jobs.serve import ServeConfig
 assert "ServeConfig" not in vars(jobs)
 assert jobs.ServeConfig is ServeConfig and vars(jobs)["ServeConfig"] is ServeConfig  # kept after the first access
 from hf_calibration.gateway.config import GatewayConfig
 assert gateway.GatewayConfig is GatewayConfig
-for package in (jobs, gateway):
+from hf_calibration.modeling.scoring import score_mcqa
+assert modeling.score_mcqa is score_mcqa and "score_mcqa" in modeling.__all__
+assert secl.SECLModel.__module__ == "hf_calibration.secl.mixin" and vars(secl)["SECLModel"] is secl.SECLModel
+for package in (jobs, gateway, modeling, secl):
     try:
         package.not_a_name
     except AttributeError as err:
