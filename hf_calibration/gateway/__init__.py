@@ -7,6 +7,8 @@ calibrated confidence to every answer (docs/gateway.md; ``hf-calibration serve``
 - ``StreamStore`` / ``StreamStepper``: per-stream state, records and the background step (``gateway.streams``).
 """
 
+from hf_calibration.runtime.lazy import lazy_exports
+
 _LAZY = {
     "create_app": "hf_calibration.gateway.app",
     "GatewayConfig": "hf_calibration.gateway.config",
@@ -15,14 +17,4 @@ _LAZY = {
     "StreamStepper": "hf_calibration.gateway.streams",
 }
 
-
-def __getattr__(name):
-    if name not in _LAZY:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    value = globals()[name] = getattr(importlib.import_module(_LAZY[name]), name)
-    return value
-
-
-__all__ = sorted(_LAZY)
+__getattr__, __all__ = lazy_exports(__name__, _LAZY)

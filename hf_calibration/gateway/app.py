@@ -4,6 +4,8 @@ and ``POST /admin/reload`` (the request flow: ``gateway.core``; docs/gateway.md)
 from __future__ import annotations
 
 import asyncio
+import hmac
+import ipaddress
 import json
 import time
 from contextlib import asynccontextmanager
@@ -63,8 +65,12 @@ def add_routes(app: FastAPI, gw: Gateway) -> None:
         return Response(generate_latest(gw.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.post("/admin/reload")
-    async def reload():
-        """Read ``--calibrator`` again and swap it in; 400 (the old one stays) when the new file is refused."""
+    async def reload(request: Request):
+        """Read ``--calibrator`` again and swap it in; 400 (the old one stays) when the new file is refused; 401/403
+        when the caller may not (``admin_refusal``)."""
+        refused = admin_refusal(gw.config.admin_key, request)
+        if refused is not None:
+            return _error(refused)
         try:
             cal = gw.reload_calibrator()
         except ParameterError as err:
@@ -99,6 +105,28 @@ def add_routes(app: FastAPI, gw: Gateway) -> None:
 
     for path in ENDPOINTS:
         app.add_api_route(path, completions, methods=["POST"])
+
+
+def admin_refusal(admin_key: str | None, request: Request) -> GatewayError | None:
+    """None when ``request`` may call an admin endpoint: with ``admin_key`` set, it sends ``Authorization: Bearer
+    <admin_key>`` (else 401); without one, it comes from a loopback address, 127.0.0.0/8 or ::1 (else 403). Both
+    in OpenAI's error shape."""
+    if admin_key is not None:
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), admin_key.encode()):
+            return None
+        return GatewayError(*oe.unauthorized("admin endpoints need 'Authorization: Bearer <the --admin-key>'; "
+                                             "the key sent is missing or wrong"))
+    host = request.client.host if request.client else None
+    try:
+        address = ipaddress.ip_address(host)
+    except (TypeError, ValueError):
+        address = None
+    mapped = getattr(address, "ipv4_mapped", None)
+    if address is not None and (address.is_loopback or (mapped is not None and mapped.is_loopback)):
+        return None
+    return GatewayError(*oe.forbidden(f"admin endpoints answer loopback clients only when the gateway has no "
+                                      f"--admin-key (this request came from {host})"))
 
 
 def _count(gw: Gateway, endpoint: str, status: int, started: float) -> None:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 from hf_calibration.errors import ParameterError, check_choice, check_int, check_positive_number
 
 SIGNALS = ("p_true", "norm_p_true", "verbalized", "option_probability", "secl", "none")
+ADMIN_KEY_ENV = "HF_CALIBRATION_ADMIN_KEY"
 
 
 @dataclass(kw_only=True)
@@ -52,12 +54,22 @@ class GatewayConfig:
     timeout: float = field(default=600.0, metadata={
         "help": "Seconds an upstream request (and a wait for a slot) may take before the client gets a 504."})
     tau_n: float = field(default=0.2, metadata={"help": "P(True)Norm's temperature tau_n > 0 (docs/methods.md)."})
+    admin_key: str | None = field(default=None, repr=False, metadata={
+        "help": "Key of the admin endpoints (POST /admin/reload), sent as 'Authorization: Bearer KEY'; a wrong or "
+                f"missing key gets 401. When not given: the environment variable {ADMIN_KEY_ENV}, else only "
+                "loopback clients (127.0.0.1, ::1) may call them (docs/gateway.md, 'Admin endpoints')."})
 
     def __post_init__(self):
         if not isinstance(self.upstream, str) or not self.upstream.startswith(("http://", "https://")):
             raise ParameterError("upstream", self.upstream, "must be an http(s) URL such as http://127.0.0.1:8000/v1, "
                                  f"got {self.upstream!r}")
         check_choice(self.signal, "signal", SIGNALS)
+        if self.admin_key is None:
+            self.admin_key = os.environ.get(ADMIN_KEY_ENV) or None
+        if self.admin_key is not None and (not isinstance(self.admin_key, str) or not self.admin_key.strip()
+                                           or self.admin_key != self.admin_key.strip()):
+            raise ParameterError("admin_key", "<hidden>", "must be a non-empty string without surrounding spaces "
+                                 f"(from --admin-key or {ADMIN_KEY_ENV})")
         for name in ("max_in_flight", "max_reads_in_flight"):
             check_int(getattr(self, name), name)
         for name in ("timeout", "tau_n"):

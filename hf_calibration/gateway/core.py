@@ -27,6 +27,7 @@ import httpx
 
 from hf_calibration.errors import ParameterError
 from hf_calibration.gateway import openai_errors as oe
+from hf_calibration.modeling.backends import ServerError
 from hf_calibration.gateway.calibration import CalibratorSlot
 from hf_calibration.gateway.config import GatewayConfig
 from hf_calibration.gateway.metrics import GatewayMetrics
@@ -166,16 +167,18 @@ class Gateway:
             backend.close()
 
     def backend(self, served: str):
-        """The ``OpenAICompatibleBackend`` that reads through ``served`` (the request's model name), made on
-        first use without the start-up probe (``run_serve`` probes once) and without retries (an upstream
-        failure reaches the client at once, as a 502/503)."""
+        """The ``OpenAICompatibleBackend`` that reads through ``served`` (the request's model name, or a stream's
+        adapter), made on first use without the start-up probe (``run_serve`` probes once) and without retries (an
+        upstream failure reaches the client at once, as a 502/503). A stream adapter the upstream answers it does not
+        serve (restarted under the gateway) is loaded again by the stepper (``reload_adapter``) and the read sent
+        once more."""
         with self._backends_lock:
             if served not in self._backends:
                 from hf_calibration.modeling.backends import OpenAICompatibleBackend
 
                 self._backends[served] = OpenAICompatibleBackend(
                     self.upstream, served, self.tokenizer, max_in_flight=4, timeout=self.config.timeout, retries=0,
-                    check=False)
+                    check=False, on_missing_model=getattr(self.streams.stepper, "reload_adapter", None))
             return self._backends[served]
 
     def transport_error(self, err: Exception) -> GatewayError:
@@ -255,6 +258,8 @@ class Gateway:
             try:
                 value = await anyio.to_thread.run_sync(self.confidence, served, prompt, text, ext, key,
                                                        limiter=self.reads)
+            except ServerError:  # the upstream failed the reads: the client's 502/503 (server_error)
+                raise
             except ParameterError as err:  # the answer cannot be read for this signal (e.g. no option letter)
                 value = {"value": None, "signal": ext["signal"], "stream": key, "error": str(err)}
             return i, value

@@ -47,3 +47,13 @@ def from_upstream(status: int, content: bytes) -> dict:
                           code=body.get("code", status))
     text = content.decode("utf-8", errors="replace").strip() or f"HTTP {status}"
     return error_body(" ".join(text.split())[:500], type="upstream_error", code=status)
+
+
+def unauthorized(message: str) -> tuple[int, dict]:
+    """(401, the body): an admin request without the right ``Authorization: Bearer`` key (OpenAI's invalid key)."""
+    return 401, error_body(message, type="invalid_request_error", code="invalid_api_key")
+
+
+def forbidden(message: str) -> tuple[int, dict]:
+    """(403, the body): an admin request from a client the gateway does not take admin requests from."""
+    return 403, error_body(message, type="permission_error", code="admin_loopback_only")

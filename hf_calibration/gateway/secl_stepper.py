@@ -55,5 +55,10 @@ class SECLStepper:
             events["burst"] = True
         return new, events
 
+    def reload_adapter(self, served_name: str) -> bool:
+        """Have the upstream load again the stream adapter served as ``served_name`` (it answered that it does not
+        serve it: restarted under the running gateway); ``SECLService.reload_adapter``."""
+        return self.service.reload_adapter(served_name)
+
     def close(self) -> None:
         self.service.close()

@@ -16,6 +16,8 @@ before a model loads, raising ``hf_calibration.errors.ParameterError`` naming th
 - ``run_lm_eval_import(LMEvalImportConfig)``: calibration reports of lm-evaluation-harness ``--log_samples`` runs.
 """
 
+from hf_calibration.runtime.lazy import lazy_exports
+
 # Each job's module is imported on first use: reading one command's config (the command line's --help) must not
 # load every job's stack (torch, transformers, TRL, datasets).
 _LAZY = {
@@ -46,14 +48,4 @@ _LAZY = {
     "run_serve": "hf_calibration.jobs.serve",
 }
 
-
-def __getattr__(name):
-    if name not in _LAZY:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    value = globals()[name] = getattr(importlib.import_module(_LAZY[name]), name)
-    return value
-
-
-__all__ = sorted(_LAZY)
+__getattr__, __all__ = lazy_exports(__name__, _LAZY)

@@ -18,20 +18,14 @@ from hf_calibration.modeling.prompts import (
     option_token_ids,
     single_token_ids,
 )
+from hf_calibration.runtime.lazy import lazy_getattr
 
 # scoring needs torch: imported on first use, so that reading a config (the command line's --help) stays fast
 _LAZY = {name: "hf_calibration.modeling.scoring" for name in ("MCQAScores", "score_mcqa")}
 _LAZY.update({name: "hf_calibration.modeling.backends" for name in ("OpenAICompatibleBackend", "ScoringBackend",
                                                                     "TransformersBackend")})
 
-
-def __getattr__(name):
-    if name not in _LAZY:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    value = globals()[name] = getattr(importlib.import_module(_LAZY[name]), name)
-    return value
+__getattr__ = lazy_getattr(__name__, _LAZY)
 
 
 __all__ = [

@@ -25,20 +25,14 @@ from hf_calibration.secl.confidence import (
 )
 from hf_calibration.secl.diagnose import diagnose, generation_discrimination_gap
 from hf_calibration.secl.drift import EntropyShiftDetector, PageHinkley
+from hf_calibration.runtime.lazy import lazy_getattr
 
 # the mixin needs transformers' generation stack: imported on first use, so that reading SECLConfig (the command
 # line's --help) stays fast
 _LAZY = {name: "hf_calibration.secl.mixin" for name in ("SECLGenerateOutput", "SECLGenerationMixin", "SECLModel",
                                                         "apply_secl")}
 
-
-def __getattr__(name):
-    if name not in _LAZY:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    value = globals()[name] = getattr(importlib.import_module(_LAZY[name]), name)
-    return value
+__getattr__ = lazy_getattr(__name__, _LAZY)
 
 
 __all__ = [

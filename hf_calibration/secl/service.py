@@ -97,7 +97,8 @@ class StreamState:
 
 
 class LoRAAdmin:
-    """The server's runtime LoRA endpoints (vLLM), with each refusal turned into one line naming the cause."""
+    """The server's runtime LoRA endpoints (vLLM), each refusal turned into one line naming the cause, decided from the
+    HTTP status and the error's structure (``_lora_refusal``)."""
 
     def __init__(self, backend):
         self.backend = backend
@@ -105,46 +106,59 @@ class LoRAAdmin:
     def served(self) -> set:
         return {m.get("id") for m in self.backend.request("GET", "/models").get("data") or []}
 
-    def _post(self, path: str, payload: dict) -> tuple[int, str]:
-        """One POST (vLLM answers these endpoints in plain text, not JSON): ``OpenAICompatibleBackend.post_once``."""
+    def _post(self, path: str, payload: dict) -> tuple[int, str, dict | None]:
+        """One POST (vLLM answers success in plain text, errors as JSON): ``OpenAICompatibleBackend.post_once``."""
         return self.backend.post_once(path, payload)
 
     def load(self, name: str, folder: Path, *, rank: int) -> None:
-        """``/v1/load_lora_adapter``. ParameterError naming ``base_url`` (no runtime LoRA loading, LoRA not
-        enabled) or ``lora_r`` (above the server's ``--max-lora-rank``)."""
-        status, text = self._post("/load_lora_adapter", {"lora_name": name, "lora_path": str(folder)})
+        """``/v1/load_lora_adapter``. ParameterError naming ``base_url`` (no runtime LoRA loading: the probe found
+        none, or the endpoint is missing) or ``lora_r`` (the server failed to load the adapter: a rank above its
+        ``--max-lora-rank``, LoRA not enabled); ServerError naming ``base_url`` for the other refusals."""
+        require = getattr(self.backend, "require_runtime_lora", None)
+        if require is not None:
+            require("SECL's adapter hot-swap")
+        status, text, error = self._post("/load_lora_adapter", {"lora_name": name, "lora_path": str(folder)})
         if status >= 400:
-            raise _lora_refusal(self.backend.base_url, status, text, rank)
+            raise _lora_refusal(self.backend.base_url, status, error, text, folder=folder, rank=rank)
 
     def unload(self, name: str) -> None:
-        """``/v1/unload_lora_adapter``; a name the server does not hold is no error (already gone)."""
-        status, text = self._post("/unload_lora_adapter", {"lora_name": name})
-        if status >= 400 and "cannot be found" not in text:  # vLLM's words for a name it does not hold
-            raise _lora_refusal(self.backend.base_url, status, text, None)
+        """``/v1/unload_lora_adapter``; HTTP 404 is no error (the server does not hold the name: already gone, or
+        restarted since)."""
+        status, text, error = self._post("/unload_lora_adapter", {"lora_name": name})
+        if status >= 400 and status != 404:
+            raise _lora_refusal(self.backend.base_url, status, error, text, folder=None, rank=None)
 
 
-def _lora_refusal(base_url: str, status: int, text: str, rank) -> ParameterError:
+def _lora_refusal(base_url: str, status: int, error: dict | None, text: str, *, folder, rank) -> ParameterError:
+    """The refusal of a LoRA load or unload, decided from the HTTP status and the error object (vLLM 0.32: the endpoint
+    missing without VLLM_ALLOW_RUNTIME_LORA_UPDATING is a 404 without vLLM's ``NotFoundError`` type, or a 405; an
+    adapter folder it cannot find, a 404 of type ``NotFoundError``; a name already loaded, 400; a failure of the engine
+    to load it (rank above ``--max-lora-rank``, no ``--enable-lora``, weights it cannot read), 500 with the engine's
+    message). The server's message is quoted, never parsed."""
     from hf_calibration.modeling.backends import ServerError
 
-    low = text.lower()
-    if status in (404, 405) and "lora" not in low:
+    said = (error or {}).get("message") or text or f"HTTP {status}"
+    endpoint_answered = isinstance(error, dict) and error.get("type") == "NotFoundError"
+    if status == 405 or (status == 404 and not endpoint_answered):
         return ParameterError("base_url", base_url, f"the server has no runtime LoRA loading (/v1/load_lora_adapter "
                               f"answered HTTP {status}): start vLLM with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True and "
                               "--enable-lora")
-    if "rank" in low and rank is not None:
-        return ParameterError("lora_r", rank, f"the server refused a rank-{rank} adapter ({text}): start it with "
-                              f"--max-lora-rank {rank} or more, or lower lora_r")
-    if ("enable" in low and "lora" in low) or "not supported" in low:
-        return ParameterError("base_url", base_url, f"the server does not serve LoRA adapters ({text}): start vLLM "
-                              "with --enable-lora")
-    return ServerError("base_url", base_url, f"the server refused the adapter: HTTP {status}: {text}")
+    if status == 404:
+        return ServerError("base_url", base_url, f"the server found no adapter at {folder} (HTTP 404: {said}): it "
+                           "must read the same folder (a shared disk when it runs elsewhere)")
+    if status >= 500 and rank is not None:
+        return ParameterError("lora_r", rank, f"the server could not load the rank-{rank} adapter (HTTP {status}: "
+                              f"{said}): start it with --enable-lora --max-lora-rank {rank} or more, or lower lora_r")
+    return ServerError("base_url", base_url, f"the server refused the adapter: HTTP {status}: {said}")
 
 
-def _view(backend, served_model: str):
+def _view(backend, served_model: str, *, on_missing_model=None):
     """The backend reading through ``served_model`` (the base model or a LoRA name); shares its connection
     (``OpenAICompatibleBackend.with_served_model``; an in-process backend in tests has one name only)."""
     rebind = getattr(backend, "with_served_model", None)
-    return backend if rebind is None or served_model == backend.served_model else rebind(served_model)
+    if rebind is None or served_model == backend.served_model:
+        return backend
+    return rebind(served_model, on_missing_model=on_missing_model)
 
 
 class SECLService:
@@ -174,6 +188,7 @@ class SECLService:
         self._identity = {k: v.detach().clone() for k, v in trainer.secl_initial_adapter.items()}
         self._active: StreamState | None = None
         self._lock = threading.Lock()  # the trainer holds one stream's adapter at a time
+        self._load_lock = threading.Lock()  # one reload of a lost adapter at a time (concurrent reads may all miss it)
         tok = trainer.secl_tokens
         self._verbal_ids = list(dict.fromkeys([t for v in tok.digits for t in v] + list(tok.ten)
                                               + list(tok.zero_after_one)))
@@ -210,10 +225,31 @@ class SECLService:
         with self._lock:
             self._activate(stream)
             load_artifact_weights(self.trainer.peft_model, folder)
+        self._serve_current(stream)
+
+    def _serve_current(self, stream: StreamState) -> None:
+        """Have the server load ``stream``'s current version (``LoRAAdmin.load``, as a new version is loaded) unless
+        it already serves it (a killed service's load stands), and read the stream through it."""
         served = f"{stream.name}-v{stream.version}"
-        if served not in self.lora.served():  # a server restarted since; else the killed service's load stands
-            self.lora.load(served, folder, rank=self.config.lora_r)
+        with self._load_lock:
+            if served not in self.lora.served():
+                self.lora.load(served, self._version_folder(stream.name, stream.version), rank=self.config.lora_r)
         stream.served_name = served
+
+    def reload_adapter(self, served_name: str) -> bool:
+        """Load again into the server the adapter of the stream whose current version is served as ``served_name``
+        (the server answered that it does not serve it: restarted since it was loaded); True when there is such a
+        stream (the server's refusals raise as ``LoRAAdmin.load``'s), False otherwise (nothing is sent). The
+        ``on_missing_model`` of every read this service sends through a stream's adapter."""
+        stream = next((s for s in list(self.streams.values()) if s.served_name == served_name), None)
+        if stream is None or stream.version == 0:
+            return False
+        self._serve_current(stream)
+        return True
+
+    def _reader(self, served_model: str):
+        """The backend reading through ``served_model``, its lost adapter reloaded once (``reload_adapter``)."""
+        return _view(self.backend, served_model, on_missing_model=self.reload_adapter)
 
     def _activate(self, stream: StreamState) -> None:
         """Put ``stream``'s adapter weights into the trainer (the other stream's kept aside). Each stream's AdamW is
@@ -244,7 +280,7 @@ class SECLService:
         """
         stream = self.open_stream(name)
         prompt = [int(t) for t in prompt_ids]
-        reader = _view(self.backend, stream.served_name or self.backend.served_model)
+        reader = self._reader(stream.served_name or self.backend.served_model)
         answerer = reader if self.adapter_scope == "all" else self.backend
         gen = answerer.generate([prompt], max_new_tokens=self.max_new_tokens)[0]
         length = answer_length(gen.token_ids, self.trainer.secl_stop_ids())
@@ -369,7 +405,7 @@ class ServedReads(SECLReads):
         svc = self.service
         if svc.swap == "update":
             svc._swap(self.stream)
-            return svc._verbalized(_view(svc.backend, self.stream.served_name), item.prompt, item.answer_ids,
+            return svc._verbalized(svc._reader(self.stream.served_name), item.prompt, item.answer_ids,
                                    item.restated)[0]
         with svc._lock, svc.trainer.secl_scope("all"), torch.no_grad():
             # read locally: the server keeps the old version until the burst ends

@@ -101,3 +101,81 @@ def test_reload_swaps_a_new_version_and_keeps_the_old_on_a_refused_file(tmp_path
             {"role": "user", "content": "Hi"}], "calibration": {"options": ["Hi", "Bye"]}}, timeout=60)
         assert down.status_code == 503 and down.json()["error"]["code"] == "upstream_unreachable"
         assert httpx.get(f"{root}/healthz").status_code == 503
+
+
+def test_admin_endpoints_without_a_key_answer_loopback_clients_only(tmp_path):
+    """No --admin-key: POST /admin/reload from 127.0.0.1 or ::1 reloads; from any other address it gets 403 in
+    OpenAI's error shape and the calibrator stays (the app served through httpx's ASGI transport, which sets the
+    client address)."""
+    import asyncio
+
+    from hf_calibration.gateway.app import create_app
+    from hf_calibration.gateway.config import ADMIN_KEY_ENV, GatewayConfig
+    from hf_calibration.modeling.backends import load_tokenizer
+    from hf_calibration.modeling.backends.launch import free_port
+
+    path = _fit(tmp_path)
+    assert ADMIN_KEY_ENV not in __import__("os").environ
+    app = create_app(GatewayConfig(upstream=f"http://127.0.0.1:{free_port()}/v1", model=MODEL,
+                                   signal="norm_p_true", calibrator=str(path)), tokenizer=load_tokenizer(MODEL))
+    first = app.state.gateway.calibrator.current.version
+
+    async def reload(host):
+        transport = httpx.ASGITransport(app=app, client=(host, 40000))
+        async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as client:
+            return await client.post("/admin/reload")
+
+    shutil.copy(_fit(tmp_path, method="isotonic", name="iso.json"), path)
+    for host in ("203.0.113.7", "10.0.0.2", "2001:db8::1"):
+        refused = asyncio.run(reload(host))
+        assert refused.status_code == 403 and refused.json()["error"]["code"] == "admin_loopback_only"
+        assert set(refused.json()["error"]) == {"message", "type", "param", "code"}
+    assert app.state.gateway.calibrator.current.version == first
+    for host in ("127.0.0.1", "::1"):
+        done = asyncio.run(reload(host))
+        assert done.status_code == 200 and done.json()["calibrator"]["kind"] == "isotonic"
+
+
+def test_admin_key_is_checked_from_the_flag_and_the_environment_and_sighup_still_reloads(tmp_path, monkeypatch):
+    """With a key (``serve --admin-key``, or HF_CALIBRATION_ADMIN_KEY), /admin/reload needs ``Authorization: Bearer
+    KEY`` even from loopback: missing or wrong → 401 in OpenAI's error shape, the calibrator unchanged; right → the
+    reload. SIGHUP reloads without any key."""
+    import os
+    import signal
+    import time
+
+    from hf_calibration.gateway.config import ADMIN_KEY_ENV, GatewayConfig
+    from hf_calibration.modeling.backends import load_tokenizer
+    from hf_calibration.modeling.backends.launch import free_port
+    from tests.gateway.conftest import serve_process
+
+    path = _fit(tmp_path)
+    upstream = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there: the admin endpoint needs no upstream
+    args = ["--upstream", upstream, "--model", MODEL, "--signal", "norm_p_true", "--calibrator", str(path),
+            "--admin-key", "s3cret-flag"]
+    with serve_process(args, log=tmp_path / "serve.log") as (url, proc):
+        root = url[: -len("/v1")]
+        first = httpx.get(f"{root}/healthz").json()["calibrator"]["version"]
+        shutil.copy(_fit(tmp_path, method="isotonic", name="iso.json"), path)
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "s3cret-flag"}):
+            refused = httpx.post(f"{root}/admin/reload", headers=headers)
+            assert refused.status_code == 401 and refused.json()["error"]["code"] == "invalid_api_key"
+        assert httpx.get(f"{root}/healthz").json()["calibrator"]["version"] == first
+        done = httpx.post(f"{root}/admin/reload", headers={"Authorization": "Bearer s3cret-flag"})
+        assert done.status_code == 200 and done.json()["calibrator"]["kind"] == "isotonic"
+        shutil.copy(_fit(tmp_path, method="histogram", name="hist.json"), path)
+        os.kill(proc.pid, signal.SIGHUP)
+        deadline = time.monotonic() + 30
+        while httpx.get(f"{root}/healthz").json()["calibrator"]["kind"] != "histogram":
+            assert time.monotonic() < deadline, "SIGHUP did not reload the calibrator within 30 s"
+            time.sleep(0.2)
+    monkeypatch.setenv(ADMIN_KEY_ENV, "s3cret-env")
+    config = GatewayConfig(upstream=upstream, model=MODEL, signal="norm_p_true", calibrator=str(path))
+    assert "s3cret" not in repr(config)
+    with running_gateway(config, tokenizer=load_tokenizer(MODEL)) as (url, gw):
+        root = url[: -len("/v1")]
+        assert httpx.post(f"{root}/admin/reload").status_code == 401
+        assert httpx.post(f"{root}/admin/reload", headers={"Authorization": "Bearer s3cret-env"}).status_code == 200
+    with pytest.raises(ParameterError) as err:
+        GatewayConfig(upstream=upstream, admin_key=" ")
+    assert err.value.parameter == "admin_key" and " " not in str(err.value.value)

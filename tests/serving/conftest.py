@@ -19,7 +19,8 @@ import math
 import os
 from pathlib import Path
 
-MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
+from tests.served_helpers import MODEL  # noqa: F401  (re-exported for the tests)
+
 REPO = Path(__file__).resolve().parents[2]
 VENV_ENV = "HF_CALIBRATION_VLLM_VENV"
 START_TIMEOUT_S = 300  # 40 s on 2 shared CPU cores; the bound leaves room for a loaded machine

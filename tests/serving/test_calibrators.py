@@ -13,7 +13,7 @@ import pytest
 from hf_calibration.modeling import score_mcqa
 from hf_calibration.posthoc import IsotonicCalibrator, PlattScaler, TemperatureScaler, VectorScaler
 from tests.serving.conftest import LOGPROB_ATOL, PROB_ATOL
-from tests.serving.test_agreement import ROWS
+from tests.served_helpers import ROWS
 
 
 @pytest.fixture(scope="module")

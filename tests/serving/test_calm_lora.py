@@ -13,7 +13,7 @@ from hf_calibration.errors import ParameterError
 from hf_calibration.modeling import option_token_ids, score_mcqa
 from hf_calibration.modeling.backends import OpenAICompatibleBackend, ServerError
 from tests.serving.conftest import LOGPROB_ATOL, MODEL
-from tests.serving.test_agreement import ROWS
+from tests.served_helpers import ROWS
 
 RANK = 4
 

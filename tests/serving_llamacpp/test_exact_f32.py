@@ -7,10 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hf_calibration.modeling.backends import TransformersBackend
-from tests.serving.test_agreement import ROWS, _read_ids
+from tests.served_helpers import (ROWS, assert_continuations_agree, assert_next_token_reads_agree, local,
+                                  prompts, read_ids)  # noqa: F401  (local, prompts: fixtures)
 from tests.serving_llamacpp.conftest import F32_FLAGS, F32_LOGPROB_ATOL, PROB_ATOL, open_backend, start
-from hf_calibration.modeling import build_mcqa_prompt
 
 
 @pytest.fixture(scope="module")
@@ -19,18 +18,6 @@ def served(tmp_path_factory, f32_gguf, smollm):
         backend = open_backend(url, smollm[1], max_in_flight=2)
         yield backend
         backend.close()
-
-
-@pytest.fixture(scope="module")
-def local(smollm):
-    model, tokenizer = smollm
-    return TransformersBackend(model, batch_size=4, pad_id=tokenizer.pad_token_id)
-
-
-@pytest.fixture(scope="module")
-def prompts(smollm):
-    tok = smollm[1]
-    return [tok.encode(build_mcqa_prompt(tok, r["question"], r["choices"]), add_special_tokens=False) for r in ROWS]
 
 
 def test_probe_finds_llamacpp_and_its_exact_reads(served):
@@ -47,21 +34,14 @@ def test_probe_finds_llamacpp_and_its_exact_reads(served):
 def test_next_token_logprobs_equal_in_process(served, local, prompts, smollm, path, monkeypatch):
     reads = served._engine()
     monkeypatch.setattr(reads, "forced_max", 10 ** 6 if path == "forced" else 0)
-    ids = _read_ids(smollm[1])
+    ids = read_ids(smollm[1])
     if path == "forced":  # one request per id: the option letters and the far-down ids suffice
         prompts, ids = prompts[:2], ids[:4] + ids[-4:]
-    got, ref = served.next_token_logprobs(prompts, ids), local.next_token_logprobs(prompts, ids)
-    assert got.logprobs.min() < -10  # ids far down the ranking are read exactly too
-    np.testing.assert_allclose(got.logprobs, ref.logprobs, atol=F32_LOGPROB_ATOL)
-    np.testing.assert_array_equal(got.top_ids, ref.top_ids)
-    np.testing.assert_allclose(got.top_logprobs, ref.top_logprobs, atol=F32_LOGPROB_ATOL)
+    assert_next_token_reads_agree(served, local, prompts, ids, F32_LOGPROB_ATOL)
 
 
 def test_continuations_equal_in_process(served, local, prompts, smollm):
-    tok = smollm[1]
-    conts = [tok.encode(t, add_special_tokens=False) for t in ("B. 4", "C", "B. 100 degrees", "Mercury!")]
-    for g, r in zip(served.continuation_logprobs(prompts, conts), local.continuation_logprobs(prompts, conts)):
-        np.testing.assert_allclose(g, r, atol=F32_LOGPROB_ATOL)
+    assert_continuations_agree(served, local, prompts, smollm[1], F32_LOGPROB_ATOL)
 
 
 def test_greedy_generation_with_exact_entropy(served, local, prompts):

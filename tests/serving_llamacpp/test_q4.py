@@ -7,20 +7,14 @@ from __future__ import annotations
 
 import json
 import math
-import threading
-import warnings
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-import httpx
 import numpy as np
 import pytest
 
-from hf_calibration.cli import main
 from hf_calibration.errors import ParameterError
-from hf_calibration.modeling import build_mcqa_prompt
 from hf_calibration.modeling.backends import ServerError, TransformersBackend
-from hf_calibration.runtime.outputs import partial_path
-from tests.serving.test_agreement import ROWS, _read_ids
+from tests.served_helpers import (ROWS, DyingProxy, check_dying_server_resume, error_lines, prompts,  # noqa: F401
+                                  read_ids, run_cli)  # (prompts: a fixture)
 from tests.serving_llamacpp.conftest import CTX, U32, VOCAB, open_backend, q4_logprob_tol
 
 LIMIT = 4
@@ -31,12 +25,6 @@ def served(q4_server, smollm):
     backend = open_backend(q4_server, smollm[1], max_in_flight=2)
     yield backend
     backend.close()
-
-
-@pytest.fixture(scope="module")
-def prompts(smollm):
-    tok = smollm[1]
-    return [tok.encode(build_mcqa_prompt(tok, r["question"], r["choices"]), add_special_tokens=False) for r in ROWS]
 
 
 def _last_logits(model, rows):
@@ -55,23 +43,9 @@ def _tolerances(model, rows):
     return out
 
 
-def _cli(capsys, *argv):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        rc = main(list(argv))
-    out = capsys.readouterr()
-    return rc, out.out, out.err
-
-
-
-def _lines(err):
-    """stderr's lines less the progress bar's (tqdm's "scoring:  50%|█████     | 2/4 …" updates, closed with a newline
-    before the error): the error itself must be one line."""
-    return [line for line in err.strip().splitlines() if "%|" not in line]
-
 def test_next_token_logprobs_within_the_derived_tolerance(served, prompts, smollm):
     model, tok = smollm
-    ids = _read_ids(tok)
+    ids = read_ids(tok)
     local = TransformersBackend(model, batch_size=4, pad_id=tok.pad_token_id)
     got, ref = served.next_token_logprobs(prompts, ids), local.next_token_logprobs(prompts, ids)
     assert got.logprobs.min() < -10
@@ -84,7 +58,7 @@ def test_next_token_logprobs_within_the_derived_tolerance(served, prompts, smoll
 def test_both_exact_read_paths_agree(served, prompts, smollm, monkeypatch):
     """Forced reads and the full distribution read the same logits; only the float32 normaliser's summation order
     differs: (V − 1)·u relative (conftest.py)."""
-    ids = _read_ids(smollm[1])
+    ids = read_ids(smollm[1])
     ids = ids[:4] + ids[-4:]  # one request per id on the forced path
     reads = served._engine()
     monkeypatch.setattr(reads, "forced_max", 10 ** 6)
@@ -108,14 +82,14 @@ def test_mcqa_scores_within_the_derived_tolerance(served, smollm):
 
 def test_evaluate_and_diagnose_through_llamacpp(q4_server, tmp_path, capsys):
     served = ["--backend", "openai", "--base-url", q4_server]
-    rc, out, err = _cli(capsys, "evaluate", "--output-dir", str(tmp_path / "eval"), "--limit", str(LIMIT),
-                        "--n-resamples", "20", *served)
+    rc, out, err = run_cli(capsys, "evaluate", "--output-dir", str(tmp_path / "eval"), "--limit", str(LIMIT),
+                           "--n-resamples", "20", *served)
     assert rc == 0, err
     assert "server: llama.cpp; chosen-token reads: full distribution or forced reads" in out
     run = json.loads((tmp_path / "eval" / "metrics.json").read_text())["run"]
     assert run["server"]["engine"] == "llama.cpp" and "forced reads" in run["server"]["read_path"]
-    rc, out, err = _cli(capsys, "diagnose", "--output-dir", str(tmp_path / "diag"), "--limit", "2",
-                        "--n-resamples", "20", *served)
+    rc, out, err = run_cli(capsys, "diagnose", "--output-dir", str(tmp_path / "diag"), "--limit", "2",
+                           "--n-resamples", "20", *served)
     assert rc == 0, err
     run = json.loads((tmp_path / "diag" / "diagnosis.json").read_text())["run"]
     assert run["server"]["engine"] == "llama.cpp"
@@ -138,9 +112,9 @@ def test_another_models_tokenizer_is_named_and_the_same_one_passes(q4_server, se
 
 def test_wrong_model_in_a_job_is_one_line(q4_server, tiny_model_dir, tmp_path, capsys):
     out = tmp_path / "out"
-    rc, _, err = _cli(capsys, "evaluate", "--output-dir", str(out), "--limit", "2", "--model", str(tiny_model_dir),
-                      "--backend", "openai", "--base-url", q4_server)
-    assert rc == 2 and len(_lines(err)) == 1 and "--base-url" in err and "Traceback" not in err
+    rc, _, err = run_cli(capsys, "evaluate", "--output-dir", str(out), "--limit", "2", "--model", str(tiny_model_dir),
+                         "--backend", "openai", "--base-url", q4_server)
+    assert rc == 2 and len(error_lines(err)) == 1 and "--base-url" in err and "Traceback" not in err
     assert not out.exists()
 
 
@@ -162,16 +136,16 @@ def test_context_overflow_refused_before_sending_and_by_the_server(served, smoll
     assert err.value.parameter == "base_url" and "HTTP 4" in str(err.value) and "context" in str(err.value)
     data = tmp_path / "long.jsonl"
     data.write_text(json.dumps({"question": "word " * CTX, "choices": ["a", "b"], "answer": 0}) + "\n")
-    rc, _, err = _cli(capsys, "evaluate", "--output-dir", str(tmp_path / "o"), "--dataset", str(data),
-                      "--backend", "openai", "--base-url", q4_server)
-    assert rc == 2 and len(_lines(err)) == 1 and "--dataset" in err and str(CTX) in err
+    rc, _, err = run_cli(capsys, "evaluate", "--output-dir", str(tmp_path / "o"), "--dataset", str(data),
+                         "--backend", "openai", "--base-url", q4_server)
+    assert rc == 2 and len(error_lines(err)) == 1 and "--dataset" in err and str(CTX) in err
 
 
 def test_secl_serve_says_it_needs_runtime_lora_loading(q4_server, tmp_path, capsys):
     out = tmp_path / "secl"
-    rc, _, err = _cli(capsys, "secl-serve", "--output-dir", str(out), "--base-url", q4_server,
-                      "--limit-per-domain", "2")
-    lines = _lines(err)
+    rc, _, err = run_cli(capsys, "secl-serve", "--output-dir", str(out), "--base-url", q4_server,
+                         "--limit-per-domain", "2")
+    lines = error_lines(err)
     assert rc == 2 and len(lines) == 1 and "--base-url" in lines[0], err
     assert "runtime LoRA loading" in lines[0] and "llama.cpp" in lines[0]
 
@@ -179,70 +153,11 @@ def test_secl_serve_says_it_needs_runtime_lora_loading(q4_server, tmp_path, caps
 # --------------------------------------------------------------------------------------- server gone, resumed
 
 
-class DyingProxy:
-    """Forwards to ``target`` (a server root) until ``budget`` distinct prompts were completed, then closes each
-    completion request for a new prompt unanswered (llama.cpp reads a question in one or several requests of the
-    same prompt, forced reads or one full read, so prompts are counted, not requests)."""
-
-    def __init__(self, target: str):
-        self.target, self.budget, self.prompts, self.lock = target, None, set(), threading.Lock()
-        proxy = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def _forward(self):
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                if self.path.endswith("/completions"):
-                    prompt = json.dumps(json.loads(body).get("prompt"))
-                    with proxy.lock:
-                        if prompt not in proxy.prompts:
-                            if proxy.budget is not None and len(proxy.prompts) >= proxy.budget:
-                                self.close_connection = True
-                                return
-                            proxy.prompts.add(prompt)
-                r = httpx.request(self.command, proxy.target + self.path, content=body, timeout=300,
-                                  headers={"Content-Type": "application/json"})
-                self.send_response(r.status_code)
-                self.send_header("Content-Type", r.headers.get("Content-Type", "application/json"))
-                self.send_header("Content-Length", str(len(r.content)))
-                self.end_headers()
-                self.wfile.write(r.content)
-
-            do_GET = do_POST = _forward
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
-
-
 def test_server_gone_mid_run_keeps_scores_and_the_same_command_resumes(q4_server, tmp_path, capsys):
-    proxy = DyingProxy(q4_server[: -len("/v1")])
+    proxy = DyingProxy(q4_server[: -len("/v1")], per="prompt")  # a question: one prompt, read in one or more requests
     try:
-        out = tmp_path / "served"
-        argv = ["evaluate", "--output-dir", str(out), "--limit", str(LIMIT), "--n-resamples", "20", "--batch-size",
-                "1", "--backend", "openai", "--base-url", proxy.url]
-        proxy.budget = 1 + 2  # the start-up probe's prompt, then two questions
-        rc, _, err = _cli(capsys, *argv)
-        lines = _lines(err)
-        assert rc == 2 and len(lines) == 1 and proxy.url in lines[0], err
-        assert f"2 of {LIMIT} questions scored so far are kept" in lines[0]
-        assert not out.exists() and len(partial_path(out, "evaluate").read_text().splitlines()) == 1 + 2
-        proxy.budget, proxy.prompts = None, set()
-        rc, _, err = _cli(capsys, *argv)
-        assert rc == 0, err
-        assert len(proxy.prompts) == 1 + LIMIT - 2  # the probe, then only the questions not kept
-        rc, _, err = _cli(capsys, *argv[:2], str(tmp_path / "whole"), *argv[3:])
-        assert rc == 0, err
+        # same server, cache off; the read path may differ: the normaliser bound, twice
+        check_dying_server_resume(capsys, proxy, tmp_path, ["--n-resamples", "20", "--batch-size", "1", "--backend",
+                                                            "openai"], LIMIT, 2 * 2 * (VOCAB - 1) * U32)
     finally:
         proxy.close()
-    got, ref = ([json.loads(x) for x in (d / "predictions.jsonl").read_text().splitlines()]
-                for d in (out, tmp_path / "whole"))
-    assert [r["prediction"] for r in got] == [r["prediction"] for r in ref]
-    for g, r in zip(got, ref):  # same server, cache off; the read path may differ: the normaliser bound, twice
-        assert abs(g["confidence"] - r["confidence"]) <= 2 * 2 * (VOCAB - 1) * U32

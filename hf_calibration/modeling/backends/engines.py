@@ -39,7 +39,6 @@ FORCE_BIAS = 100.0  # logit_bias that makes greedy decoding pick a token (logits
 # Texts whose tokens the server must split exactly as the local tokenizer does (words, digits, spaces,
 # punctuation, non-ASCII), plus the chat template's rendering of a turn when there is one.
 PROBE_TEXTS = ("Is the answer \"C. Paris\" correct? Reply with Yes or No. 0 1 2 10 ÷ naïve café\n\t  x",)
-LORA_PROBE_NAME = "hf-calibration-probe-absent"
 
 
 @dataclass(frozen=True)
@@ -359,10 +358,12 @@ def _probe_reads(backend, ids: list[int]):
 
 
 def _vllm_lora(backend) -> str:
-    """vLLM registers /v1/unload_lora_adapter only with runtime LoRA updating on: unloading an absent name is
-    answered with vLLM's "cannot be found" there, with a plain 404 otherwise."""
-    got = _post_root(backend, "/v1/unload_lora_adapter", {"lora_name": LORA_PROBE_NAME})
-    return "runtime" if got is not None and "lora" in str(got[1]).lower() else "none"
+    """vLLM registers /v1/load_lora_adapter only with runtime LoRA updating on (VLLM_ALLOW_RUNTIME_LORA_UPDATING):
+    there a load naming no adapter (empty ``lora_name`` and ``lora_path``) is refused as a bad request, HTTP 400,
+    and nothing is loaded; without the route the answer is 404 (405 for a path that exists for other methods).
+    Decided from the status only."""
+    got = _post_root(backend, "/v1/load_lora_adapter", {"lora_name": "", "lora_path": ""})
+    return "runtime" if got is not None and got[0] == 400 else "none"
 
 
 def _llamacpp_lora(backend) -> str:

@@ -55,19 +55,23 @@ def _wait_ready(proc, url: str, log: Path, timeout_s: float, name: str = "vLLM")
 
 @contextmanager
 def local_vllm_server(python, folder, served_model: str, *, log: Path, max_model_len: int = 2048,
-                      lora_rank: int | None = 8, timeout_s: float = 300.0, kv_cache_gib: int = 1, extra=()):
-    """Run vLLM on 127.0.0.1 at a free port until the block ends → its base URL (``http://127.0.0.1:P/v1``).
+                      lora_rank: int | None = 8, timeout_s: float = 300.0, kv_cache_gib: int = 1, extra=(),
+                      port: int | None = None, runtime_lora: bool = True):
+    """Run vLLM on 127.0.0.1 at ``port`` (default: a free port) until the block ends → its base URL
+    (``http://127.0.0.1:P/v1``).
 
     python : the interpreter of vLLM's environment. folder : an HF model folder. log : file for its output.
-    ``VLLM_CPU_KVCACHE_SPACE`` (GiB, CPU build) is ``kv_cache_gib``; runtime LoRA loading is allowed. The server
+    ``VLLM_CPU_KVCACHE_SPACE`` (GiB, CPU build) is ``kv_cache_gib``; runtime LoRA loading is allowed unless
+    ``runtime_lora`` is False (``VLLM_ALLOW_RUNTIME_LORA_UPDATING``). The server
     runs in its own process group, stopped (SIGTERM, then SIGKILL after 30 s) when the block ends. Raises
     ParameterError naming ``python`` when it does not exist, RuntimeError when the server exits or does not answer
     within ``timeout_s``.
     """
     if not Path(python).exists():
         raise ParameterError("python", str(python), f"{str(python)!r} does not exist (make setup-vllm)")
-    port = free_port()
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib), "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}
+    port = free_port() if port is None else port
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib),
+           "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True" if runtime_lora else "False"}
     env.pop("PYTHONPATH", None)  # the server imports its own environment's packages only
     cmd = vllm_command(python, folder, served_model, port, max_model_len=max_model_len, lora_rank=lora_rank,
                        extra=extra)

@@ -33,6 +33,37 @@ def _first_line(text: str, limit: int = 300) -> str:
     return text[:limit]
 
 
+class ServerHTTPError(ServerError):
+    """A ``ServerError`` for an HTTP error answer: ``status`` (the HTTP status) and ``error`` (the answer's OpenAI error
+    object ``{"message", "type", "param", "code"}``, or None when the answer has none)."""
+
+    def __init__(self, base_url: str, message: str, *, status: int, error: dict | None):
+        super().__init__("base_url", base_url, message)
+        self.status, self.error = status, error
+
+
+def error_object(response) -> dict | None:
+    """The OpenAI error object of an HTTP answer (``{"error": {...}}``; vLLM's older flat ``{"object": "error",
+    ...}`` too), or None when the answer is not one (plain text, another JSON shape)."""
+    try:
+        body = response.json()
+    except ValueError:
+        return None
+    if isinstance(body, dict) and isinstance(body.get("error"), dict):
+        return body["error"]
+    if isinstance(body, dict) and body.get("object") == "error":
+        return body
+    return None
+
+
+def model_not_served(status: int, error: dict | None) -> bool:
+    """True for a server's answer that the request's ``model`` is not served: HTTP 404 whose error object names the
+    ``model`` parameter (vLLM's "model does not exist": ``param: "model"``) or has OpenAI's ``model_not_found``
+    code. Decided from the status and the structure, never the message text."""
+    return status == 404 and isinstance(error, dict) and (error.get("param") == "model"
+                                                          or error.get("code") == "model_not_found")
+
+
 class OpenAICompatibleBackend(ScoringBackend):
     """Scores through ``base_url`` (e.g. ``http://127.0.0.1:8000/v1``), the model served as ``served_model``.
 
@@ -40,6 +71,9 @@ class OpenAICompatibleBackend(ScoringBackend):
     top_logprobs : next tokens read per request (vLLM's default cap ``--max-logprobs`` is 20).
     max_in_flight : concurrent requests. timeout : seconds per request. retries : attempts after the first.
     check : probe the server and run the start-up checks (``engines.probe``); leave True outside tests of them.
+    on_missing_model : called with ``served_model`` when the server answers that it does not serve that name
+    (``model_not_served``: e.g. a LoRA adapter lost when the server restarted); when it returns True (it has had the
+    server load the name again) the request is sent once more. None (default): such an answer raises at once.
 
     ``capabilities`` (an ``engines.Capabilities``, None before the probe) says which engine serves and how each
     quantity is read; ``capabilities.line()`` is the start-up line, ``capabilities.record()`` what jobs record.
@@ -53,7 +87,7 @@ class OpenAICompatibleBackend(ScoringBackend):
     name = "server"
 
     def __init__(self, base_url: str, served_model: str, tokenizer, *, top_logprobs: int = 20, max_in_flight: int = 8,
-                 timeout: float = 300.0, retries: int = 3, check: bool = True):
+                 timeout: float = 300.0, retries: int = 3, check: bool = True, on_missing_model=None):
         import httpx
 
         if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
@@ -66,6 +100,7 @@ class OpenAICompatibleBackend(ScoringBackend):
                 raise ParameterError(name, value, f"must be a positive integer, got {value!r}")
         self.base_url, self.served_model, self.tokenizer = base_url.rstrip("/"), served_model, tokenizer
         self.top_logprobs, self.max_in_flight, self.retries = top_logprobs, max_in_flight, retries
+        self.on_missing_model = on_missing_model
         self.vocab_size = len(tokenizer)
         self.max_context = None
         self.capabilities: Capabilities | None = None
@@ -77,7 +112,19 @@ class OpenAICompatibleBackend(ScoringBackend):
     # ------------------------------------------------------------------------------- transport
 
     def _request(self, method: str, path: str, payload: dict | None = None) -> dict:
-        """One request with the retries; the decoded JSON. A 4xx other than 408/429 raises at once."""
+        """One request with the retries (``_send``); the decoded JSON. When the server answers that it does not serve
+        ``served_model`` and ``on_missing_model`` has it loaded again, the request is sent once more."""
+        try:
+            return self._send(method, path, payload)
+        except ServerHTTPError as err:
+            if (self.on_missing_model is None or not model_not_served(err.status, err.error)
+                    or not self.on_missing_model(self.served_model)):
+                raise
+        return self._send(method, path, payload)
+
+    def _send(self, method: str, path: str, payload: dict | None = None) -> dict:
+        """One request with the retries; the decoded JSON. A 4xx other than 408/429 raises ``ServerHTTPError`` at
+        once."""
         import httpx
 
         url = f"{self.base_url}{path}"
@@ -94,7 +141,8 @@ class OpenAICompatibleBackend(ScoringBackend):
                         return {"text": response.text}
                 problem = f"{url} answered HTTP {response.status_code}: {_first_line(response.text)}"
                 if response.status_code not in TRANSIENT_STATUS:
-                    raise ServerError("base_url", self.base_url, problem)
+                    raise ServerHTTPError(self.base_url, problem, status=response.status_code,
+                                          error=error_object(response))
             if attempt < self.retries:
                 time.sleep(min(8.0, 0.5 * 2 ** attempt))
         raise ServerError("base_url", self.base_url, f"{problem} (after {self.retries + 1} attempts)")
@@ -121,10 +169,10 @@ class OpenAICompatibleBackend(ScoringBackend):
         the decoded JSON, or ``{"text": …}`` for a plain-text answer. ServerError naming ``base_url`` otherwise."""
         return self._request(method, path, payload)
 
-    def post_once(self, path: str, payload: dict) -> tuple[int, str]:
+    def post_once(self, path: str, payload: dict) -> tuple[int, str, dict | None]:
         """One POST to ``base_url + path``, not retried (a repeated LoRA load is refused as a duplicate):
-        ``(HTTP status, the answer's text on one line, at most 300 characters)``. ServerError naming ``base_url``
-        when the server cannot be reached."""
+        ``(HTTP status, the answer's text on one line, at most 300 characters, its OpenAI error object or None:
+        error_object)``. ServerError naming ``base_url`` when the server cannot be reached."""
         import httpx
 
         url = f"{self.base_url}{path}"
@@ -132,18 +180,19 @@ class OpenAICompatibleBackend(ScoringBackend):
             response = self._client.post(url, json=payload)
         except httpx.TransportError as err:
             raise ServerError("base_url", self.base_url, f"cannot reach {url}: {type(err).__name__}") from None
-        return response.status_code, " ".join(response.text.split())[:300]
+        error = error_object(response) if response.status_code >= 400 else None
+        return response.status_code, " ".join(response.text.split())[:300], error
 
-    def with_served_model(self, served_model: str) -> "OpenAICompatibleBackend":
+    def with_served_model(self, served_model: str, *, on_missing_model=None) -> "OpenAICompatibleBackend":
         """This backend reading through ``served_model`` instead (the base model or a LoRA adapter the server has
-        loaded): the same connection, probe and read strategy, the strategy rebound to the new name. ``self``
-        when the name is already this backend's."""
+        loaded): the same connection, probe and read strategy, the strategy rebound to the new name, and
+        ``on_missing_model`` (see the class) for that name. ``self`` when the name is already this backend's."""
         import copy
 
         if served_model == self.served_model:
             return self
         view = copy.copy(self)
-        view.served_model = served_model
+        view.served_model, view.on_missing_model = served_model, on_missing_model
         if self._reads is not None:  # the strategy sends requests through its backend: rebind it to the view
             view._reads = copy.copy(self._reads)
             view._reads.backend = view
