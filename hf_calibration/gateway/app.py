@@ -14,6 +14,7 @@ import httpx
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.exceptions import HTTPException
 
 from hf_calibration.errors import ParameterError
 from hf_calibration.gateway import openai_errors as oe
@@ -28,10 +29,15 @@ def _error(err: GatewayError) -> JSONResponse:
     return JSONResponse(err.body, status_code=err.status)
 
 
+def _refuse_constant(name: str):
+    """NaN, Infinity and -Infinity are not JSON (RFC 8259) and cannot be forwarded: refused, not a 500."""
+    raise ValueError(f"{name} is not a JSON number")
+
+
 async def _read_json(request: Request):
     raw = await request.body()
     try:
-        return json.loads(raw)
+        return json.loads(raw, parse_constant=_refuse_constant)
     except ValueError as err:
         raise GatewayError(*oe.invalid_request(None, f"the request body is not JSON ({err})")) from None
 
@@ -274,5 +280,13 @@ def create_app(config: GatewayConfig, *, tokenizer=None, stepper=None) -> FastAP
 
     app = FastAPI(title="hf-calibration gateway", lifespan=lifespan)
     app.state.gateway = gw
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException):
+        """Starlette's own 404/405 (an unknown path or method) in OpenAI's error shape, like every other error."""
+        body = oe.error_body(f"{request.method} {request.url.path}: {exc.detail}", type="invalid_request_error",
+                             code="not_found" if exc.status_code == 404 else "http_" + str(exc.status_code))
+        return JSONResponse(body, status_code=exc.status_code, headers=getattr(exc, "headers", None))
+
     add_routes(app, gw)
     return app

@@ -64,7 +64,10 @@ def check_calibration(body: dict, default_signal: str) -> dict:
     signal = ext.get("signal", default_signal)
     if signal not in SIGNALS:
         raise bad_request("calibration.signal", f"must be one of {', '.join(SIGNALS)}, got {signal!r}")
-    if ext.get("enabled", True) is False:
+    enabled = ext.get("enabled", True)
+    if not isinstance(enabled, bool):
+        raise bad_request("calibration.enabled", f"must be true or false, got {enabled!r}")
+    if enabled is False:
         signal = "none"
     options = ext.get("options")
     if options is not None and (not isinstance(options, list) or not options

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from hf_calibration.errors import ParameterError
 from hf_calibration.gateway.config import GatewayConfig
-from hf_calibration.jobs.common import JobResult, check_int
+from hf_calibration.jobs.common import JobResult, check_int, check_output_dir
 
 
 @dataclass(kw_only=True)
@@ -37,9 +37,30 @@ class ServeConfig(GatewayConfig):
         if self.secl and self.state_dir is None:
             raise ParameterError("secl", self.secl, "needs {state_dir}: the streams' adapters are saved there",
                                  related=("state_dir",))
+        if self.secl_burst_at_start and not self.secl:
+            raise ParameterError("secl_burst_at_start", True, "applies with {secl} only", related=("secl",))
+        if self.state_dir is not None:
+            check_output_dir(self.state_dir, "state_dir")
         check_int(self.port, "port")
         if self.port > 65535:
             raise ParameterError("port", self.port, f"must be ≤ 65535, got {self.port}")
+
+
+def _check_listen(host: str, port: int) -> None:
+    """``host:port`` can be listened on (resolved and bound once, as uvicorn will): else ParameterError naming
+    ``host`` or ``port``, in one line, before the tokenizer and the upstream checks."""
+    import socket
+
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except (socket.gaierror, UnicodeError) as err:
+        raise ParameterError("host", host, f"cannot be resolved, got {host!r} ({err})") from None
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as err:
+            raise ParameterError("port", port, f"cannot listen on {host}:{port}: {err.strerror}") from None
 
 
 def _check_upstream(config: ServeConfig, tokenizer) -> None:
@@ -86,6 +107,7 @@ def run_serve(config: ServeConfig) -> JobResult:
     from hf_calibration.gateway.app import create_app
     from hf_calibration.modeling.backends import load_tokenizer
 
+    _check_listen(config.host, config.port)
     tokenizer = load_tokenizer(config.model)
     if config.check_upstream:
         _check_upstream(config, tokenizer)

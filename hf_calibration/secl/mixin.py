@@ -59,6 +59,7 @@ from pathlib import Path
 import torch
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
+from hf_calibration.errors import ParameterError
 from hf_calibration.modeling.backends.base import CachedPrefixReads, TransformersBackend
 from hf_calibration.modeling.prompts import LETTERS, first_option_letter, resolve_prompt_format
 from hf_calibration.secl.adapted import AdaptedModel
@@ -306,7 +307,10 @@ class SECLGenerationMixin(SECLBurstMixin):
         """
         if kwargs.get("num_return_sequences", 1) != 1:
             raise ValueError(f"num_return_sequences: SECL needs 1, got {kwargs['num_return_sequences']!r}")
-        input_ids = inputs if inputs is not None else kwargs.pop("input_ids")
+        input_ids = inputs if inputs is not None else kwargs.pop("input_ids", None)
+        if not torch.is_tensor(input_ids):
+            raise ParameterError("input_ids", input_ids, "SECL's generate needs the prompts' token ids (a tensor, as "
+                                 f"``inputs`` or ``input_ids``), got {type(input_ids).__name__}")
         if inputs is None:
             inputs = input_ids
         attention_mask = kwargs.get("attention_mask")
