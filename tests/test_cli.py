@@ -315,3 +315,21 @@ def test_evaluate_limit_above_the_subjects_warns_and_continues(tiny_model_dir, t
     # MMLU's test split has 152 astronomy questions (Hendrycks et al. 2021)
     assert err == ["hf-calibration: warning: --limit 100000: only 152 questions in --subjects astronomy; using 152"]
     assert len((out / "predictions.jsonl").read_text().splitlines()) == 152
+
+
+def test_fit_posthoc_on_a_signal_the_file_lacks_or_an_unknown_signal_is_refused(tmp_path, capsys):
+    """fit-posthoc --signal p_true on evaluate's predictions (which hold the option probability under
+    'confidence', no p_true) is refused naming --predictions, not fitted on the option probability and recorded as
+    p_true; an unknown signal names --signal; nothing is written."""
+    preds = tmp_path / "predictions.jsonl"
+    preds.write_text("".join(json.dumps({"answer": 0, "correct": i % 2 == 0, "confidence": 0.5 + i / 20,
+                                         "option_logits": [1.0, 0.0]}) + "\n" for i in range(8)))
+    out = tmp_path / "cal.json"
+    _bad(["fit-posthoc", "--method", "platt", "--signal", "p_true", "--predictions", str(preds), "--output",
+          str(out)], capsys, "--predictions")
+    _bad(["fit-posthoc", "--method", "platt", "--signal", "nosuch", "--predictions", str(preds), "--output",
+          str(out)], capsys, "--signal")
+    assert not out.exists()
+    assert main(["fit-posthoc", "--method", "platt", "--signal", "option_probability", "--predictions", str(preds),
+                 "--output", str(out)]) == 0
+    assert json.loads(out.read_text())["fitted_on"]["signal"] == "option_probability"

@@ -107,30 +107,35 @@ def learn_then_test(confidence, correct, *, alpha: float, delta: float, p_value:
                           p_value)
 
 
-def read_labelled(path, signal: str) -> tuple[np.ndarray, np.ndarray]:
+def read_labelled(path, signal: str, *, parameter: str = "abstain_calibration") -> tuple[np.ndarray, np.ndarray]:
     """(confidence (n,), correct (n,) bool) from a JSONL file of labelled answers: one object a line with
-    ``correct`` (bool) and the signal's value under the signal's name (``p_true``, …: diagnose's signals.jsonl)
-    or under ``confidence``. Raises ParameterError naming ``abstain_calibration`` with the file and line."""
+    ``correct`` (bool) and the signal's value in [0, 1] under the signal's name (``p_true``, …: diagnose's
+    signals.jsonl). Only the option probability is also read from ``confidence`` (where evaluate's predictions.jsonl
+    holds it): a file without the named signal's values is refused, so that a calibrator is never recorded as fitted
+    on a signal it did not see. Raises ParameterError naming ``parameter`` (the option the file came from) with the
+    file and line."""
     name = str(path)
+    keys = (signal, "confidence") if signal == "option_probability" else (signal,)
+    wanted = " or ".join(repr(k) for k in keys)
     conf, ok = [], []
     try:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as err:
-        raise ParameterError("abstain_calibration", name, f"{name!r} cannot be read ({err})") from None
+        raise ParameterError(parameter, name, f"{name!r} cannot be read ({err})") from None
     for lineno, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
             rec = json.loads(line)
         except ValueError:
-            raise ParameterError("abstain_calibration", name, f"{name!r} line {lineno} is not JSON") from None
-        value = rec.get(signal, rec.get("confidence")) if isinstance(rec, dict) else None
-        if not isinstance(rec, dict) or not isinstance(rec.get("correct"), bool) or not isinstance(
-                value, (int, float)) or not 0 <= value <= 1:
-            raise ParameterError("abstain_calibration", name, f"{name!r} line {lineno} needs 'correct' (true/false) "
-                                 f"and {signal!r} (or 'confidence') in [0, 1]")
+            raise ParameterError(parameter, name, f"{name!r} line {lineno} is not JSON") from None
+        value = next((rec[k] for k in keys if k in rec), None) if isinstance(rec, dict) else None
+        if not isinstance(rec, dict) or not isinstance(rec.get("correct"), bool) or isinstance(value, bool) or \
+                not isinstance(value, (int, float)) or not 0 <= value <= 1:
+            raise ParameterError(parameter, name, f"{name!r} line {lineno} needs 'correct' (true/false) and "
+                                 f"{wanted} in [0, 1] (the values of the signal {signal!r})")
         conf.append(float(value))
         ok.append(rec["correct"])
     if len(conf) < 2:
-        raise ParameterError("abstain_calibration", name, f"{name!r} holds {len(conf)} labelled answers; need more")
+        raise ParameterError(parameter, name, f"{name!r} holds {len(conf)} labelled answers; need more")
     return np.array(conf), np.array(ok, dtype=bool)

@@ -29,16 +29,18 @@ class FitPosthocConfig:
                 "is replaced without asking)."})
     signal: str | None = field(default=None, metadata={
         "help": "Fit on this signal of a file of labelled answers instead (diagnose's signals.jsonl: p_true, "
-                "norm_p_true, verbalized, option_probability, dinco; or 'confidence' and 'correct' per line), with "
-                "platt, isotonic or histogram. The output records the signal and the model it was fitted on "
+                "norm_p_true, verbalized, option_probability, dinco; each line 'correct' and the signal's value "
+                "under its name; option_probability is also read from 'confidence', where evaluate writes it), "
+                "with platt, isotonic or histogram. The output records the signal and the model it was fitted on "
                 "('fitted_on'; the calibration gateway checks them). When not given: evaluate's option "
                 "probability."})
 
     def __post_init__(self):
         check_choice(self.method, "method", METHODS)
         if self.signal is not None:
-            if not isinstance(self.signal, str) or not self.signal.strip():
-                raise ParameterError("signal", self.signal, f"must name a signal, got {self.signal!r}")
+            from hf_calibration.modeling.signals import SIGNALS
+
+            check_choice(self.signal, "signal", SIGNALS)
             if self.method in ("temperature", "vector"):
                 raise ParameterError("signal", self.signal, f"{{method}} {self.method} scales option logits; a "
                                      "signal is fitted with platt, isotonic or histogram", related=("method",))
@@ -116,7 +118,7 @@ def _records(config: FitPosthocConfig) -> list[dict]:
         return reports.read_predictions(config.predictions)
     from hf_calibration.gateway.abstain import read_labelled
 
-    confidence, correct = read_labelled(config.predictions, config.signal)
+    confidence, correct = read_labelled(config.predictions, config.signal, parameter="predictions")
     return [{"confidence": float(c), "correct": bool(y)} for c, y in zip(confidence, correct)]
 
 

@@ -90,3 +90,16 @@ def test_read_labelled_names_the_file_and_line(tmp_path):
     with pytest.raises(ParameterError, match="line 2") as err:
         read_labelled(bad, "p_true")
     assert err.value.parameter == "abstain_calibration"
+
+
+def test_read_labelled_takes_confidence_for_the_option_probability_only(tmp_path):
+    """evaluate's predictions.jsonl holds the option probability under ``confidence``: read for that signal, refused
+    for another (a calibrator would be recorded as fitted on a signal it never saw), naming the given option."""
+    path = tmp_path / "predictions.jsonl"
+    path.write_text("".join(json.dumps({"correct": c, "confidence": v}) + "\n"
+                            for c, v in ((True, 0.9), (False, 0.4), (True, 0.7))))
+    conf, correct = read_labelled(path, "option_probability")
+    assert conf.tolist() == [0.9, 0.4, 0.7] and correct.tolist() == [True, False, True]
+    with pytest.raises(ParameterError, match="'p_true'") as err:
+        read_labelled(path, "p_true", parameter="predictions")
+    assert err.value.parameter == "predictions"
