@@ -212,8 +212,13 @@ class Parser(TrlParser):
     def fields(self) -> set:
         return {f.name for t in self.dataclass_types for f in dataclasses.fields(t)}
 
+    positional: str | None = None  # the config field a command's leading DIR [DIR …] fills (POSITIONAL)
+
     def option_of(self, name: str) -> str:
-        """How the user spells parameter ``name``: the option of a config field, else the name itself."""
+        """How the user spells parameter ``name``: "DIR" for the field the leading positional arguments fill, the
+        option of another config field, else the name itself."""
+        if name == self.positional:
+            return "DIR"
         return option(name) if name in self.fields() else name
 
     def _unknown(self, rest: list[str]) -> str:
@@ -292,6 +297,7 @@ def command_parser(command: str) -> Parser:
     if command == "calm":
         shown = {name for t in types for name in _own_fields(t)} | {"output_dir", *COMMON_TRAINING_OPTIONS}
     parser = Parser(types, shown=shown, prog=f"{PROG} {command}", description=spec.description, usage=spec.usage)
+    parser.positional = POSITIONAL.get(command)
     for action in parser._actions:
         if command == "calm" and action.dest == "output_dir":  # TrainingArguments would train into ./trainer_output
             action.required, action.full_help = True, action.help

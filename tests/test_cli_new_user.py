@@ -165,7 +165,7 @@ def test_report_refuses_to_rescore_a_truncated_predictions_file(tmp_path, capsys
     preds.write_text(text[: len(text) - 40])  # cut inside the last record, as an interrupted copy leaves it
     page = folder / "report.html"
     assert _code(["report", str(folder), "--n-bins", "4"]) == 2
-    _one_line(capsys, "--inputs", str(preds), "line 20", "not JSON")
+    _one_line(capsys, "DIR: ", str(preds), "line 20", "not JSON")
     assert not page.exists()
     preds.write_text(text)  # whole again: re-scored, all 20 answers
     assert _code(["report", str(folder), "--n-bins", "4"]) == 0

@@ -77,8 +77,12 @@ def test_cli_report_on_folders_without_results_is_one_line_and_writes_nothing(tm
     out = tmp_path / "r.html"
     assert main(["report", str(empty), "--output", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("hf-calibration: error: --inputs: found no result") and str(empty) in err[0]
+    assert len(err) == 1 and err[0].startswith("hf-calibration: error: DIR: found no result") and str(empty) in err[0]
     assert not out.exists()
+    # the folders are positional (report DIR [DIR …]): a missing one is named as the usage line names it
+    assert main(["report", str(tmp_path / "missing"), "--output", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("hf-calibration: error: DIR: ") and "missing" in err[0]
 
 
 def test_cli_report_names_an_invalid_metrics_json(tmp_path, capsys):

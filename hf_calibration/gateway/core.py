@@ -84,25 +84,70 @@ def check_calibration(body: dict, default_signal: str) -> dict:
     return {"signal": signal, "options": options, "multiple_choice": mc}
 
 
+ROLES = ("system", "developer", "user", "assistant", "tool", "function")  # OpenAI's chat message roles
+
+
+def _is_token_ids(value) -> bool:
+    return isinstance(value, list) and bool(value) and all(isinstance(t, int) and not isinstance(t, bool)
+                                                           for t in value)
+
+
+def _check_prompt(prompt) -> None:
+    """OpenAI's completions ``prompt``: a string, a list of strings, a list of token ids or a list of such lists."""
+    if isinstance(prompt, str) and prompt:
+        return
+    if isinstance(prompt, list) and prompt and (_is_token_ids(prompt) or all(
+            (isinstance(p, str) and p) or _is_token_ids(p) for p in prompt)):
+        return
+    raise bad_request("prompt", "required: a non-empty string, list of strings, list of token ids or list of "
+                      f"such lists, got {prompt!r:.60}")
+
+
+def _check_messages(messages) -> None:
+    if not isinstance(messages, list) or not messages:
+        raise bad_request("messages", "required: a non-empty list of messages")
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+            raise bad_request(f"messages[{i}].role", "each message needs a role")
+        if m["role"] not in ROLES:
+            raise bad_request(f"messages[{i}].role", f"must be one of {', '.join(ROLES)}, got {m['role']!r}")
+        content = m.get("content")
+        if not (isinstance(content, str) or (isinstance(content, list) and all(isinstance(p, dict) for p in content))
+                or (content is None and m["role"] == "assistant")):
+            raise bad_request(f"messages[{i}].content", "must be a string or a list of content parts (an assistant "
+                              f"turn with tool calls may have none), got {content!r:.60}")
+
+
+def _check_options(body: dict, endpoint: str) -> None:
+    """The OpenAI sampling and output fields the gateway reads itself, checked for their type (the upstream checks
+    their ranges)."""
+    for name in ("stream", "echo") + (("logprobs",) if endpoint == "chat" else ()):
+        if name in body and body[name] is not None and not isinstance(body[name], bool):
+            raise bad_request(name, f"must be true or false, got {body[name]!r}")
+    ints = ("n", "top_logprobs", "max_tokens", "max_completion_tokens") + (("logprobs",) if endpoint != "chat" else ())
+    for name in ints:
+        value = body.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise bad_request(name, f"must be an integer, got {value!r}")
+    if body.get("n") is not None and body["n"] < 1:
+        raise bad_request("n", f"must be at least 1, got {body['n']!r}")
+    if "user" in body and body["user"] is not None and not isinstance(body["user"], str):
+        raise bad_request("user", f"must be a string, got {body['user']!r}")
+
+
 def check_body(body, endpoint: str) -> None:
+    """The request body before anything is sent upstream: a JSON object with ``model``, OpenAI's ``messages`` (chat)
+    or ``prompt`` (completions), and the types of the fields the gateway reads. GatewayError (400 naming the
+    field) otherwise."""
     if not isinstance(body, dict):
         raise bad_request(None, "the request body must be a JSON object")
     if not isinstance(body.get("model"), str) or not body["model"]:
         raise bad_request("model", "required: the served model's name (GET /v1/models lists them)")
     if endpoint == "chat":
-        messages = body.get("messages")
-        if not isinstance(messages, list) or not messages:
-            raise bad_request("messages", "required: a non-empty list of messages")
-        for i, m in enumerate(messages):
-            if not isinstance(m, dict) or not isinstance(m.get("role"), str):
-                raise bad_request(f"messages[{i}].role", "each message needs a role")
+        _check_messages(body.get("messages"))
     else:
-        prompt = body.get("prompt")
-        if prompt is None or (isinstance(prompt, (list, str)) and len(prompt) == 0):
-            raise bad_request("prompt", "required: a non-empty prompt")
-    stream = body.get("stream", False)
-    if not isinstance(stream, bool):
-        raise bad_request("stream", f"must be true or false, got {stream!r}")
+        _check_prompt(body.get("prompt"))
+    _check_options(body, endpoint)
 
 
 class Gateway:
@@ -199,31 +244,33 @@ class Gateway:
     # ---------------------------------------------------------------------------------------- confidence
 
     def _prompt(self, body: dict, endpoint: str):
-        """(prompt ids, prompt format) the upstream answered, or None where the gateway cannot rebuild them (tools,
-        non-text message parts, several prompts)."""
+        """(prompt ids, prompt format) the upstream answered, or a string saying why the gateway cannot rebuild them
+        (tools, non-text message parts, several prompts in one request)."""
         if endpoint == "chat":
             messages = body["messages"]
-            if body.get("tools") or any(not isinstance(m.get("content"), str) for m in messages):
-                return None
+            if body.get("tools"):
+                return "the gateway reads a confidence for conversations without tools only"
+            if any(not isinstance(m.get("content"), str) for m in messages):
+                return "the gateway reads a confidence for text messages only (no content parts)"
             text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
             return self.tokenizer.encode(text, add_special_tokens=False), "chat"
         prompt = body["prompt"]
-        if isinstance(prompt, list) and len(prompt) == 1:
+        if isinstance(prompt, list) and len(prompt) == 1 and not _is_token_ids(prompt):
             prompt = prompt[0]
         if isinstance(prompt, str):
             return self.tokenizer.encode(prompt, add_special_tokens=False), "plain"
-        if isinstance(prompt, list) and all(isinstance(t, int) for t in prompt):
+        if _is_token_ids(prompt):
             return list(prompt), "plain"
-        return None
+        return (f"the gateway reads a confidence for one prompt per request (this one has {len(prompt)}); send "
+                "one prompt per request")
 
     def confidence(self, served: str, prompt, answer: str, ext: dict, key: str) -> dict:
         """The ``confidence`` object of one choice (runs in a worker thread: the reads block)."""
         from hf_calibration.secl.answer_signals import answer_signal
 
         signal = ext["signal"]
-        if prompt is None:
-            return {"value": None, "signal": signal, "stream": key,
-                    "error": "the gateway reads a confidence for text conversations without tools only"}
+        if isinstance(prompt, str):  # why this request's prompt cannot be read (``_prompt``)
+            return {"value": None, "signal": signal, "stream": key, "error": prompt}
         ids, fmt = prompt
         start = time.perf_counter()
         state = self.streams.state(key)

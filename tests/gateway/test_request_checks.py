@@ -55,3 +55,46 @@ def test_unknown_paths_and_methods_answer_in_openai_error_shape():
     app = _app()
     _assert_openai_error(_send(app, "GET", "/v1/nope"), 404, None)
     _assert_openai_error(_send(app, "GET", "/v1/chat/completions"), 405, None)
+
+
+def test_fields_of_the_wrong_type_get_400_naming_the_field_before_the_upstream():
+    """OpenAI's request schema (the types the ``openai`` client sends): a message role outside it, message content
+    that is neither a string nor content parts, a non-string ``user``, a string ``n`` or ``logprobs``, a prompt of
+    the wrong type — each 400 naming the field, where they used to reach the upstream (or be coerced)."""
+    app = _app()
+    hi = [{"role": "user", "content": "Hi"}]
+    for body, param in (({"messages": [{"role": "wizard", "content": "Hi"}]}, "messages[0].role"),
+                        ({"messages": [{"role": "user", "content": 5}]}, "messages[0].content"),
+                        ({"messages": [{"role": "user"}]}, "messages[0].content"),
+                        ({"messages": hi, "user": 5}, "user"),
+                        ({"messages": hi, "n": "2"}, "n"),
+                        ({"messages": hi, "n": 0}, "n"),
+                        ({"messages": hi, "logprobs": "yes"}, "logprobs"),
+                        ({"messages": hi, "max_tokens": 1.5}, "max_tokens")):
+        _assert_openai_error(_send(app, "POST", "/v1/chat/completions", json={"model": MODEL, **body}), 400, param)
+    for prompt in (5, [], [""], [1.5], {"a": 1}, [[]]):
+        _assert_openai_error(_send(app, "POST", "/v1/completions", json={"model": MODEL, "prompt": prompt}), 400,
+                             "prompt")
+    _assert_openai_error(_send(app, "POST", "/v1/completions", json={"model": MODEL, "prompt": "a",
+                                                                     "logprobs": True}), 400, "logprobs")
+    # well-formed bodies pass the checks
+    from hf_calibration.gateway.core import check_body
+
+    check_body({"model": MODEL, "messages": hi + [{"role": "assistant", "content": None, "tool_calls": []}], "n": 2,
+                "user": "u", "logprobs": True, "top_logprobs": 3}, "chat")
+    for prompt in ("a", ["a", "b"], [1, 2], [[1, 2], [3]]):
+        check_body({"model": MODEL, "prompt": prompt, "logprobs": 2}, "completions")
+
+
+def test_why_a_confidence_cannot_be_read_names_the_cause():
+    """The gateway answers several prompts in one request but reads a confidence for one prompt at a time, text
+    messages without tools: its reason says which."""
+    from hf_calibration.gateway.core import Gateway  # noqa: F401  (the method under test)
+
+    gw = _app().state.gateway
+    assert "one prompt per request" in gw._prompt({"prompt": ["a", "b"]}, "completions")
+    assert "tools" in gw._prompt({"messages": [{"role": "user", "content": "x"}], "tools": [{}]}, "chat")
+    assert "content parts" in gw._prompt({"messages": [{"role": "user", "content": [{"type": "text"}]}]}, "chat")
+    ids, fmt = gw._prompt({"prompt": [[5, 6]]}, "completions")
+    assert ids == [5, 6] and fmt == "plain"
+    assert gw._prompt({"prompt": [7]}, "completions") == ([7], "plain")
