@@ -27,7 +27,7 @@ import httpx
 
 from hf_calibration.errors import ParameterError
 from hf_calibration.gateway import openai_errors as oe
-from hf_calibration.modeling.backends import ServerError
+from hf_calibration.modeling.backends import ServerError, ServerUnreachable
 from hf_calibration.gateway.calibration import CalibratorSlot
 from hf_calibration.gateway.config import GatewayConfig
 from hf_calibration.gateway.metrics import GatewayMetrics
@@ -321,7 +321,7 @@ class Gateway:
 def server_error(gw: Gateway, err) -> GatewayError:
     """A ``ServerError`` of the read backend (after its own message) as the client's 502/503."""
     text = str(err)
-    if "cannot reach" in text:
+    if isinstance(err, ServerUnreachable):
         gw.metrics.upstream_errors.labels("unreachable").inc()
         return GatewayError(*oe.upstream_unreachable(gw.upstream, text.split(": ", 1)[-1][:200]))
     gw.metrics.upstream_errors.labels("broken").inc()

@@ -66,15 +66,15 @@ def _check_listen(host: str, port: int) -> None:
 def _check_upstream(config: ServeConfig, tokenizer) -> None:
     """The backend's start-up checks against the upstream; ParameterError naming the option at fault, a warning
     when the upstream does not answer."""
-    from hf_calibration.modeling.backends import OpenAICompatibleBackend, ServerError
+    from hf_calibration.modeling.backends import OpenAICompatibleBackend, ServerError, ServerUnreachable
 
     try:
         OpenAICompatibleBackend(config.upstream, config.served_model or config.model, tokenizer, retries=0,
                                 timeout=30.0).close()
-    except ServerError as err:
-        if "cannot reach" not in str(err):
-            raise ParameterError("upstream", config.upstream, err.reason) from None
+    except ServerUnreachable as err:
         logging.getLogger("hf_calibration.gateway").warning("upstream not answering yet: %s", err.reason)
+    except ServerError as err:
+        raise ParameterError("upstream", config.upstream, err.reason) from None
     except ParameterError as err:
         raise ParameterError("upstream" if err.parameter == "base_url" else err.parameter, err.value,
                              err.reason) from None

@@ -241,3 +241,37 @@ def test_prefix_reads_with_gradients_give_the_whole_prompt_gradient(tiny_model):
     with torch.no_grad():
         plain, _ = CachedPrefixReads(backend, [prefix]).rows([[follow]])
     assert not plain.requires_grad
+
+
+def test_a_server_that_does_not_answer_is_told_from_one_that_answers_an_error(tiny_tokenizer):
+    """``ServerUnreachable`` (no answer: the gateway's 503, serve's "not answering yet") is decided by the error's
+    class, not its text: a closed port raises it; a server answering HTTP 500 raises a plain ``ServerError``."""
+    import http.server
+    import threading
+
+    from hf_calibration.modeling.backends import OpenAICompatibleBackend, ServerError, ServerUnreachable
+    from hf_calibration.modeling.backends.launch import free_port
+
+    with pytest.raises(ServerUnreachable):
+        OpenAICompatibleBackend(f"http://127.0.0.1:{free_port()}/v1", "m", tiny_tokenizer, retries=0, timeout=5.0)
+
+    class Broken(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(500)
+            self.end_headers()
+            self.wfile.write(b"broken")
+
+        do_POST = do_GET
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Broken)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(ServerError) as err:
+            OpenAICompatibleBackend(f"http://127.0.0.1:{server.server_port}/v1", "m", tiny_tokenizer, retries=0,
+                                    timeout=5.0)
+        assert not isinstance(err.value, ServerUnreachable)
+    finally:
+        server.shutdown()

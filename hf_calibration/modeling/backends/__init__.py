@@ -11,7 +11,7 @@ from hf_calibration.modeling.backends.base import (CachedPrefixReads, Generation
 from hf_calibration.modeling.backends.registry import (BACKENDS, REGISTRY, BackendEntry, backend_entry,
                                                        check_backend_options, has_capability, load_tokenizer,
                                                        open_backend, open_in_process, open_server_backend)
-from hf_calibration.modeling.backends.server import OpenAICompatibleBackend, ServerError
+from hf_calibration.modeling.backends.server import OpenAICompatibleBackend, ServerError, ServerUnreachable
 
 __all__ = [
     "BACKENDS",
@@ -23,6 +23,7 @@ __all__ = [
     "REGISTRY",
     "ScoringBackend",
     "ServerError",
+    "ServerUnreachable",
     "TokenLogprobs",
     "TransformersBackend",
     "as_backend",

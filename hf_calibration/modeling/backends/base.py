@@ -39,6 +39,11 @@ class ServerError(ParameterError):
     """The server at ``base_url`` could not be reached, or stopped answering (after the retries)."""
 
 
+class ServerUnreachable(ServerError):
+    """A ``ServerError`` where no answer came at all (connection refused, a name that does not resolve, a timeout):
+    the server is down or not up yet, as opposed to one that answered with an error."""
+
+
 @dataclass
 class TokenLogprobs:
     """Next-token log-probabilities after n prompts.

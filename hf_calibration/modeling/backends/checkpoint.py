@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Sequence
 
 from hf_calibration.errors import ParameterError
-from hf_calibration.modeling.backends.server import ServerError
+from hf_calibration.modeling.backends.base import ServerError, ServerUnreachable
 
 
 def fingerprint(run: dict, prompts: Sequence[Sequence[int]], token_ids: Sequence[int]) -> str:
@@ -126,7 +126,8 @@ class ScoreCheckpoint:
         ServerError says so and that the same command resumes; any other error is returned as it is."""
         if not isinstance(error, ServerError):
             return error
-        return ServerError(error.parameter, error.value,
+        kind = ServerUnreachable if isinstance(error, ServerUnreachable) else ServerError
+        return kind(error.parameter, error.value,
                            f"{error.reason}; the {kept} of {total} {what} scored so far are kept in "
                            f"{str(self.path)!r}: run the same command again to resume", related=error.related)
 

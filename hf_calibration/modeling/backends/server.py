@@ -22,7 +22,8 @@ from typing import Sequence
 import numpy as np
 
 from hf_calibration.errors import ParameterError
-from hf_calibration.modeling.backends.base import ScoringBackend, ServerError, TokenLogprobs, check_token_prompts
+from hf_calibration.modeling.backends.base import (ScoringBackend, ServerError, ServerUnreachable, TokenLogprobs,
+                                                  check_token_prompts)
 from hf_calibration.modeling.backends.engines import PROBE_TEXTS, Capabilities  # noqa: F401  (re-exported)
 
 TRANSIENT_STATUS = (408, 429, 500, 502, 503, 504)
@@ -129,9 +130,11 @@ class OpenAICompatibleBackend(ScoringBackend):
 
         url = f"{self.base_url}{path}"
         for attempt in range(self.retries + 1):
+            unreachable = False
             try:
                 response = self._client.request(method, url, json=payload)
             except httpx.TransportError as err:
+                unreachable = True
                 problem = f"cannot reach {url}: {type(err).__name__}: {_first_line(err) or 'no answer'}"
             else:
                 if response.status_code < 400:
@@ -145,7 +148,8 @@ class OpenAICompatibleBackend(ScoringBackend):
                                           error=error_object(response))
             if attempt < self.retries:
                 time.sleep(min(8.0, 0.5 * 2 ** attempt))
-        raise ServerError("base_url", self.base_url, f"{problem} (after {self.retries + 1} attempts)")
+        raise (ServerUnreachable if unreachable else ServerError)(
+            "base_url", self.base_url, f"{problem} (after {self.retries + 1} attempts)")
 
     def _map(self, fn, items):
         """``fn`` over ``items`` with at most ``max_in_flight`` requests at once; results in input order."""
@@ -179,7 +183,7 @@ class OpenAICompatibleBackend(ScoringBackend):
         try:
             response = self._client.post(url, json=payload)
         except httpx.TransportError as err:
-            raise ServerError("base_url", self.base_url, f"cannot reach {url}: {type(err).__name__}") from None
+            raise ServerUnreachable("base_url", self.base_url, f"cannot reach {url}: {type(err).__name__}") from None
         error = error_object(response) if response.status_code >= 400 else None
         return response.status_code, " ".join(response.text.split())[:300], error
 
