@@ -9,7 +9,9 @@ signals").
    ``evaluation.stream.baseline_pass`` on each question of the stream (``modeling.streams.build_stream`` with the stream
    job's context fitting, gold letters balanced) gives ``entropy`` (the gate's input), ``verbalized``, ``p_true``,
    ``norm_p_true``; the option letters' next-token probabilities are read through a ``TransformersBackend``
-   (``option_prob``: the largest, the option-probability read). Questions are read round-robin over the domains
+   (``option_prob``: the largest, the option-probability read); with ``--baseline-from RECORDS`` the baseline
+   pass's reads are taken from a SECL stream job's ``records.jsonl`` on the same stream and seed and only the
+   option letters are read (one pass per question). Questions are read round-robin over the domains
    (the i-th of each domain, then the (i+1)-th), so a run that stops leaves equal prefixes of every domain; each
    finished question is one line of ``reads.jsonl`` and a rerun continues with the questions not in it.
 2. **Sweep** (offline, seconds): ``secl.drift.EntropyShiftDetector`` over the grid on each signal, the setting
@@ -65,7 +67,6 @@ def make_reads(args) -> None:
     from hf_calibration import modeling
     from hf_calibration.jobs.secl_stream import stream_context
     from hf_calibration.modeling.backends.base import TransformersBackend
-    from hf_calibration.modeling.prompts import option_token_ids
     from hf_calibration.modeling.streams import build_stream
     from hf_calibration.secl import SECLConfig, apply_secl
     from hf_calibration.evaluation.stream import baseline_pass
@@ -88,21 +89,19 @@ def make_reads(args) -> None:
     order = round_robin(list(by_domain), {d: len(v) for d, v in by_domain.items()})
     todo = [(d, i) for d, i in order if (d, i) not in saved]
     print(f"{len(saved)} questions read before, {len(todo)} to read", flush=True)
+    given = baseline_records(Path(args.baseline_from)) if args.baseline_from else None
     with path.open("a", encoding="utf-8") as f:
         for n, (domain, i) in enumerate(todo):
             item = by_domain[domain][i]
             start = time.perf_counter()
-            rec = baseline_pass(secl, [item], max_new_tokens=args.max_new_tokens, progress=False)[0]
-            letters = option_token_ids(tokenizer, item.n_options)
-            flat = [t for v in letters for t in v]
-            lp = backend.next_token_logprobs([item.prompt_ids], flat).logprobs[0]
-            opt, col = [], 0
-            for v in letters:
-                opt.append(float(np.logaddexp.reduce(lp[col:col + len(v)])))
-                col += len(v)
-            probs = np.exp(np.array(opt) - max(opt))
-            probs /= probs.sum()
-            line = {"domain": domain, "index": i, **{k: rec[k] for k in KEEP},
+            if given is None:
+                rec = baseline_pass(secl, [item], max_new_tokens=args.max_new_tokens, progress=False)[0]
+            elif (domain, i) in given:
+                rec = given[(domain, i)]
+            else:
+                raise SystemExit(f"--baseline-from: {args.baseline_from} has no question {i} of {domain}")
+            probs = option_probs(backend, tokenizer, item)
+            line = {"domain": domain, "index": i, **{k: rec.get(k) for k in KEEP},
                     "option_probs": probs.tolist(), "option_prob": float(probs.max()),
                     "option_correct": bool(int(np.argmax(probs)) == item.gold), "gold": item.gold,
                     "seconds": time.perf_counter() - start}
@@ -110,6 +109,34 @@ def make_reads(args) -> None:
             f.flush()
             if n % 20 == 0:
                 print(f"{len(saved) + n + 1}/{len(order)} {domain} #{i}: {line['seconds']:.1f} s", flush=True)
+
+
+def option_probs(backend, tokenizer, item) -> np.ndarray:
+    """(n_options,) the option letters' next-token probabilities after ``item.prompt_ids``, renormalised over the
+    options (a letter's token variants summed); one forward pass."""
+    from hf_calibration.modeling.prompts import option_token_ids
+
+    letters = option_token_ids(tokenizer, item.n_options)
+    flat = [t for v in letters for t in v]
+    lp = backend.next_token_logprobs([item.prompt_ids], flat).logprobs[0]
+    opt, col = [], 0
+    for v in letters:
+        opt.append(float(np.logaddexp.reduce(lp[col:col + len(v)])))
+        col += len(v)
+    probs = np.exp(np.array(opt) - max(opt))
+    return probs / probs.sum()
+
+
+def baseline_records(path: Path) -> dict:
+    """{(domain, position within the domain): record} of a SECL stream job's ``records.jsonl`` (stream order): its
+    baseline pass's reads, so ``--baseline-from`` adds only the option read (one pass per question) instead of
+    running the baseline pass again."""
+    out, seen = {}, {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        rec = json.loads(line)
+        k = seen[rec["domain"]] = seen.get(rec["domain"], -1) + 1
+        out[(rec["domain"], k)] = rec
+    return out
 
 
 # ---------------------------------------------------------------------------------------------------- sweep
@@ -276,7 +303,12 @@ def main(argv=None):
     p.add_argument("--n-boot", type=int, default=1000, help="bootstrap replicate streams")
     p.add_argument("--output-dir", default="outputs/secl_drift_signals")
     p.add_argument("--analyse-only", action="store_true", help="only the sweep, on the reads saved so far")
+    p.add_argument("--baseline-from", default=None, metavar="RECORDS",
+                   help="a SECL stream job's records.jsonl on the same stream and seed: take its baseline reads and "
+                        "read only the option letters (default: run the baseline pass here)")
     args = p.parse_args(argv)
+    if args.baseline_from is not None and not Path(args.baseline_from).is_file():
+        p.error(f"--baseline-from: no file {args.baseline_from}")
     args.stream_labels = [n if s is None else f"{n}:{s.replace(',', '+')}" for n, s in parse_stream(args.stream)]
     if not args.analyse_only:
         make_reads(args)

@@ -82,6 +82,11 @@ def prompt_format_field():
         "choices": list(PROMPT_FORMATS)})
 
 
+def balance_gold_field():
+    return field(default=False, metadata={
+        "help": "Move each MCQA question's correct option so every letter is gold equally often."})
+
+
 def on_overflow_field():
     return field(default="truncate", metadata={
         "help": "A question longer than the model's context: truncate (cut its text in the middle; the options, "

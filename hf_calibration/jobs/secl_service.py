@@ -7,8 +7,9 @@ import time
 from dataclasses import dataclass, field
 
 from hf_calibration.errors import ParameterError
-from hf_calibration.jobs.common import (JobResult, check_choice, check_device, check_int, check_output_dir,
-                                        device_field, model_field, seed_field, served_model_field)
+from hf_calibration.jobs.common import (OVERFLOW_POLICIES, JobResult, balance_gold_field, check_choice, check_device,
+                                        check_int, check_output_dir, device_field, model_field, on_overflow_field,
+                                        seed_field, served_model_field)
 from hf_calibration.reporting.reports import write_json
 from hf_calibration.secl.config import SECLConfig
 from hf_calibration.secl.service import SWAP_MODES
@@ -35,6 +36,8 @@ class SECLServiceConfig:
         "help": "One SECL stream (its own adapter, gate and records) per domain, questions interleaved round-robin; "
                 "default: one stream named 'default' over the whole stream in order."})
     max_new_tokens: int = field(default=8, metadata={"help": "Answer length (8: a letter)."})
+    balance_gold: bool = balance_gold_field()
+    on_overflow: str = on_overflow_field()
     burst_at_start: bool = field(default=False, metadata={
         "help": "Open a burst at the first question of each stream (the entropy gate cannot fire during its warm-up)."})
     swap: str = field(default="update", metadata={
@@ -52,6 +55,9 @@ class SECLServiceConfig:
         for name in ("limit_per_domain", "max_new_tokens"):
             check_int(getattr(self, name), name)
         check_choice(self.swap, "swap", SWAP_MODES)
+        check_choice(self.on_overflow, "on_overflow", OVERFLOW_POLICIES)
+        if not isinstance(self.balance_gold, bool):
+            raise ParameterError("balance_gold", self.balance_gold, f"must be true or false, got {self.balance_gold!r}")
         check_int(self.seed, "seed", minimum=0)
         self.device = check_device(self.device)
 
@@ -81,6 +87,27 @@ def _plan(config: SECLServiceConfig, items) -> list[tuple[str, object]]:
     return out
 
 
+def served_stream(config: SECLServiceConfig, trainer, tokenizer, server_context: int | None) -> list:
+    """The stream's questions (``modeling.streams.build_stream`` items) as the in-process stream job builds them
+    (``jobs.secl_stream.stream_context``: the same questions, gold letters, ids and cuts), fitted to the smaller of
+    the model's context and the server's (``server_context`` tokens; None: the model's). ParameterError naming
+    ``stream`` when a domain is not MCQA (a served burst reads P(True) of the options; open-ended alternatives need
+    a beam search), naming ``on_overflow`` under "error" for a question that does not fit."""
+    from hf_calibration.jobs.secl_stream import stream_context
+    from hf_calibration.modeling.streams import build_stream
+
+    context = stream_context(trainer, tokenizer, trainer.secl_config, max_new_tokens=config.max_new_tokens,
+                             on_overflow=config.on_overflow)
+    if server_context is not None:
+        context["context"] = min(c for c in (context["context"], server_context) if c is not None)
+    items = build_stream(tokenizer, config.stream, limit_per_domain=config.limit_per_domain, seed=config.seed,
+                         balance_gold=config.balance_gold, prompt_format=trainer.secl_config.prompt_format, **context)
+    if any(item.kind != "mcqa" for item in items):
+        raise ParameterError("stream", config.stream, "the served SECL stream takes MCQA domains only (a burst reads "
+                             "P(True) of the options; open-ended alternatives need a beam search)")
+    return items
+
+
 def run_secl_service(config: SECLServiceConfig, secl_config: SECLConfig | None = None, *,
                      progress: bool = True) -> SECLServiceResult:
     """SECL over ``config.stream`` beside the server at ``config.base_url`` (``secl.service.SECLService``).
@@ -96,21 +123,16 @@ def run_secl_service(config: SECLServiceConfig, secl_config: SECLConfig | None =
     from hf_calibration.modeling.backends import ServerError, open_server_backend
     from hf_calibration.secl.mixin import apply_secl
     from hf_calibration.secl.service import SECLService
-    from hf_calibration.modeling.streams import build_stream
 
     secl_config = secl_config or SECLConfig()
     out = check_output_dir(config.output_dir)
     start = time.perf_counter()
     tokenizer, backend = open_server_backend(config.model, config.base_url, config.served_model)
     backend.require_runtime_lora("secl-serve (SECL hot-swaps each stream's adapter)")
-    items = build_stream(tokenizer, config.stream, limit_per_domain=config.limit_per_domain, seed=config.seed,
-                         prompt_format=secl_config.prompt_format)
-    if any(item.kind != "mcqa" for item in items):
-        raise ParameterError("stream", config.stream, "the served SECL stream takes MCQA domains only (a burst reads "
-                             "P(True) of the options; open-ended alternatives need a beam search)")
     model, _ = modeling.load_model(config.model, device=config.device)
-    service = SECLService(backend, apply_secl(model, tokenizer, secl_config), out, swap=config.swap,
-                          max_new_tokens=config.max_new_tokens)
+    trainer = apply_secl(model, tokenizer, secl_config)
+    items = served_stream(config, trainer, tokenizer, backend.max_context)
+    service = SECLService(backend, trainer, out, swap=config.swap, max_new_tokens=config.max_new_tokens)
     plan = _plan(config, items)
     done = {name: len(service.open_stream(name).records) for name in dict(plan)}
     seen: dict[str, int] = {}
@@ -130,7 +152,8 @@ def run_secl_service(config: SECLServiceConfig, secl_config: SECLConfig | None =
         backend.close()
     counters = {name: dict(s.counters) for name, s in service.streams.items()}
     run = {"model": config.model, "base_url": config.base_url, "served_model": config.served_model or config.model,
-           "stream": config.stream, "limit_per_domain": config.limit_per_domain, "swap": config.swap,
+           "stream": config.stream, "limit_per_domain": config.limit_per_domain, "balance_gold": config.balance_gold,
+           "on_overflow": config.on_overflow, "seed": config.seed, "swap": config.swap,
            "adapter_scope": secl_config.adapter_scope, "resumed": done, "stopped": stopped,
            "seconds": round(time.perf_counter() - start, 1)}
     out.mkdir(parents=True, exist_ok=True)

@@ -18,7 +18,7 @@ from hf_calibration import modeling
 from hf_calibration.data import domain_key
 from hf_calibration.errors import ParameterError, ParameterWarning
 from hf_calibration.jobs.common import (JobResult, check_choice, check_device, check_int, check_output_dir, device_field,
-                                        model_field, n_resamples_field, on_overflow_field, output_dir_field,
+                                        balance_gold_field, model_field, n_resamples_field, on_overflow_field, output_dir_field,
                                         overwrite_field, seed_field)
 from hf_calibration.modeling.context import OVERFLOW_POLICIES
 from hf_calibration.modeling.streams import build_stream, parse_stream
@@ -51,8 +51,7 @@ class SECLStreamConfig:
                 "halueval_dialogue, halueval_summarization (each also _lm: length-matched), gsm8k."})
     limit_per_domain: int = field(default=50, metadata={"help": "Questions per domain."})
     max_new_tokens: int = field(default=8, metadata={"help": "Answer length (8: a letter or a number)."})
-    balance_gold: bool = field(default=False, metadata={
-        "help": "Move each MCQA question's correct option so every letter is gold equally often."})
+    balance_gold: bool = balance_gold_field()
     burst_at_start: bool = field(default=False, metadata={
         "help": "Open a burst at the first question (the entropy gate cannot fire during its warm-up)."})
     compare_adapter_scopes: bool = field(default=False, metadata={

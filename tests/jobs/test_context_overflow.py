@@ -196,3 +196,36 @@ def test_calm_training_rows_fit(tiny_tokenizer):
     assert len(data["train"]) == 6
     for row in data["train"]:
         assert _n(tiny_tokenizer, row["prompt"] + row["completion"]) + 1 <= CONTEXT
+
+
+def test_served_secl_stream_is_the_in_process_one_fitted_to_the_server(tiny_tokenizer, tmp_path):
+    """``secl-serve`` asks the questions the in-process stream job asks (the same ids, gold letters moved under
+    ``balance_gold``) and fits them to the smaller of the model's and the server's context (before: no fitting, so
+    a question longer than vLLM's ``--max-model-len`` stopped the run; no ``balance_gold``, so another stream)."""
+    from collections import Counter
+
+    from hf_calibration.errors import ParameterError
+    from hf_calibration.jobs.secl_service import SECLServiceConfig, served_stream
+    from hf_calibration.jobs.secl_stream import stream_context
+    from hf_calibration.modeling.streams import build_stream
+    from hf_calibration.secl import SECLConfig, apply_secl
+
+    trainer = apply_secl(make_tiny_model(tiny_tokenizer), tiny_tokenizer, SECLConfig())
+    config = SECLServiceConfig(output_dir=str(tmp_path), base_url="http://127.0.0.1:1/v1", stream="mmlu:stem",
+                               limit_per_domain=8, balance_gold=True, max_new_tokens=4)
+    local = build_stream(tiny_tokenizer, "mmlu:stem", limit_per_domain=8, seed=0, balance_gold=True,
+                         **stream_context(trainer, tiny_tokenizer, trainer.secl_config, max_new_tokens=4,
+                                          on_overflow="truncate"))
+    served = served_stream(config, trainer, tiny_tokenizer, None)
+    assert [i.prompt_ids for i in served] == [i.prompt_ids for i in local]
+    assert Counter(i.gold for i in served) == {0: 2, 1: 2, 2: 2, 3: 2}  # 8 questions, 4 letters: balanced
+    reserve = stream_context(trainer, tiny_tokenizer, trainer.secl_config, max_new_tokens=4,
+                             on_overflow="truncate")["reserve"]
+    with pytest.warns(ParameterWarning, match="longer"):
+        short = served_stream(config, trainer, tiny_tokenizer, 200)  # a server context below the model's 512
+    assert max(len(i.prompt_ids) for i in local) + reserve > 200  # the check below can fail
+    assert all(len(i.prompt_ids) + reserve <= 200 for i in short)
+    for options, name in (({"on_overflow": "cut"}, "on_overflow"), ({"balance_gold": "yes"}, "balance_gold")):
+        with pytest.raises(ParameterError) as err:
+            SECLServiceConfig(output_dir=str(tmp_path), base_url="http://127.0.0.1:1/v1", **options)
+        assert err.value.parameter == name
