@@ -261,7 +261,7 @@ def main(argv=None):
     from hf_calibration.modeling import resolve_model_path
     from hf_calibration.modeling.backends.launch import local_vllm_server
 
-    venv = Path(os.environ.get("HF_CALIBRATION_VLLM_VENV") or ".venv-vllm")
+    venv = Path(os.path.abspath(os.environ.get("HF_CALIBRATION_VLLM_VENV") or ".venv-vllm"))  # the server runs elsewhere
     with local_vllm_server(venv / "bin" / "python", resolve_model_path(args.model), args.model,
                            log=(out / "vllm.log").resolve(), max_model_len=args.max_model_len, lora_rank=8,
                            timeout_s=600) as url:
