@@ -117,7 +117,9 @@ class LoRAAdmin:
         require = getattr(self.backend, "require_runtime_lora", None)
         if require is not None:
             require("SECL's adapter hot-swap")
-        status, text, error = self._post("/load_lora_adapter", {"lora_name": name, "lora_path": str(folder)})
+        # absolute: the server resolves a relative path from its own working directory
+        status, text, error = self._post("/load_lora_adapter", {"lora_name": name,
+                                                                "lora_path": os.path.abspath(folder)})
         if status >= 400:
             raise _lora_refusal(self.backend.base_url, status, error, text, folder=folder, rank=rank)
 

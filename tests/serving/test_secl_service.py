@@ -285,3 +285,16 @@ def test_service_options_name_the_bad_one(tmp_path, capsys):
     lines = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(lines) == 1 and "--limit-per-domain" in lines[0]
     assert not (tmp_path / "out").exists()
+
+
+def test_relative_state_dir_reaches_the_server(served, items, tmp_path, monkeypatch):
+    """A state folder given relative to this process (``secl-serve --output-dir outputs/x``) is loaded by a server
+    whose working directory is another (the session server runs in its log's folder): before, vLLM answered 404
+    "No adapter found" for the relative path and the stream stopped at its first update."""
+    monkeypatch.chdir(tmp_path)
+    service = _service(served, "relative")
+    service.start_burst("r")
+    record = service.step("r", items[0].prompt_ids, choices=items[0].choices)
+    assert record.updated and service.streams["r"].served_name == "r-v1"
+    assert "r-v1" in {m["id"] for m in served.request("GET", "/models")["data"]}  # the server holds it
+    service.lora.unload("r-v1")  # the session server's LoRA slots are shared with the other tests

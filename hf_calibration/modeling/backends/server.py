@@ -15,6 +15,7 @@ refused before anything is scored.
 
 from __future__ import annotations
 
+import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Sequence
@@ -210,9 +211,10 @@ class OpenAICompatibleBackend(ScoringBackend):
         needs ``--enable-lora`` and ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``), then score through it: this
         backend's ``served_model`` becomes ``name``. Raises ParameterError naming ``base_url`` when the engine has
         no runtime LoRA loading (llama.cpp loads adapters at start only, ``--lora``), ServerError naming
-        ``base_url`` with the server's answer when it refuses (e.g. a rank above ``--max-lora-rank``)."""
+        ``base_url`` with the server's answer when it refuses (e.g. a rank above ``--max-lora-rank``). A relative
+        ``path`` is sent absolute (the server resolves it from its own working directory)."""
         self.require_runtime_lora("loading a LoRA adapter")
-        self._request("POST", "/load_lora_adapter", {"lora_name": name, "lora_path": str(path)})
+        self._request("POST", "/load_lora_adapter", {"lora_name": name, "lora_path": os.path.abspath(path)})
         self.served_model = name
         self.check_server()
 
