@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from hf_calibration.errors import ParameterError, ParameterTypeError
 from hf_calibration.metrics.validation import check_n_bins, prepare
 from hf_calibration.metrics.binning import ReliabilityTable, accumulate_bin_sums, table_from_sums
 from hf_calibration.metrics.ece import calibration_error_from_sums, check_norm
@@ -41,10 +42,11 @@ class BinnedCalibrationState:
 
     Raises
     ------
-    TypeError
-        Non-integer ``n_bins`` or ``n_classes``.
-    ValueError
-        ``n_bins <= 0``, ``n_classes < 2``, or ``n_classes`` without ``classwise=True``.
+    ParameterTypeError
+        (also a TypeError) Non-integer ``n_bins`` or ``n_classes``.
+    ParameterError
+        (a ValueError) ``n_bins <= 0``, ``n_classes < 2``, or ``n_classes`` without
+        ``classwise=True``; it names the parameter and the value.
 
     Examples
     --------
@@ -93,9 +95,8 @@ class BinnedCalibrationState:
                          allow_empty=True)
         k = inputs.n_classes
         if self.classwise and self.n_classes is not None and k is not None and k != self.n_classes:
-            raise ValueError(
-                f"y_prob has K={k} classes but this classwise state holds {self.n_classes} (n_classes={self.n_classes})"
-            )
+            raise ParameterError("y_prob", y_prob, f"has K={k} classes but this classwise state holds {self.n_classes} "
+                                 f"(n_classes={self.n_classes})")
         if inputs.n == 0:
             return self
         batch = accumulate_bin_sums(inputs, self.n_bins, self.classwise)
@@ -191,9 +192,11 @@ def _check_n_classes(n_classes, classwise: bool) -> int | None:
     if n_classes is None:
         return None
     if isinstance(n_classes, bool) or not isinstance(n_classes, (int, np.integer)):
-        raise TypeError(f"n_classes must be an int, got {n_classes!r} ({type(n_classes).__name__})")
+        raise ParameterTypeError("n_classes", n_classes, f"must be an int, got {n_classes!r} "
+                                 f"({type(n_classes).__name__})")
     if n_classes < 2:
-        raise ValueError(f"n_classes must be an integer ≥ 2, got {n_classes}")
+        raise ParameterError("n_classes", n_classes, f"must be an integer ≥ 2, got {n_classes}")
     if not classwise:
-        raise ValueError(f"n_classes={n_classes} is only meaningful with classwise=True")
+        raise ParameterError("n_classes", n_classes, f"is only meaningful with {{classwise}}=True, got {n_classes}",
+                             related=("classwise",))
     return int(n_classes)
