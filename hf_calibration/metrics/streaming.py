@@ -22,7 +22,8 @@ class BinnedCalibrationState:
     Parameters
     ----------
     n_bins : int, default 15
-        Number of equal-width bins (> 0).
+        Number of equal-width bins, 1 to ``MAX_STATE_BINS`` (2**20: the sums are allocated up front, before the
+        number of predictions, which bounds the metric functions' bins, is known).
     classwise : bool, default False
         False: top-label bins (conf-ECE). True: one row of bins per class, class k binning
         ``y_prob[:, k]`` against 1[label = k] (cw-ECE; needs (n, K) probabilities).
@@ -45,7 +46,7 @@ class BinnedCalibrationState:
     ParameterTypeError
         (also a TypeError) Non-integer ``n_bins`` or ``n_classes``.
     ParameterError
-        (a ValueError) ``n_bins <= 0``, ``n_classes < 2``, or ``n_classes`` without
+        (a ValueError) ``n_bins`` outside [1, ``MAX_STATE_BINS``], ``n_classes < 2``, or ``n_classes`` without
         ``classwise=True``; it names the parameter and the value.
 
     Examples
@@ -69,7 +70,7 @@ class BinnedCalibrationState:
     """
 
     def __init__(self, n_bins: int = 15, *, classwise: bool = False, n_classes: int | None = None):
-        self.n_bins = check_n_bins(n_bins)
+        self.n_bins = check_n_bins(n_bins, state=True)
         self.classwise = bool(classwise)
         self.n_classes = _check_n_classes(n_classes, self.classwise)
         self.reset()

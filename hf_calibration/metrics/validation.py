@@ -22,8 +22,8 @@ import numpy as np
 
 from hf_calibration.errors import ParameterError, ParameterTypeError, check_choice
 
-__all__ = ["Inputs", "check_choice", "check_labels", "check_n_bins", "check_prob_values", "max_bins", "prepare",
-           "to_numpy"]
+__all__ = ["Inputs", "MAX_STATE_BINS", "check_choice", "check_labels", "check_n_bins", "check_prob_values", "max_bins",
+           "prepare", "to_numpy"]
 
 #: Rows of a probability array must sum to 1 within ``max(ROW_SUM_ATOL, K * eps(dtype))``; the second
 #: term only matters for half-precision input, whose rounding alone moves a softmax row by ~K·eps.
@@ -96,8 +96,15 @@ def max_bins(n: int) -> int:
     return max(int(n), MIN_BIN_LIMIT)
 
 
-def check_n_bins(n_bins, n: int | None = None, *, of: str = "predictions") -> int:
-    """``n_bins`` as a positive int, at most ``max_bins(n)`` when ``n`` (the number of predictions) is given;
+#: The most bins a streaming state (``BinnedCalibrationState``) takes. Its per-bin sums exist before any prediction
+#: is counted, so ``max_bins(n)`` cannot bound them up front; 2**20 is ``max_bins(n)`` for a million predictions
+#: (24 MiB of top-label sums) (docs/methods.md, "Binned ECE family").
+MAX_STATE_BINS = 1 << 20
+
+
+def check_n_bins(n_bins, n: int | None = None, *, of: str = "predictions", state: bool = False) -> int:
+    """``n_bins`` as a positive int, at most ``max_bins(n)`` when ``n`` (the number of predictions) is given, at
+    most ``MAX_STATE_BINS`` when ``state`` (a streaming state's bins, allocated before ``n`` is known);
     ParameterTypeError for non-integers, ParameterError for values <= 0 or above the bound (``of`` names what
     ``n`` counts in the message)."""
     if isinstance(n_bins, bool) or not isinstance(n_bins, (int, np.integer)):
@@ -107,6 +114,10 @@ def check_n_bins(n_bins, n: int | None = None, *, of: str = "predictions") -> in
     if n is not None and n_bins > max_bins(n):
         raise ParameterError("n_bins", n_bins, f"must be ≤ {max_bins(n)} for {n} {of} (at most one bin per "
                              f"prediction, or {MIN_BIN_LIMIT}: more bins are necessarily empty), got {n_bins}")
+    if state and n_bins > MAX_STATE_BINS:
+        raise ParameterError("n_bins", n_bins, f"must be ≤ {MAX_STATE_BINS} for a streaming state (its per-bin sums "
+                             f"are allocated before any prediction arrives; {MAX_STATE_BINS} bins serve a million "
+                             f"predictions), got {n_bins}")
     return int(n_bins)
 
 
