@@ -17,11 +17,14 @@ from hf_calibration.secl import SECLConfig
 def no_model_load(monkeypatch):
     """Bad input must be rejected before a model is loaded: loading fails the test."""
     import hf_calibration.modeling
+    import hf_calibration.modeling.loading
 
     def refuse(*args, **kwargs):
         raise AssertionError("a model was loaded before the bad input was rejected")
 
+    # open_backend imports load_model from modeling.loading: both names refuse
     monkeypatch.setattr(hf_calibration.modeling, "load_model", refuse)
+    monkeypatch.setattr(hf_calibration.modeling.loading, "load_model", refuse)
 
 
 @pytest.fixture(scope="module")
