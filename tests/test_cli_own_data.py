@@ -15,13 +15,16 @@ MAPPING = ["--question-column", "Question", "--choices-column", "A,B,C,D", "--an
 
 @pytest.fixture()
 def no_model_load(monkeypatch):
-    """Bad input must be rejected before a model is loaded: loading fails the test."""
+    """Bad input must be rejected before a model is loaded: loading fails the test (also through
+    ``open_backend``, which imports ``load_model`` from ``modeling.loading``)."""
     import hf_calibration.modeling
+    import hf_calibration.modeling.loading
 
     def refuse(*args, **kwargs):
         raise AssertionError("a model was loaded before the bad input was rejected")
 
     monkeypatch.setattr(hf_calibration.modeling, "load_model", refuse)
+    monkeypatch.setattr(hf_calibration.modeling.loading, "load_model", refuse)
 
 
 @pytest.fixture()
@@ -106,3 +109,14 @@ def test_empty_subjects_is_named_as_given(option, capsys):
     """Before: "--subjects: [] names no subject"."""
     assert main(["evaluate", "--output-dir", "o", option, ""]) == 2
     assert capsys.readouterr().err == f"hf-calibration: error: {option}: must not be empty, got ''\n"
+
+
+def test_diagnose_refuses_more_bins_than_the_file_has_questions_before_the_model_loads(tiny_model_dir, tmp_path, quiz,
+                                                                                      capsys, no_model_load):
+    """--n-bins 50 passes the check against --limit (200, the default), but the file has 10 questions (at most
+    max(10, 15) = 15 bins: docs/methods.md). Before: diagnose loaded the model and scored every question first."""
+    out = tmp_path / "out"
+    argv = ["diagnose", "--model", str(tiny_model_dir), "--dataset", quiz, *MAPPING, "--n-bins", "50",
+            "--output-dir", str(out)]
+    _fails_with_one_line(argv, capsys, "--n-bins: must be ≤ 15 for 10 questions", "got 50")
+    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["quiz.csv"]

@@ -14,8 +14,9 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hf_calibration.errors import (MissingPathError, ParameterError, ParameterWarning, check_choice,  # noqa: F401
-                                   check_int, check_positive_number, renamed_parameters)
+from hf_calibration.errors import (MissingPathError, ParameterError, ParameterTypeError,  # noqa: F401
+                                   ParameterWarning, check_choice, check_int, check_positive_number,
+                                   renamed_parameters)
 from hf_calibration.metrics.validation import check_n_bins
 from hf_calibration.metrics.binning import BINNINGS
 from hf_calibration.metrics.ece import NORMS
@@ -39,6 +40,8 @@ def subjects_field():
 
 
 def output_dir_field(help: str = "Folder for the outputs (created)."):
+    """A job's ``output_dir``; its config's ``__post_init__`` calls ``check_path(self.output_dir, "output_dir")``
+    (tests/jobs/test_jobs.py checks that every job config does)."""
     return field(metadata={"help": help})
 
 
@@ -261,12 +264,24 @@ def overwrite_field():
                 "an evaluate run of other data or another model, which is refused too)."})
 
 
+def check_path(path, name: str, *, what: str = "folder") -> str:
+    """``path``, a str or an ``os.PathLike`` (``pathlib.Path``), as a non-empty string. ParameterTypeError (also a
+    TypeError) naming ``name`` for another type (``output_dir=5`` would otherwise become a folder named "5"),
+    ParameterError for None or "". Touches no file: a job config calls it at construction for its path fields,
+    and ``check_output_dir`` / ``check_output_file`` / ``check_input_file`` call it first."""
+    value = os.fspath(path) if isinstance(path, os.PathLike) else path
+    if value is None or value == "":
+        raise ParameterError(name, path, f"must name a {what}, got {path!r}")
+    if not isinstance(value, str):
+        raise ParameterTypeError(name, path, f"must be a path naming a {what} (a string or pathlib.Path), got "
+                                 f"{path!r} ({type(path).__name__})")
+    return value
+
+
 def check_output_dir(path, name: str = "output_dir") -> Path:
-    """``path`` as a folder to write into, checked up front (nothing is created): not empty, not an existing
-    file, creatable and writable. ParameterError naming ``name``."""
-    raw = "" if path is None else str(path)
-    if not raw:
-        raise ParameterError(name, path, f"must name a folder, got {path!r}")
+    """``path`` as a folder to write into, checked up front (nothing is created): a str or PathLike
+    (``check_path``), not empty, not an existing file, creatable and writable. ParameterError naming ``name``."""
+    raw = check_path(path, name)
     out = Path(raw)
     if out.exists():
         if not out.is_dir():
@@ -280,10 +295,9 @@ def check_output_dir(path, name: str = "output_dir") -> Path:
 
 
 def check_output_file(path, name: str = "output") -> Path:
-    """``path`` as a file to write, checked up front: not empty, not a directory, its folder creatable."""
-    raw = "" if path is None else str(path)
-    if not raw:
-        raise ParameterError(name, path, f"must name a file, got {path!r}")
+    """``path`` as a file to write, checked up front: a str or PathLike (``check_path``), not empty, not a
+    directory, its folder creatable."""
+    raw = check_path(path, name, what="file")
     out = Path(raw)
     if out.is_dir():
         raise ParameterError(name, raw, f"{raw!r} is a directory; give a file name")
@@ -295,8 +309,9 @@ def check_output_file(path, name: str = "output") -> Path:
 
 
 def check_input_file(path, name: str) -> Path:
-    """``path`` as an existing file, or MissingPathError (a ParameterError) naming ``name`` and the value."""
-    raw = "" if path is None else str(path)
+    """``path`` as an existing file, or MissingPathError (a ParameterError) naming ``name`` and the value
+    (ParameterTypeError for a value that is not a path: ``check_path``)."""
+    raw = "" if path is None or path == "" else check_path(path, name, what="file")
     if not raw or not Path(raw).is_file():
         raise MissingPathError(name, raw, f"{raw!r} is not a file")
     return Path(raw)
@@ -371,9 +386,11 @@ class MCQAScoringConfig:
         return type(self).__dataclass_fields__["limit"].default
 
     def check_scoring_fields(self) -> None:
-        """ParameterError naming the first bad shared field (sizes, prompt format, seed, ECE options)."""
+        """ParameterError naming the first bad shared field (output folder, sizes, prompt format, seed, ECE
+        options)."""
         from hf_calibration.modeling.prompts import PROMPT_FORMATS
 
+        check_path(self.output_dir, "output_dir")
         for name in ("limit", "batch_size", "n_resamples"):
             check_int(getattr(self, name), name)
         check_choice(self.prompt_format, "prompt_format", PROMPT_FORMATS)

@@ -13,9 +13,9 @@ from hf_calibration.reporting import reports
 from hf_calibration.data import MCQA_DATASETS, OPEN_QA_DATASETS, check_mcqa_arguments, dataset_kind
 from hf_calibration.errors import ParameterError, renamed_parameters
 from hf_calibration.jobs.common import (CUSTOM_DATA_FIELDS, JobResult, MCQAScoringConfig,
-                                        batch_size_field, check_device, check_output_dir, check_positive_number,
-                                        custom_data_options, dataset_field, ece_options, fit_mcqa_to_context,
-                                        load_mcqa_for)
+                                        batch_size_field, check_device, check_ece_options, check_output_dir,
+                                        check_positive_number, custom_data_options, dataset_field, ece_options,
+                                        fit_mcqa_to_context, load_mcqa_for)
 from hf_calibration.modeling.streams import build_stream
 from hf_calibration.reporting.plotting import plot_reliability_diagrams
 from hf_calibration.runtime.outputs import AtomicOutputDir, check_result_folder, partial_path
@@ -146,6 +146,7 @@ def _diagnose_mcqa(config: DiagnoseConfig, model, tokenizer, out, run: dict, pro
     dataset = load_mcqa_for(config.dataset, subjects=config.subjects, limit=config.limit, seed=config.seed,
                             default_limit=config.default_limit(),
                             balance_gold=config.balance_gold, **custom_data_options(config))
+    check_ece_options(config, len(dataset))  # fewer questions than --limit: --n-bins against those there are
     in_process = model is not None or has_capability(config.backend, "in_process")
     checkpoint = None if in_process else _served_checkpoint(config, out)
     tokenizer, backend = _open(config, model, tokenizer, run)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from hf_calibration.reporting import reports
 from hf_calibration.errors import ParameterError, ParameterWarning, renamed_parameters
-from hf_calibration.jobs.common import JobResult, check_choice, check_output_file
+from hf_calibration.jobs.common import JobResult, check_choice, check_output_file, check_path
 
 # posthoc.CALIBRATORS' names (posthoc needs torch and scikit-learn: not imported to read the config)
 METHODS = ("histogram", "isotonic", "platt", "temperature", "vector")
@@ -36,6 +36,8 @@ class FitPosthocConfig:
                 "probability."})
 
     def __post_init__(self):
+        check_path(self.predictions, "predictions", what="file")
+        check_path(self.output, "output", what="file")
         check_choice(self.method, "method", METHODS)
         if self.signal is not None:
             from hf_calibration.modeling.signals import SIGNALS

@@ -19,8 +19,8 @@ import numpy as np
 from hf_calibration.reporting import reports
 from hf_calibration.errors import ParameterError, ParameterWarning
 from hf_calibration.jobs.common import (JobResult, binning_field, check_ece_options, check_int, check_non_empty,
-                                        check_output_dir, ece_options, n_bins_field, n_resamples_field, norm_field,
-                                        output_dir_field, overwrite_field, seed_field)
+                                        check_output_dir, check_path, ece_options, n_bins_field, n_resamples_field,
+                                        norm_field, output_dir_field, overwrite_field, seed_field)
 from hf_calibration.integrations.lm_eval_import import SCORINGS, LMEvalSamples, find_samples, read_samples, to_mcqa_scores
 from hf_calibration.runtime.outputs import AtomicOutputDir, check_result_folder
 from hf_calibration.modeling.prompts import LETTERS
@@ -57,6 +57,8 @@ class LMEvalImportConfig:
     overwrite: bool = overwrite_field()
 
     def __post_init__(self):
+        check_path(self.samples, "samples", what="file or folder")
+        check_path(self.output_dir, "output_dir")
         for name in ("min_subject_questions", "n_resamples"):
             check_int(getattr(self, name), name)
         check_ece_options(self)

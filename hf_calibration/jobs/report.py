@@ -9,7 +9,8 @@ from pathlib import Path
 
 from hf_calibration.errors import MissingPathError, ParameterError, ParameterWarning
 from hf_calibration.reporting.html_report import GENERATOR, non_numeric_cells, render_report
-from hf_calibration.jobs.common import ECE_DEFAULTS, JobResult, check_choice, check_int, check_output_file, n_resamples_field
+from hf_calibration.jobs.common import (ECE_DEFAULTS, JobResult, check_choice, check_int, check_output_file, check_path,
+                                        n_resamples_field)
 from hf_calibration.metrics.binning import BINNINGS
 from hf_calibration.metrics.ece import NORMS
 
@@ -44,6 +45,10 @@ class ReportConfig:
             self.inputs = [str(self.inputs)]
         if not self.inputs:
             raise ParameterError("inputs", self.inputs, "need at least one result folder, got none")
+        for folder in self.inputs:
+            check_path(folder, "inputs")
+        if self.output is not None:
+            check_path(self.output, "output", what="file")
         if self.n_bins is not None:
             check_int(self.n_bins, "n_bins")
         if self.binning is not None:

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 
 from hf_calibration.errors import ParameterError
 from hf_calibration.jobs.common import (OVERFLOW_POLICIES, JobResult, balance_gold_field, check_choice, check_device,
-                                        check_int, check_output_dir, device_field, model_field, on_overflow_field,
-                                        seed_field, served_model_field)
+                                        check_int, check_output_dir, check_path, device_field, model_field,
+                                        on_overflow_field, output_dir_field, seed_field, served_model_field)
 from hf_calibration.reporting.reports import write_json
 from hf_calibration.secl.config import SECLConfig
 from hf_calibration.secl.service import SWAP_MODES
@@ -20,9 +20,9 @@ class SECLServiceConfig:
     """Options of ``run_secl_service`` / ``hf-calibration secl-serve`` besides SECL's own (``SECLConfig``). Checked at
     construction: ParameterError (a ValueError) naming the field and the value."""
 
-    output_dir: str = field(metadata={
-        "help": "The service's state folder: each stream's adapter versions and stream.json (created; a run on a "
-                "folder with state resumes every stream where it stopped)."})
+    output_dir: str = output_dir_field(
+        "The service's state folder: each stream's adapter versions and stream.json (created; a run on a folder with "
+        "state resumes every stream where it stopped).")
     base_url: str = field(metadata={
         "help": "URL of the vLLM (OpenAI-compatible) server, e.g. http://127.0.0.1:8000/v1, started with "
                 "--enable-lora --max-lora-rank R and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True (docs/serving.md)."})
@@ -50,6 +50,7 @@ class SECLServiceConfig:
         from hf_calibration.modeling.backends import check_backend_options
         from hf_calibration.modeling.streams import parse_stream
 
+        check_path(self.output_dir, "output_dir")
         check_backend_options("openai", self.base_url, self.served_model)
         parse_stream(self.stream)
         for name in ("limit_per_domain", "max_new_tokens"):

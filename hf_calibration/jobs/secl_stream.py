@@ -17,9 +17,9 @@ import torch
 from hf_calibration import modeling
 from hf_calibration.data import domain_key
 from hf_calibration.errors import ParameterError, ParameterWarning
-from hf_calibration.jobs.common import (JobResult, check_choice, check_device, check_int, check_output_dir, device_field,
-                                        balance_gold_field, model_field, n_resamples_field, on_overflow_field, output_dir_field,
-                                        overwrite_field, seed_field)
+from hf_calibration.jobs.common import (JobResult, check_choice, check_device, check_int, check_output_dir, check_path,
+                                        device_field, balance_gold_field, model_field, n_resamples_field,
+                                        on_overflow_field, output_dir_field, overwrite_field, seed_field)
 from hf_calibration.modeling.context import OVERFLOW_POLICIES
 from hf_calibration.modeling.streams import build_stream, parse_stream
 from hf_calibration.reporting.plotting import plot_reliability_diagrams
@@ -70,6 +70,7 @@ class SECLStreamConfig:
     overwrite: bool = overwrite_field()
 
     def __post_init__(self):
+        check_path(self.output_dir, "output_dir")
         check_stream(self.stream, self.limit_per_domain)
         check_choice(self.on_overflow, "on_overflow", OVERFLOW_POLICIES)
         for name in ("max_new_tokens", "n_resamples", "workers"):

@@ -27,6 +27,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from hf_calibration.errors import ParameterError, ParameterTypeError
 from hf_calibration.metrics.validation import (
     Inputs,
     check_choice,
@@ -171,10 +172,11 @@ def uniform_bin_index(conf, n_bins: int):
 
     Raises
     ------
-    TypeError
-        Non-numeric ``conf`` (or complex), non-integer ``n_bins``.
-    ValueError
-        A value outside [0, 1] or NaN (the message names its position), ``n_bins <= 0``.
+    ParameterTypeError
+        (also a TypeError) Non-numeric ``conf`` (or complex), non-integer ``n_bins``.
+    ParameterError
+        (a ValueError) A value of ``conf`` outside [0, 1] or NaN (the message names its value and position),
+        ``n_bins <= 0``.
 
     Examples
     --------
@@ -186,14 +188,16 @@ def uniform_bin_index(conf, n_bins: int):
     n_bins = check_n_bins(n_bins)
     c = np.asarray(conf)
     if c.dtype.kind not in "biuf":
-        raise TypeError(f"conf must hold real numbers, got dtype {c.dtype} (value {_short_repr(conf)})")
+        raise ParameterTypeError("conf", conf, f"must hold real numbers, got dtype {c.dtype} "
+                                 f"(value {_short_repr(conf)})")
     if c.size:
         lo, hi = c.min(), c.max()
         if not (lo >= 0 and hi <= 1):  # also catches NaN
             flat = c.ravel()
             pos = int(np.argmax(~((flat >= 0) & (flat <= 1))))
             where = "" if c.ndim == 0 else f"[{', '.join(str(int(i)) for i in np.unravel_index(pos, c.shape))}]"
-            raise ValueError(f"conf{where} = {flat[pos]} is outside [0, 1]")
+            raise ParameterError("conf", flat[pos], f"must hold confidences in [0, 1], got {flat[pos]}"
+                                 + (f" at {{conf}}{where}" if where else ""))
     if c.dtype == np.float64 or c.dtype == np.float32:
         idx = _uniform_index_fast(c, n_bins)
     else:  # exact comparison in the common dtype (float64 for small ints and float16, long double stays)

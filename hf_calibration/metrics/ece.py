@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import ndtr
 
+from hf_calibration.errors import ParameterError, ParameterTypeError
 from hf_calibration.metrics.registry import register
 from hf_calibration.metrics.validation import Inputs, check_choice, check_n_bins, prepare
 from hf_calibration.metrics.binning import (BINNINGS, accumulate_bin_sums, bin_index, bin_sums, prepared_top_label,
@@ -16,9 +17,10 @@ NORMS = ("l1", "l2", "max")
 def check_norm(norm: str, debiased: bool) -> None:
     check_choice(norm, "norm", NORMS)
     if not isinstance(debiased, (bool, np.bool_)):
-        raise TypeError(f"debiased must be a bool, got {debiased!r}")
+        raise ParameterTypeError("debiased", debiased, f"must be a bool, got {debiased!r}")
     if debiased and norm == "max":
-        raise ValueError("debiased=True is defined for norm='l1' and norm='l2' (Kumar et al. 2019), got norm='max'")
+        raise ParameterError("debiased", debiased, "must be False with {norm}='max' (the debiased estimator is defined "
+                             "for {norm}='l1' and {norm}='l2', Kumar et al. 2019), got True", related=("norm",))
 
 
 def calibration_error_from_sums(sums: np.ndarray, *, norm: str = "l1", debiased: bool = False) -> np.ndarray:
@@ -126,14 +128,14 @@ def expected_calibration_error(
 
     Raises
     ------
-    ValueError
-        Shapes or lengths that do not match, empty input, NaN/inf, values outside [0, 1], rows not
-        summing to 1, labels outside [0, K) (or not 0/1), non-integral labels, ``n_bins <= 0`` or
-        above ``max(n, 15)``,
-        unknown ``binning``/``norm``, ``debiased`` with ``norm="max"``. Messages name the argument
-        and the first offending value.
-    TypeError
-        Non-numeric arrays, non-integer ``n_bins``.
+    ParameterError
+        (a ValueError; ``err.parameter`` is the argument's name, e.g. ``"y_prob"``) Shapes or lengths that do
+        not match, empty input, NaN/inf, values outside [0, 1], rows not summing to 1, labels outside [0, K)
+        (or not 0/1), non-integral labels, ``n_bins <= 0`` or above ``max(n, 15)``, unknown
+        ``binning``/``norm``, ``debiased`` with ``norm="max"``. Messages name the argument and the first
+        offending value.
+    ParameterTypeError
+        (a ParameterError and a TypeError) Non-numeric arrays, non-integer ``n_bins``.
 
     Examples
     --------

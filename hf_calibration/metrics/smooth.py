@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 from scipy import fft as sp_fft
 
+from hf_calibration.errors import ParameterError, ParameterTypeError
 from hf_calibration.metrics.registry import register
 from hf_calibration.metrics.validation import Inputs, prepare
 from hf_calibration.metrics.binning import prepared_top_label
@@ -148,9 +149,9 @@ class _Smoother:
 def _smece_options(sigma=None) -> dict:
     if sigma is not None:
         if isinstance(sigma, bool) or not isinstance(sigma, (int, float, np.floating, np.integer)):
-            raise TypeError(f"sigma must be a float or None, got {sigma!r}")
+            raise ParameterTypeError("sigma", sigma, f"must be a float or None, got {sigma!r}")
         if not 0 < sigma <= 1 or not np.isfinite(sigma):
-            raise ValueError(f"sigma must be in (0, 1], got {sigma}")
+            raise ParameterError("sigma", sigma, f"must be in (0, 1], got {sigma}")
         sigma = float(sigma)
     return dict(sigma=sigma)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from hf_calibration.errors import ParameterError, ParameterTypeError
 from hf_calibration.metrics.validation import check_n_bins, prepare
 from hf_calibration.metrics.binning import ReliabilityTable, accumulate_bin_sums, table_from_sums
 from hf_calibration.metrics.ece import calibration_error_from_sums, check_norm
@@ -21,7 +22,8 @@ class BinnedCalibrationState:
     Parameters
     ----------
     n_bins : int, default 15
-        Number of equal-width bins (> 0).
+        Number of equal-width bins, 1 to ``MAX_STATE_BINS`` (2**20: the sums are allocated up front, before the
+        number of predictions, which bounds the metric functions' bins, is known).
     classwise : bool, default False
         False: top-label bins (conf-ECE). True: one row of bins per class, class k binning
         ``y_prob[:, k]`` against 1[label = k] (cw-ECE; needs (n, K) probabilities).
@@ -41,10 +43,11 @@ class BinnedCalibrationState:
 
     Raises
     ------
-    TypeError
-        Non-integer ``n_bins`` or ``n_classes``.
-    ValueError
-        ``n_bins <= 0``, ``n_classes < 2``, or ``n_classes`` without ``classwise=True``.
+    ParameterTypeError
+        (also a TypeError) Non-integer ``n_bins`` or ``n_classes``.
+    ParameterError
+        (a ValueError) ``n_bins`` outside [1, ``MAX_STATE_BINS``], ``n_classes < 2``, or ``n_classes`` without
+        ``classwise=True``; it names the parameter and the value.
 
     Examples
     --------
@@ -67,7 +70,7 @@ class BinnedCalibrationState:
     """
 
     def __init__(self, n_bins: int = 15, *, classwise: bool = False, n_classes: int | None = None):
-        self.n_bins = check_n_bins(n_bins)
+        self.n_bins = check_n_bins(n_bins, state=True)
         self.classwise = bool(classwise)
         self.n_classes = _check_n_classes(n_classes, self.classwise)
         self.reset()
@@ -93,9 +96,8 @@ class BinnedCalibrationState:
                          allow_empty=True)
         k = inputs.n_classes
         if self.classwise and self.n_classes is not None and k is not None and k != self.n_classes:
-            raise ValueError(
-                f"y_prob has K={k} classes but this classwise state holds {self.n_classes} (n_classes={self.n_classes})"
-            )
+            raise ParameterError("y_prob", y_prob, f"has K={k} classes but this classwise state holds {self.n_classes} "
+                                 f"(n_classes={self.n_classes})")
         if inputs.n == 0:
             return self
         batch = accumulate_bin_sums(inputs, self.n_bins, self.classwise)
@@ -191,9 +193,11 @@ def _check_n_classes(n_classes, classwise: bool) -> int | None:
     if n_classes is None:
         return None
     if isinstance(n_classes, bool) or not isinstance(n_classes, (int, np.integer)):
-        raise TypeError(f"n_classes must be an int, got {n_classes!r} ({type(n_classes).__name__})")
+        raise ParameterTypeError("n_classes", n_classes, f"must be an int, got {n_classes!r} "
+                                 f"({type(n_classes).__name__})")
     if n_classes < 2:
-        raise ValueError(f"n_classes must be an integer ≥ 2, got {n_classes}")
+        raise ParameterError("n_classes", n_classes, f"must be an integer ≥ 2, got {n_classes}")
     if not classwise:
-        raise ValueError(f"n_classes={n_classes} is only meaningful with classwise=True")
+        raise ParameterError("n_classes", n_classes, f"is only meaningful with {{classwise}}=True, got {n_classes}",
+                             related=("classwise",))
     return int(n_classes)

@@ -22,8 +22,8 @@ import numpy as np
 
 from hf_calibration.errors import ParameterError, ParameterTypeError, check_choice
 
-__all__ = ["Inputs", "check_choice", "check_labels", "check_n_bins", "check_prob_values", "max_bins", "prepare",
-           "to_numpy"]
+__all__ = ["Inputs", "MAX_STATE_BINS", "check_choice", "check_labels", "check_n_bins", "check_prob_values", "max_bins",
+           "prepare", "to_numpy"]
 
 #: Rows of a probability array must sum to 1 within ``max(ROW_SUM_ATOL, K * eps(dtype))``; the second
 #: term only matters for half-precision input, whose rounding alone moves a softmax row by ~K·eps.
@@ -96,8 +96,15 @@ def max_bins(n: int) -> int:
     return max(int(n), MIN_BIN_LIMIT)
 
 
-def check_n_bins(n_bins, n: int | None = None, *, of: str = "predictions") -> int:
-    """``n_bins`` as a positive int, at most ``max_bins(n)`` when ``n`` (the number of predictions) is given;
+#: The most bins a streaming state (``BinnedCalibrationState``) takes. Its per-bin sums exist before any prediction
+#: is counted, so ``max_bins(n)`` cannot bound them up front; 2**20 is ``max_bins(n)`` for a million predictions
+#: (24 MiB of top-label sums) (docs/methods.md, "Binned ECE family").
+MAX_STATE_BINS = 1 << 20
+
+
+def check_n_bins(n_bins, n: int | None = None, *, of: str = "predictions", state: bool = False) -> int:
+    """``n_bins`` as a positive int, at most ``max_bins(n)`` when ``n`` (the number of predictions) is given, at
+    most ``MAX_STATE_BINS`` when ``state`` (a streaming state's bins, allocated before ``n`` is known);
     ParameterTypeError for non-integers, ParameterError for values <= 0 or above the bound (``of`` names what
     ``n`` counts in the message)."""
     if isinstance(n_bins, bool) or not isinstance(n_bins, (int, np.integer)):
@@ -107,6 +114,10 @@ def check_n_bins(n_bins, n: int | None = None, *, of: str = "predictions") -> in
     if n is not None and n_bins > max_bins(n):
         raise ParameterError("n_bins", n_bins, f"must be ≤ {max_bins(n)} for {n} {of} (at most one bin per "
                              f"prediction, or {MIN_BIN_LIMIT}: more bins are necessarily empty), got {n_bins}")
+    if state and n_bins > MAX_STATE_BINS:
+        raise ParameterError("n_bins", n_bins, f"must be ≤ {MAX_STATE_BINS} for a streaming state (its per-bin sums "
+                             f"are allocated before any prediction arrives; {MAX_STATE_BINS} bins serve a million "
+                             f"predictions), got {n_bins}")
     return int(n_bins)
 
 
@@ -116,7 +127,8 @@ def _index(flat_position: int, shape: tuple) -> str:
 
 
 def check_prob_values(y_prob: np.ndarray, offset: int = 0, atol: float = ROW_SUM_ATOL) -> None:
-    """Raise ValueError naming the first NaN/inf, value outside [0, 1] or row not summing to 1.
+    """ParameterError naming ``y_prob`` and the first NaN/inf, value outside [0, 1] or row not summing to 1
+    (its value and index in the message).
 
     ``offset`` is the row index of ``y_prob[0]`` in the caller's full array (for chunked checks).
     Cheap on valid input: a min, a max and (for 2-D) one matrix-vector product of row sums.
@@ -124,22 +136,20 @@ def check_prob_values(y_prob: np.ndarray, offset: int = 0, atol: float = ROW_SUM
     lo, hi = y_prob.min(), y_prob.max()
     if not (lo >= 0.0 and hi <= 1.0):  # also False for NaN
         bad = ~np.isfinite(y_prob)
-        if bad.any():
-            pos = int(np.argmax(bad.ravel()))
-            value = y_prob.ravel()[pos]
-            where = _shift(_index(pos, y_prob.shape), offset)
-            raise ValueError(f"y_prob[{where}] = {value} is not finite; probabilities must be finite numbers in [0, 1]")
-        pos = int(np.argmax(((y_prob < 0) | (y_prob > 1)).ravel()))
+        what = "finite numbers in [0, 1]" if bad.any() else "probabilities in [0, 1]"
+        if not bad.any():
+            bad = (y_prob < 0) | (y_prob > 1)
+        pos = int(np.argmax(bad.ravel()))
+        value = y_prob.ravel()[pos]
         where = _shift(_index(pos, y_prob.shape), offset)
-        raise ValueError(f"y_prob[{where}] = {y_prob.ravel()[pos]} is outside [0, 1]")
+        raise ParameterError("y_prob", value, f"must hold {what}, got {value} at {{y_prob}}[{where}]")
     if y_prob.ndim == 2:
         sums = y_prob @ np.ones(y_prob.shape[1], dtype=y_prob.dtype)
         dev = np.abs(sums - 1.0)
         if dev.max() > atol:
             row = int(np.argmax(dev > atol))
-            raise ValueError(
-                f"y_prob row {row + offset} sums to {float(sums[row]):.6g}, expected 1 within atol={atol:g}"
-            )
+            raise ParameterError("y_prob", y_prob[row], f"row {row + offset} sums to {float(sums[row]):.6g}, "
+                                 f"expected 1 within atol={atol:g}")
 
 
 def _shift(where: str, offset: int) -> str:
@@ -176,28 +186,28 @@ def prepare(
 
     Raises
     ------
-    TypeError
-        Non-numeric input.
-    ValueError
-        Wrong shapes, empty input, length mismatch, non-integer or out-of-range labels, NaN/inf,
-        values outside [0, 1], rows not summing to 1 (see ``ROW_SUM_ATOL``).
+    ParameterTypeError
+        Non-numeric input (also a TypeError), naming ``y_prob`` or ``y_true``.
+    ParameterError
+        A ValueError naming ``y_prob`` or ``y_true`` and the value: wrong shapes, empty input, length mismatch,
+        non-integer or out-of-range labels, NaN/inf, values outside [0, 1], rows not summing to 1 (see
+        ``ROW_SUM_ATOL``); the first offending entry's index is in the message.
     """
     eps = _eps_of(y_prob)
     prob = to_numpy(y_prob, "y_prob")
     if prob.ndim not in (1, 2):
-        raise ValueError(f"y_prob must have shape (n,) or (n, K), got shape {prob.shape}")
+        raise ParameterError("y_prob", y_prob, f"must have shape (n,) or (n, K), got shape {prob.shape}")
     if prob.ndim == 2 and prob.shape[1] < 2:
-        raise ValueError(
-            f"y_prob has shape {prob.shape}; pass confidences as a 1-D array of shape (n,) "
-            "or probabilities as (n, K) with K ≥ 2"
-        )
+        raise ParameterError("y_prob", y_prob, f"must be confidences of shape (n,) or probabilities of shape (n, K) "
+                             f"with K ≥ 2, got shape {prob.shape}")
     if prob.shape[0] == 0:
         if not allow_empty:
-            raise ValueError(f"y_prob is empty (shape {prob.shape}); at least one prediction is needed")
+            raise ParameterError("y_prob", y_prob, f"must hold at least one prediction, got shape {prob.shape}")
     elif multiclass is True and prob.ndim != 2:
-        raise ValueError(f"y_prob must be probabilities of shape (n, K) with K ≥ 2, got shape {prob.shape}")
+        raise ParameterError("y_prob", y_prob, f"must be probabilities of shape (n, K) with K ≥ 2, got shape "
+                             f"{prob.shape}")
     elif multiclass is False and prob.ndim != 1:
-        raise ValueError(f"y_prob must be confidences of shape (n,), got shape {prob.shape}")
+        raise ParameterError("y_prob", y_prob, f"must be confidences of shape (n,), got shape {prob.shape}")
     if prob.dtype.kind != "f" or (prob.ndim == 1 and prob.dtype != np.float64):
         prob = prob.astype(np.float64)
     atol = max(ROW_SUM_ATOL, prob.shape[1] * eps) if prob.ndim == 2 else ROW_SUM_ATOL

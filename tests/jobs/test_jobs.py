@@ -17,11 +17,14 @@ from hf_calibration.secl import SECLConfig
 def no_model_load(monkeypatch):
     """Bad input must be rejected before a model is loaded: loading fails the test."""
     import hf_calibration.modeling
+    import hf_calibration.modeling.loading
 
     def refuse(*args, **kwargs):
         raise AssertionError("a model was loaded before the bad input was rejected")
 
+    # open_backend imports load_model from modeling.loading: both names refuse
     monkeypatch.setattr(hf_calibration.modeling, "load_model", refuse)
+    monkeypatch.setattr(hf_calibration.modeling.loading, "load_model", refuse)
 
 
 @pytest.fixture(scope="module")
@@ -69,6 +72,63 @@ def test_evaluate_config_names_the_field(kwargs, parameter):
     with pytest.raises(ParameterError) as err:
         EvaluateConfig(output_dir="unused", **kwargs)
     assert err.value.parameter == parameter and str(err.value).startswith(f"{parameter}: ")
+
+
+# every job config's path field, with the other fields it needs: (config name, those fields, the path field)
+PATH_FIELDS = [
+    ("EvaluateConfig", {}, "output_dir"),
+    ("DiagnoseConfig", {}, "output_dir"),
+    ("SECLStreamConfig", {}, "output_dir"),
+    ("SECLServiceConfig", {"base_url": "http://127.0.0.1:1/v1"}, "output_dir"),
+    ("LMEvalImportConfig", {"samples": "unused"}, "output_dir"),
+    ("LMEvalImportConfig", {"output_dir": "unused"}, "samples"),
+    ("FitPosthocConfig", {"method": "temperature", "output": "unused.json"}, "predictions"),
+    ("FitPosthocConfig", {"method": "temperature", "predictions": "unused.jsonl"}, "output"),
+    ("ReportConfig", {"inputs": ["unused"]}, "output"),
+    ("ReportConfig", {}, "inputs"),
+    ("ServeConfig", {"upstream": "http://127.0.0.1:1/v1"}, "state_dir"),
+]
+
+
+@pytest.mark.parametrize("name, others, parameter", PATH_FIELDS)
+@pytest.mark.parametrize("value", [5, 2.5, b"out", ("out",)])
+def test_a_path_field_that_is_not_a_path_is_refused_at_construction(tmp_path, monkeypatch, name, others, parameter,
+                                                                    value):
+    """Before: EvaluateConfig(output_dir=5) was accepted, and the job wrote into a folder named "5"."""
+    import hf_calibration.jobs as jobs
+    from hf_calibration.errors import ParameterTypeError
+
+    monkeypatch.chdir(tmp_path)
+    given = [value] if parameter == "inputs" else value
+    with pytest.raises(ParameterTypeError) as err:
+        getattr(jobs, name)(**others, **{parameter: given})
+    assert err.value.parameter == parameter and err.value.value == value and isinstance(err.value, TypeError)
+    what = {"output": "file", "predictions": "file", "samples": "file or folder"}.get(parameter, "folder")
+    assert str(err.value) == (f"{parameter}: must be a path naming a {what} (a string or pathlib.Path), got {value!r} "
+                              f"({type(value).__name__})")
+    assert list(tmp_path.iterdir()) == []  # nothing created, not even a folder named "5"
+
+
+def test_every_job_config_with_a_path_field_checks_it():
+    """A new job config with an ``output_dir`` must be in PATH_FIELDS (and so check it at construction)."""
+    import dataclasses
+
+    import hf_calibration.jobs as jobs
+
+    configs = [name for name in jobs.__all__ if name.endswith("Config")]
+    with_dir = {name for name in configs if "output_dir" in {f.name for f in dataclasses.fields(getattr(jobs, name))}}
+    assert with_dir == {"EvaluateConfig", "DiagnoseConfig", "SECLStreamConfig", "SECLServiceConfig", "LMEvalImportConfig"}
+    assert with_dir <= {name for name, _, parameter in PATH_FIELDS if parameter == "output_dir"}
+
+
+def test_a_path_output_dir_is_taken(tmp_path):
+    from pathlib import Path
+
+    config = EvaluateConfig(output_dir=tmp_path / "o")
+    assert isinstance(config.output_dir, Path)
+    with pytest.raises(ParameterError) as err:
+        EvaluateConfig(output_dir="")
+    assert err.value.parameter == "output_dir" and str(err.value) == "output_dir: must name a folder, got ''"
 
 
 def test_run_evaluate_warns_when_the_limit_exceeds_the_questions(tiny_model_dir, tmp_path):

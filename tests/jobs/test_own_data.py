@@ -43,11 +43,14 @@ FILES = {
 def no_model_load(monkeypatch):
     """Bad input must be rejected before a model is loaded: loading fails the test."""
     import hf_calibration.modeling
+    import hf_calibration.modeling.loading
 
     def refuse(*args, **kwargs):
         raise AssertionError("a model was loaded before the bad input was rejected")
 
+    # open_backend imports load_model from modeling.loading: both names refuse
     monkeypatch.setattr(hf_calibration.modeling, "load_model", refuse)
+    monkeypatch.setattr(hf_calibration.modeling.loading, "load_model", refuse)
 
 
 @pytest.mark.parametrize("kind", sorted(FILES))
@@ -133,6 +136,21 @@ def test_run_evaluate_names_the_field_of_a_bad_file(tiny_model_dir, tmp_path, no
     assert err.value.parameter == parameter and str(err.value).startswith(f"{parameter}: "), err.value
     assert fragment in str(err.value), err.value
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("run, config_class", [(run_evaluate, EvaluateConfig), (run_diagnose, DiagnoseConfig)])
+def test_n_bins_is_checked_against_the_questions_of_the_file_before_the_model_loads(tiny_model_dir, tmp_path,
+                                                                                    no_model_load, run, config_class):
+    """16 bins pass the check against limit (200, the default) but the file has 12 questions: at most max(12, 15) = 15
+    (docs/methods.md). Before: diagnose loaded the model and scored every question, then refused n_bins."""
+    write, columns = FILES["csv"]
+    path = write(tmp_path / "quiz.csv")
+    config = config_class(model=str(tiny_model_dir), dataset=path, **columns, n_bins=16, output_dir=str(tmp_path / "o"))
+    with pytest.raises(ParameterError) as err:
+        run(config, progress=False)
+    assert err.value.parameter == "n_bins" and err.value.value == 16
+    assert str(err.value).startswith("n_bins: must be ≤ 15 for 12 questions") and str(err.value).endswith("got 16")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["quiz.csv"]
 
 
 @pytest.mark.parametrize("config_class", [EvaluateConfig, DiagnoseConfig])

@@ -11,6 +11,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
+from hf_calibration.errors import ParameterError
 from hf_calibration.metrics import BinnedCalibrationState, expected_calibration_error, reliability_diagram
 from hf_calibration.metrics.binning import uniform_bin_index
 from hf_calibration.posthoc import HistogramBinningCalibrator
@@ -79,17 +80,18 @@ def test_uniform_bin_index_accepts_scalars_and_other_dtypes():
 @pytest.mark.parametrize(
     "conf, n_bins, exc, message",
     [
-        ([0.2, 1.5], 10, ValueError, r"conf\[1\] = 1.5 is outside \[0, 1\]"),
-        ([0.2, np.nan], 10, ValueError, r"conf\[1\] = nan is outside \[0, 1\]"),
-        (-0.1, 10, ValueError, r"conf = -0.1 is outside \[0, 1\]"),
+        ([0.2, 1.5], 10, ValueError, r"^conf: must hold confidences in \[0, 1\], got 1.5 at conf\[1\]$"),
+        ([0.2, np.nan], 10, ValueError, r"^conf: must hold confidences in \[0, 1\], got nan at conf\[1\]$"),
+        (-0.1, 10, ValueError, r"^conf: must hold confidences in \[0, 1\], got -0.1$"),
         ([0.5], 0, ValueError, "n_bins: must be a positive integer, got 0"),
         ([0.5], 2.0, TypeError, "n_bins: must be an int"),
-        (["a"], 10, TypeError, "conf must hold real numbers"),
+        (["a"], 10, TypeError, "^conf: must hold real numbers"),
     ],
 )
 def test_uniform_bin_index_errors(conf, n_bins, exc, message):
-    with pytest.raises(exc, match=message):
+    with pytest.raises(ParameterError, match=message) as err:
         uniform_bin_index(conf, n_bins)
+    assert isinstance(err.value, exc) and err.value.parameter == ("n_bins" if "n_bins" in message else "conf")
 
 
 # The replay of issue 14: histogram binning disagreed with the reliability diagram on the same data.

@@ -10,6 +10,7 @@ from netcal.metrics import ECE as NetcalECE
 from sklearn.calibration import calibration_curve
 from torchmetrics.functional.classification import binary_calibration_error
 
+from hf_calibration.errors import ParameterError
 from hf_calibration.metrics import (
     BinnedCalibrationState,
     adaptive_calibration_error,
@@ -201,8 +202,9 @@ def test_coincident_quantile_edges():
 @pytest.mark.parametrize("metric", [m for m in VALIDATING if m is not classwise_ece] + [classwise_ece])
 def test_rows_not_summing_to_one(metric):
     probs = np.array([[0.5, 0.5], [0.2, 0.8], [0.6, 0.4], [0.4, 0.3]])
-    with pytest.raises(ValueError, match=r"y_prob row 3 sums to 0\.7, expected 1 within atol=0\.0001"):
+    with pytest.raises(ParameterError, match=r"^y_prob: row 3 sums to 0\.7, expected 1 within atol=0\.0001") as err:
         metric([0, 1, 0, 1], probs)
+    assert err.value.parameter == "y_prob" and isinstance(err.value, ValueError)
 
 
 def test_row_sum_tolerance():
@@ -215,10 +217,10 @@ def test_row_sum_tolerance():
 def test_bad_row_in_a_later_chunk_is_named_by_its_global_index():
     probs = np.full((100_000, 4), 0.25)
     probs[70_001] = [0.25, 0.25, 0.25, 0.2]
-    with pytest.raises(ValueError, match="y_prob row 70001 sums to 0.95"):
+    with pytest.raises(ParameterError, match="y_prob: row 70001 sums to 0.95"):
         expected_calibration_error(np.zeros(100_000, int), probs)
     probs[70_001] = [0.25, 0.25, np.nan, 0.25]
-    with pytest.raises(ValueError, match=r"y_prob\[70001, 2\] = nan"):
+    with pytest.raises(ParameterError, match=r"got nan at y_prob\[70001, 2\]$"):
         expected_calibration_error(np.zeros(100_000, int), probs)
 
 
@@ -230,24 +232,56 @@ def test_bad_row_in_a_later_chunk_is_named_by_its_global_index():
 def test_non_finite_probabilities(metric, bad):
     probs = np.array([[0.5, 0.5], [0.2, 0.8], [0.5, 0.5]])
     probs[2, 1] = bad
-    with pytest.raises(ValueError, match=rf"y_prob\[2, 1\] = {bad} is not finite"):
+    with pytest.raises(ParameterError, match=rf"^y_prob: must hold finite numbers in \[0, 1\], got {bad} at "
+                                             rf"y_prob\[2, 1\]$") as err:
         metric([0, 1, 0], probs)
+    assert err.value.parameter == "y_prob" and np.isnan(err.value.value) == np.isnan(bad)
     if metric not in MULTICLASS_ONLY:
-        with pytest.raises(ValueError, match=rf"y_prob\[1\] = {bad} is not finite"):
+        with pytest.raises(ParameterError, match=rf"^y_prob: must hold finite numbers in \[0, 1\], got {bad} at "
+                                                 rf"y_prob\[1\]$") as err:
             metric([0, 1, 0], np.array([0.2, bad, 0.9]))
+        assert err.value.parameter == "y_prob"
 
 
 @pytest.mark.parametrize("metric", [m for m in VALIDATING if m not in MULTICLASS_ONLY])
 @pytest.mark.parametrize("bad", [1.2, -0.1])
 def test_confidence_outside_unit_interval(metric, bad):
-    with pytest.raises(ValueError, match=rf"y_prob\[2\] = {bad} is outside \[0, 1\]"):
+    with pytest.raises(ParameterError, match=rf"^y_prob: must hold probabilities in \[0, 1\], got {bad} at "
+                                             rf"y_prob\[2\]$") as err:
         metric([0, 1, 0], [0.2, 0.9, bad])
+    assert err.value.parameter == "y_prob" and err.value.value == bad
 
 
 @pytest.mark.parametrize("metric", VALIDATING)
 def test_probability_outside_unit_interval(metric):
-    with pytest.raises(ValueError, match=r"y_prob\[1, 0\] = 1.2 is outside \[0, 1\]"):
+    with pytest.raises(ParameterError, match=r"^y_prob: must hold probabilities in \[0, 1\], got 1.2 at "
+                                             r"y_prob\[1, 0\]$") as err:
         metric([0, 1], [[0.5, 0.5], [1.2, -0.2]])
+    assert err.value.parameter == "y_prob" and err.value.value == 1.2
+
+
+def _report(y, p):
+    return calibration_report(y, p, n_resamples=20)
+
+
+@pytest.mark.parametrize("metric", [_report, confidence_auroc, brier_score, expected_calibration_error])
+@pytest.mark.parametrize("y_true, y_prob, parameter, value, fragment", [
+    ([], [], "y_prob", None, "must hold at least one prediction, got shape (0,)"),
+    ([1, 0, 1], [0.9, np.nan, 0.4], "y_prob", np.nan, "must hold finite numbers in [0, 1], got nan at y_prob[1]"),
+    ([1, 0, 1], [0.9, 0.2, np.inf], "y_prob", np.inf, "must hold finite numbers in [0, 1], got inf at y_prob[2]"),
+    ([1, 0, 1], [0.9, 1.5, 0.4], "y_prob", 1.5, "must hold probabilities in [0, 1], got 1.5 at y_prob[1]"),
+    ([1, 0, 1], [-0.25, 0.5, 0.4], "y_prob", -0.25, "must hold probabilities in [0, 1], got -0.25 at y_prob[0]"),
+    ([1, 0], [0.9, 0.2, 0.4], "y_true", [1, 0], "has 2 entries but y_prob has 3 rows"),
+])
+def test_new_user_bad_inputs_name_the_argument_and_the_value(metric, y_true, y_prob, parameter, value, fragment):
+    """A new user's mistakes (no data, NaN/inf, a confidence outside [0, 1], lengths that differ) raise ParameterError
+    (a ValueError) naming the argument, as every metric, the report and the CLI do; before: a plain ValueError."""
+    with pytest.raises(ParameterError) as err:
+        metric(y_true, y_prob)
+    assert err.value.parameter == parameter and isinstance(err.value, ValueError)
+    assert str(err.value) == f"{parameter}: {fragment}" and "\n" not in str(err.value)
+    if value is not None:
+        assert err.value.value == value or (np.isnan(value) and np.isnan(err.value.value))
 
 
 def test_nan_in_labels():
@@ -288,29 +322,33 @@ def test_non_integer_label():
 
 @pytest.mark.parametrize("metric", VALIDATING)
 def test_length_mismatch(metric):
-    with pytest.raises(ValueError, match="y_true: has 3 entries but y_prob has 2 rows"):
+    with pytest.raises(ParameterError, match="^y_true: has 3 entries but y_prob has 2 rows$") as err:
         metric([0, 1, 1], [[0.5, 0.5], [0.2, 0.8]])
+    assert err.value.parameter == "y_true"
 
 
 @pytest.mark.parametrize("metric", [m for m in VALIDATING if m is not _state])
 def test_empty_input(metric):
     # BinnedCalibrationState.update takes an empty batch as a no-op (a process with no data), so
     # there the error comes from compute(): tests/metrics/test_streaming.py
-    with pytest.raises(ValueError, match=r"y_prob is empty"):
+    with pytest.raises(ParameterError, match=r"^y_prob: must hold at least one prediction, got shape \(0, 3\)$") as err:
         metric([], np.empty((0, 3)))
+    assert err.value.parameter == "y_prob"
 
 
 @pytest.mark.parametrize(
     "probs, message",
     [
-        (np.full((2, 2, 2), 0.5), r"y_prob must have shape \(n,\) or \(n, K\), got shape \(2, 2, 2\)"),
-        (np.full((2, 1), 1.0), r"y_prob has shape \(2, 1\); pass confidences as a 1-D array"),
-        (0.5, r"got shape \(\)"),
+        (np.full((2, 2, 2), 0.5), r"^y_prob: must have shape \(n,\) or \(n, K\), got shape \(2, 2, 2\)$"),
+        (np.full((2, 1), 1.0), r"^y_prob: must be confidences of shape \(n,\) or probabilities of shape \(n, K\) "
+                               r"with K ≥ 2, got shape \(2, 1\)$"),
+        (0.5, r"^y_prob: .*got shape \(\)$"),
     ],
 )
 def test_bad_prob_shapes(probs, message):
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(ParameterError, match=message) as err:
         expected_calibration_error([0, 1], probs)
+    assert err.value.parameter == "y_prob"
 
 
 def test_two_dimensional_labels():
@@ -319,8 +357,9 @@ def test_two_dimensional_labels():
 
 
 def test_classwise_needs_probability_rows():
-    with pytest.raises(ValueError, match=r"y_prob must be probabilities of shape \(n, K\)"):
+    with pytest.raises(ParameterError, match=r"^y_prob: must be probabilities of shape \(n, K\)") as err:
         classwise_ece([0, 1], [0.2, 0.3])
+    assert err.value.parameter == "y_prob"
 
 
 def test_non_numeric_input():
@@ -442,7 +481,7 @@ def test_unknown_options():
         expected_calibration_error([0, 1], [0.5, 0.5], binning="equal")
     with pytest.raises(ValueError, match=r"norm: must be one of 'l1', 'l2', 'max', got 'l3'"):
         expected_calibration_error([0, 1], [0.5, 0.5], norm="l3")
-    with pytest.raises(ValueError, match=r"debiased=True is defined for norm='l1' and norm='l2'.*got norm='max'"):
+    with pytest.raises(ParameterError, match=r"^debiased: must be False with norm='max' .*norm='l1' and norm='l2'"):
         expected_calibration_error([0, 1], [0.5, 0.5], norm="max", debiased=True)
-    with pytest.raises(ValueError, match=r"sigma must be in \(0, 1\], got 0"):
+    with pytest.raises(ParameterError, match=r"^sigma: must be in \(0, 1\], got 0$"):
         smooth_ece([0, 1], [0.5, 0.5], sigma=0)

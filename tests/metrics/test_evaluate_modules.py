@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from hf_calibration import metrics as lib
+from hf_calibration.errors import ParameterError
 from tests.metrics.data import make_binary, make_multiclass
 
 evaluate = pytest.importorskip("evaluate")
@@ -67,8 +68,17 @@ def test_options_are_passed_through(loaded):
 
 
 def test_validation_errors_reach_the_user(loaded):
-    with pytest.raises(ValueError, match="y_prob row 1 sums to 0.5"):
+    """The library's errors name the module's arguments: ``predictions`` (the functions' y_prob), ``references``."""
+    with pytest.raises(ParameterError, match="^predictions: row 1 sums to 0.5") as err:
         loaded["expected_calibration_error"].compute(predictions=[[0.5, 0.5], [0.25, 0.25]], references=[0, 1])
+    assert err.value.parameter == "predictions"
+    with pytest.raises(ParameterError, match=r"^predictions: must hold probabilities in \[0, 1\], got 1.5 at "
+                                             r"predictions\[1\]$") as err:
+        loaded["confidence_auroc"].compute(predictions=[0.5, 1.5], references=[0, 1])
+    assert err.value.parameter == "predictions"
+    with pytest.raises(ParameterError, match=r"^references: must be 0 or 1 \(correctness\) when predictions holds") as err:
+        loaded["calibration_brier_score"].compute(predictions=[0.5, 0.7], references=[0, 2])
+    assert err.value.parameter == "references"
 
 
 def test_every_folder_is_complete():

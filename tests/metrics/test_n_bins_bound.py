@@ -8,7 +8,9 @@ import pytest
 
 from hf_calibration import metrics as lib
 from hf_calibration.errors import ParameterError
+from hf_calibration.metrics import BinnedCalibrationState
 from hf_calibration.metrics.binning import reliability_diagram
+from hf_calibration.metrics.validation import MAX_STATE_BINS
 from tests.metrics.data import make_binary, make_multiclass
 
 
@@ -48,3 +50,33 @@ def test_calibration_report_refuses_before_the_bootstrap():
     labels, probs = make_multiclass(50, 4, seed=3)
     with pytest.raises(ParameterError, match="n_bins: must be ≤ 50 for 50 predictions"):
         lib.calibration_report(labels, probs, n_bins=10**6, n_resamples=1000)
+
+
+@pytest.mark.parametrize("classwise", [False, True])
+def test_a_streaming_state_refuses_a_billion_bins_without_allocating(classwise):
+    """Before: BinnedCalibrationState(n_bins=10**9) allocated 3 × 10^9 float64 sums (24 GB) before any data. Its sums
+    exist before the predictions are counted, so the bound is MAX_STATE_BINS, max(n, 15) of a million predictions."""
+    assert MAX_STATE_BINS == 2**20  # max_bins(n) of n = 1,048,576 predictions (docs/methods.md)
+    tracemalloc.start()
+    try:
+        with pytest.raises(ParameterError) as err:
+            BinnedCalibrationState(n_bins=10**9, classwise=classwise, **({"n_classes": 4} if classwise else {}))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert err.value.parameter == "n_bins" and err.value.value == 10**9
+    assert str(err.value).startswith(f"n_bins: must be ≤ {MAX_STATE_BINS} for a streaming state")
+    assert "1000000000" in str(err.value) and "\n" not in str(err.value)
+    assert peak < 1 << 20
+    with pytest.raises(ParameterError) as err:
+        BinnedCalibrationState(MAX_STATE_BINS + 1)
+    assert err.value.parameter == "n_bins" and err.value.value == MAX_STATE_BINS + 1
+
+
+def test_a_streaming_state_takes_the_bound_and_agrees_with_the_function():
+    """At the bound the state still works; its ECE is the one-shot function's on data with as many predictions."""
+    state = BinnedCalibrationState(MAX_STATE_BINS)
+    assert state.sums.shape == (3, MAX_STATE_BINS)
+    y, conf = make_binary(40, seed=5)
+    state = BinnedCalibrationState(40).update(y[:25], conf[:25]).update(y[25:], conf[25:])
+    assert state.compute() == pytest.approx(lib.expected_calibration_error(y, conf, n_bins=40), abs=1e-12)

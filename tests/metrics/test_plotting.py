@@ -2,6 +2,7 @@ import numpy as np
 import pytest
 from matplotlib.figure import Figure
 
+from hf_calibration.errors import ParameterError
 from hf_calibration.metrics import expected_calibration_error
 from hf_calibration.reporting.plotting import plot_reliability_diagram
 from tests.metrics.data import make_multiclass
@@ -35,5 +36,5 @@ def test_conf_view_and_errors():
     assert fig.axes[0].get_title() == "ECE = 0.250 (15 bins)"
     with pytest.raises(ValueError, match="style must be one of 'bars', 'points', got 'line'"):
         plot_reliability_diagram([1], [0.5], style="line")
-    with pytest.raises(ValueError, match=r"y_prob\[0\] = 1.5 is outside"):
+    with pytest.raises(ParameterError, match=r"^y_prob: must hold probabilities in \[0, 1\], got 1.5 at y_prob\[0\]$"):
         plot_reliability_diagram([1], [1.5])

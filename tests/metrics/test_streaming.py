@@ -5,6 +5,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from hf_calibration.errors import ParameterError
 from hf_calibration.metrics import (
     BinnedCalibrationState,
     classwise_ece,
@@ -86,7 +87,7 @@ def test_failed_update_leaves_state_unchanged():
     before = state.sums.copy()
     bad = probs[100:].copy()
     bad[150] = [0.5, 0.5, 0.5]
-    with pytest.raises(ValueError, match="y_prob row 150 sums to 1.5"):
+    with pytest.raises(ParameterError, match="^y_prob: row 150 sums to 1.5"):
         state.update(labels[100:], bad)
     np.testing.assert_array_equal(state.sums, before)
 
@@ -99,7 +100,7 @@ def test_state_errors():
     with pytest.raises(TypeError, match="other must be a BinnedCalibrationState, got dict"):
         BinnedCalibrationState().merge({})
     state = BinnedCalibrationState(classwise=True).update([0, 1], [[0.5, 0.5], [0.2, 0.8]])
-    with pytest.raises(ValueError, match="y_prob has K=3 classes but this classwise state holds 2"):
+    with pytest.raises(ParameterError, match="^y_prob: has K=3 classes but this classwise state holds 2"):
         state.update([0], [[0.2, 0.3, 0.5]])
     with pytest.raises(ValueError, match=r"tensor must have shape \(3, n_bins\)"):
         BinnedCalibrationState.from_tensor(torch.zeros(2, 15))
@@ -130,11 +131,11 @@ def test_empty_batches_are_no_ops(classwise):
 
 
 def test_empty_batch_is_still_checked():
-    with pytest.raises(ValueError, match="y_true: has 1 entries but y_prob has 0 rows"):
+    with pytest.raises(ParameterError, match="^y_true: has 1 entries but y_prob has 0 rows"):
         BinnedCalibrationState().update([1], np.empty(0))
-    with pytest.raises(ValueError, match=r"y_prob must have shape \(n,\) or \(n, K\), got shape \(0, 2, 2\)"):
+    with pytest.raises(ParameterError, match=r"^y_prob: must have shape \(n,\) or \(n, K\), got shape \(0, 2, 2\)"):
         BinnedCalibrationState().update([], np.empty((0, 2, 2)))
-    with pytest.raises(ValueError, match=r"y_prob has K=4 classes but this classwise state holds 3 \(n_classes=3\)"):
+    with pytest.raises(ParameterError, match=r"^y_prob: has K=4 classes but this classwise state holds 3 \(n_classes=3\)"):
         BinnedCalibrationState(classwise=True, n_classes=3).update([], np.empty((0, 4)))
     with pytest.raises(ValueError, match="no predictions"):
         BinnedCalibrationState().update([], []).compute()
@@ -151,7 +152,7 @@ def test_classwise_state_told_k_up_front():
     assert reduced.n_classes == 4 and reduced.compute() == pytest.approx(classwise_ece(labels, probs), abs=1e-12)
     assert state.merge(other).compute() == pytest.approx(classwise_ece(labels, probs), abs=1e-12)
     assert state.reset().n_classes == 4 and tuple(state.sums.shape) == (3, 4, 15)
-    with pytest.raises(ValueError, match=r"y_prob has K=3 classes but this classwise state holds 4 \(n_classes=4\)"):
+    with pytest.raises(ParameterError, match=r"^y_prob: has K=3 classes but this classwise state holds 4 \(n_classes=4\)"):
         state.update([0, 1, 2], [[0.2, 0.3, 0.5]] * 3)
     with pytest.raises(ValueError, match=r"cannot merge sums of shape \(3, 2, 15\) into \(3, 4, 15\)"):
         state.merge(BinnedCalibrationState(classwise=True, n_classes=2))
@@ -165,12 +166,13 @@ def test_classwise_state_without_k_explains_how_to_get_a_tensor():
 @pytest.mark.parametrize(
     "kwargs, exc, message",
     [
-        (dict(classwise=True, n_classes=1), ValueError, "n_classes must be an integer ≥ 2, got 1"),
-        (dict(classwise=True, n_classes=2.0), TypeError, r"n_classes must be an int, got 2.0 \(float\)"),
-        (dict(classwise=True, n_classes=True), TypeError, r"n_classes must be an int, got True \(bool\)"),
-        (dict(n_classes=3), ValueError, "n_classes=3 is only meaningful with classwise=True"),
+        (dict(classwise=True, n_classes=1), ValueError, "^n_classes: must be an integer ≥ 2, got 1$"),
+        (dict(classwise=True, n_classes=2.0), TypeError, r"^n_classes: must be an int, got 2.0 \(float\)$"),
+        (dict(classwise=True, n_classes=True), TypeError, r"^n_classes: must be an int, got True \(bool\)$"),
+        (dict(n_classes=3), ValueError, "^n_classes: is only meaningful with classwise=True, got 3$"),
     ],
 )
 def test_n_classes_is_validated(kwargs, exc, message):
-    with pytest.raises(exc, match=message):
+    with pytest.raises(ParameterError, match=message) as err:
         BinnedCalibrationState(**kwargs)
+    assert isinstance(err.value, exc) and err.value.parameter == "n_classes"
