@@ -184,6 +184,24 @@ def secl_table(runs: list[list[dict]], *, labelled: int, seed: int, n_resamples:
     return out
 
 
+def format_secl(rep: dict) -> str:
+    """The SECL rows per domain, one line per row and seed, and the pooled differences with the verdicts."""
+    lines = ["| domain | row | seed | n | acc | AUROC | ECE | Brier − constant | passes/q |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for seed, per in enumerate(rep["seeds"]):
+        for d, rows in per.items():
+            for name in SECL_ROWS:
+                r = rows[name]
+                lines.append(f"| {d} | {name} | {seed} | {r['n']} | {r['accuracy']:.3f} | {_cell(r['auroc'])} | "
+                             f"{_cell(r['ece'])} | {r['brier_minus_constant']:+.3f} | {r['passes']:.2f} |")
+    lines += ["", "| difference (within domains, pooled over the runs) | AUROC | Brier | passes/q (row, (a)) | verdict |",
+              "|---|---|---|---|---|"]
+    for name, d in rep["differences"].items():
+        lines.append(f"| {name} − (a) | {_cell(d['auroc'])} | {_cell(d['brier'])} | {d['passes']['row']:.2f}, "
+                     f"{d['passes']['norm_p_true']:.2f} | {d['verdict']} |")
+    return "\n".join(lines) + "\n"
+
+
 def _read_jsonl(path: Path) -> list[dict]:
     records = []
     for line in path.read_text(encoding="utf-8").splitlines():
@@ -228,7 +246,7 @@ def main(argv=None) -> dict:
                "secl": secl_table(runs, labelled=args.labelled, seed=args.seed, n_resamples=args.n_resamples)}
         for base in rep["baseline"]:
             print(format_table(base))
-        print(json.dumps(rep["secl"]["differences"], indent=1))
+        print(format_secl(rep["secl"]))
     if args.output is not None:
         args.output.write_text(json.dumps(rep, indent=1, default=float))
     return rep
