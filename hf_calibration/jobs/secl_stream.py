@@ -170,6 +170,7 @@ class KeptPasses:
 
     def __init__(self, checkpoint: StreamCheckpoint, model, items: list, options: dict):
         self.checkpoint, self.model, self.items, self.options = checkpoint, model, items, options
+        self.identity = adapter_digest(model)  # the adapter every pass starts from
 
     def baseline(self) -> list[dict]:
         """``baseline_pass``'s records, the kept ones taken as they are."""
@@ -189,8 +190,14 @@ class KeptPasses:
 
     def final(self, records: list[dict]) -> int:
         """``final_adapter_pass`` of the "secl" pass with the adapter the model holds, taking the reads kept for that
-        adapter (``adapter_digest``); → how many were taken."""
+        adapter (``adapter_digest``); → how many were taken. Where no step moved the adapter (it is still the one the
+        pass started from: no burst opened, or none was accepted), each read is the pass's own verbalized read of the
+        answer with that same adapter, taken without a second pass (0 taken)."""
         adapter = adapter_digest(self.model)
+        if adapter == self.identity:
+            for rec in records:
+                rec["secl" + FINAL_SUFFIX] = rec[secl_field("secl", "verbalized")]
+            return 0
         kept = self.checkpoint.finals("secl", adapter, len(self.items))
         final_adapter_pass(self.model, self.items, records, progress=self.options["progress"], start=kept,
                            on_record=lambda i, confidence: self.checkpoint.add_final("secl", adapter, i, confidence))

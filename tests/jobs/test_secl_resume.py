@@ -21,9 +21,9 @@ SECL = SECLConfig(burst_size=4, bin_gate_width=0, learning_rate=0.1, replay_size
 
 
 def _config(tmp_path, name, **kwargs):
-    return SECLStreamConfig(model=str(tmp_path.parent / "model"), stream="mmlu:stem,halueval_qa_lm",
-                            limit_per_domain=3, burst_at_start=True, n_resamples=20,
-                            output_dir=str(tmp_path / name), **kwargs)
+    return SECLStreamConfig(**{"model": str(tmp_path.parent / "model"), "stream": "mmlu:stem,halueval_qa_lm",
+                               "limit_per_domain": 3, "burst_at_start": True, "n_resamples": 20,
+                               "output_dir": str(tmp_path / name), **kwargs})
 
 
 REAL_GENERATE = stream_module._generate
@@ -289,3 +289,23 @@ def test_another_model_under_the_same_path_gets_another_fingerprint(tiny_tokeniz
     with torch.no_grad():
         next(same.parameters())[0, 0] += 1e-3  # one weight moved
     assert weights_fingerprint(same) != weights_fingerprint(one)
+
+
+def test_final_reads_of_an_unmoved_adapter_are_the_pass_own(tmp_path, tiny_model_dir, monkeypatch):
+    """No burst opens (no forced burst, a stream inside the gate's warm-up): the adapter the pass ends with is the one
+    it started from, so row "secl_final" takes the pass's own verbalized reads without a second pass; they equal the
+    reads a final-adapter pass makes (the same function on the same weights: within float rounding, 1e-6 as in
+    test_jobs.py's secl_final test)."""
+    (tmp_path.parent / "model").exists() or (tmp_path.parent / "model").symlink_to(tiny_model_dir)
+    calls = []
+    real = stream_module.final_adapter_pass
+    monkeypatch.setattr("hf_calibration.jobs.secl_stream.final_adapter_pass",
+                        lambda *a, **k: calls.append(1) or real(*a, **k))
+    quick = run_secl_stream(_config(tmp_path, "quick", burst_at_start=False), SECL, progress=False)
+    assert calls == [] and not any(r["updated"] for r in quick.records)
+    assert [r["secl_final"] for r in quick.records] == [r["secl_verbalized"] for r in quick.records]
+    digests = iter(range(1000))  # every digest another: the adapter looks moved
+    monkeypatch.setattr("hf_calibration.jobs.secl_stream.adapter_digest", lambda model: str(next(digests)))
+    read = run_secl_stream(_config(tmp_path, "read", burst_at_start=False), SECL, progress=False)
+    assert calls == [1]  # the digest "changed": the final-adapter pass ran
+    assert [r["secl_final"] for r in read.records] == pytest.approx([r["secl_final"] for r in quick.records], abs=1e-6)
