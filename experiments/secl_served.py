@@ -183,7 +183,10 @@ def analyse(args) -> dict:
                                                      args.n_resamples, args.seed)
         row["passes"] = {"served_returned": float(np.mean([s["passes"] for s, _ in dom])),
                          "in_process_returned": float(np.mean([r["passes"]["secl"] for _, r in dom])),
-                         "norm_p_true": float(np.mean([r["passes"]["norm_p_true"] for _, r in dom]))}
+                         "norm_p_true": float(np.mean([r["passes"]["norm_p_true"] for _, r in dom])),
+                         "in_process_student_held_out": float(np.mean([r["passes"]["verbalized"] for _, r in held_l]))}
+        if held_s:
+            row["passes"]["served_student_held_out"] = float(np.mean([s["final_passes"] for s, _ in held_s]))
         rep["domains"][d] = row
         rep["gate"][d] = {"served_alarms": int(sum(s["alarm"] for s, _ in dom)),
                           "served_burst_questions": int(sum(s["in_burst"] for s, _ in dom)),
