@@ -78,3 +78,24 @@ def check_same_run(out: Path, current: dict, *, names: dict | None = None) -> No
             name = (names or {}).get(key, key)
             raise ParameterError(name, value, f"{str(out)!r} holds a run with {key} {flat[key]!r}, not {value!r}; "
                                  f"give the same settings, or another {{output_dir}}", related=("output_dir",))
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    """The JSON lines of ``path`` (none when it does not exist); a line cut by a run killed mid-write is dropped."""
+    out = []
+    if Path(path).is_file():
+        for line in Path(path).read_text(encoding="utf-8").splitlines():
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue
+    return out
+
+
+def by_domain_position(records: list[dict]) -> dict:
+    """{(domain, position within the domain): record} of records in stream order (a stream job's records.jsonl)."""
+    out, seen = {}, {}
+    for rec in records:
+        k = seen[rec["domain"]] = seen.get(rec["domain"], -1) + 1
+        out[(rec["domain"], k)] = rec
+    return out

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from experiments.common import read_jsonl
 from hf_calibration.modeling.prompts import LETTERS
 
 ROWS = ("norm_p_true", "verbalized", "option_prob_platt")
@@ -202,16 +203,6 @@ def format_secl(rep: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _read_jsonl(path: Path) -> list[dict]:
-    records = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            records.append(json.loads(line))
-        except ValueError:  # a line cut by a run killed mid-write
-            continue
-    return records
-
-
 def main(argv=None) -> dict:
     from hf_calibration.cli import script_parser
 
@@ -230,7 +221,7 @@ def main(argv=None) -> dict:
         if not path.is_file():
             ap.error(f"reads: no file {path}")
     if args.reads is not None:
-        records = _read_jsonl(args.reads)
+        records = read_jsonl(args.reads)
         if not 2 <= args.labelled < len(records) - 2:
             ap.error(f"--labelled: must be between 2 and {len(records) - 3} for {len(records)} questions, got "
                      f"{args.labelled}")
@@ -238,7 +229,7 @@ def main(argv=None) -> dict:
         print(format_table(rep))
     else:
         try:
-            runs = [joined(_read_jsonl(reads), _read_jsonl(records)) for reads, records in args.run]
+            runs = [joined(read_jsonl(reads), read_jsonl(records)) for reads, records in args.run]
         except ValueError as err:
             ap.error(str(err))
         rep = {"baseline": [table(r, labelled=args.labelled, seed=args.seed, n_resamples=args.n_resamples)

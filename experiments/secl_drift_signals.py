@@ -131,12 +131,9 @@ def baseline_records(path: Path) -> dict:
     """{(domain, position within the domain): record} of a SECL stream job's ``records.jsonl`` (stream order): its
     baseline pass's reads, so ``--baseline-from`` adds only the option read (one pass per question) instead of
     running the baseline pass again."""
-    out, seen = {}, {}
-    for line in path.read_text(encoding="utf-8").splitlines():
-        rec = json.loads(line)
-        k = seen[rec["domain"]] = seen.get(rec["domain"], -1) + 1
-        out[(rec["domain"], k)] = rec
-    return out
+    from experiments.common import by_domain_position, read_jsonl
+
+    return by_domain_position(read_jsonl(path))
 
 
 # ---------------------------------------------------------------------------------------------------- sweep

@@ -31,6 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
+from experiments.common import by_domain_position, read_jsonl
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -46,17 +48,6 @@ def _config(args):
                              "http://127.0.0.1:1/v1", served_model=args.model, model=args.model, stream=args.stream,
                              limit_per_domain=args.per_domain, balance_gold=True, seed=args.seed,
                              max_new_tokens=args.max_new_tokens)
-
-
-def _read_jsonl(path: Path) -> list[dict]:
-    out = []
-    if path.is_file():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                out.append(json.loads(line))
-            except ValueError:  # a line cut by a run killed mid-write
-                continue
-    return out
 
 
 def serve_and_read(args, base_url: str) -> None:
@@ -78,7 +69,7 @@ def serve_and_read(args, base_url: str) -> None:
         raise SystemExit(f"the served stream stopped: {result.run['stopped']} (run again to resume)")
     out = Path(args.output_dir)
     final = out / "final.jsonl"
-    done = {r["index"] for r in _read_jsonl(final)}
+    done = {r["index"] for r in read_jsonl(final)}
     tokenizer, backend = open_server_backend(args.model, base_url, args.model)
     (out / "run.json").write_text(json.dumps({"server_context": backend.max_context, "model": args.model,
                                               "stream": args.stream, "seed": args.seed}))
@@ -117,7 +108,7 @@ def served_rows(args) -> list[dict]:
     out = Path(args.output_dir)
     state = json.loads((out / "service" / STREAM_NAME / "stream.json").read_text())
     records = state["records"]
-    final = {r["index"]: r for r in _read_jsonl(out / "final.jsonl")}
+    final = {r["index"]: r for r in read_jsonl(out / "final.jsonl")}
     model, tokenizer = load_model(args.model, device="cpu")
     trainer = apply_secl(model, tokenizer, SECLConfig())
     server_context = json.loads((out / "run.json").read_text()).get("server_context")
@@ -148,11 +139,7 @@ def analyse(args) -> dict:
     from hf_calibration.metrics.paired import paired_strata_difference
 
     served = served_rows(args)
-    local = _read_jsonl(Path(args.analyse))
-    by_pos, seen = {}, {}
-    for rec in local:
-        k = seen[rec["domain"]] = seen.get(rec["domain"], -1) + 1
-        by_pos[(rec["domain"], k)] = rec
+    by_pos = by_domain_position(read_jsonl(Path(args.analyse)))
     seen = {}
     pairs = []
     for s in served:
