@@ -138,6 +138,7 @@ def train_method(method: str, splits, config: CALMExperimentConfig, *, model_nam
         logging_steps=10, seed=seed, use_cpu=modeling.resolve_device(device) == "cpu", max_length=None,
         disable_tqdm=True, dataset_num_proc=None, **_selection_kwargs(config),
         bome_optimizer=config.bome_optimizer if method in ("bome", "scalar") else "trainer",
+        upper_gradient=config.upper_gradient if method in ("bome", "scalar") else "all",
     )
     train = mcqa_to_prompt_completion(splits["train"], tokenizer)
     calibration = mcqa_to_prompt_completion(splits["calibration"], tokenizer).remove_columns("completion")

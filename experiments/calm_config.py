@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
+from hf_calibration.calm.bome import UPPER_GRADIENTS
 from hf_calibration.calm.config import BOME_OPTIMIZERS, ENTROPY_DOMAINS
 from hf_calibration.data import MCQA_DATASETS, parse_domains
 from hf_calibration.errors import ParameterError, renamed_parameters
@@ -74,6 +75,10 @@ class CALMExperimentConfig:
         "help": "Optimizer of 'bome' and 'scalar' (CALMConfig.bome_optimizer): 'trainer' (AdamW, as the other "
                 "methods), or BOME's own step 'sgd' / 'sgd_momentum' (momentum 0.9), which needs learning rates of "
                 "SGD's scale.", "choices": list(BOME_OPTIMIZERS)})
+    upper_gradient: str = field(default="all", metadata={
+        "help": "CALMConfig.upper_gradient of 'bome' and 'scalar': 'all' (∇f on α and the LoRA weights, BOME) or "
+                "'adjustment' (∇f on α only; the LoRA weights move only along the lower-level constraint).",
+        "choices": list(UPPER_GRADIENTS)})
     entropy_domain: str = field(default="options", metadata={
         "help": "CALMConfig.entropy_domain of 'bome' (and its variants): 'options' = L_tr and H over the option "
                 "letters at the answer position (the default, the multiple-choice setting's), 'vocab' = over the "
@@ -121,6 +126,7 @@ class CALMExperimentConfig:
         check_int(self.inner_steps, "inner_steps", minimum=0)
         check_choice(self.select_by, "select_by", SELECTION_RULES)
         check_choice(self.bome_optimizer, "bome_optimizer", BOME_OPTIMIZERS)
+        check_choice(self.upper_gradient, "upper_gradient", UPPER_GRADIENTS)
         check_choice(self.entropy_domain, "entropy_domain", ENTROPY_DOMAINS)
         check_int(self.select_every, "select_every")
         for name in ("learning_rate", "alpha_learning_rate", "inner_learning_rate"):

@@ -198,6 +198,7 @@ def train_open_method(method: str, splits: dict, config, *, model_name: str, out
         disable_tqdm=True, dataset_num_proc=None, eval_strategy="steps", eval_steps=config.select_every,
         save_strategy="steps", save_steps=config.select_every, save_total_limit=1, select_best_by="loss",
         bome_optimizer=config.bome_optimizer if method == "bome" else "trainer",
+        upper_gradient=config.upper_gradient if method == "bome" else "all",
     )
     peft = default_lora_config(config.lora_r)
     trainer = CALMTrainer(model, args=training, train_dataset=_open_dataset(splits["train"], tokenizer),

@@ -29,6 +29,8 @@ from typing import Callable
 import torch
 
 Params = dict[str, torch.Tensor]
+# which parameters the upper-level gradient ∇f covers (bome_terms' upper_gradient)
+UPPER_GRADIENTS = ("all", "adjustment")
 
 
 @dataclass
@@ -59,6 +61,7 @@ def bome_terms(
     *,
     inner_steps: int,
     inner_learning_rate: float,
+    upper_gradient: str = "all",
 ) -> BOMETerms:
     """∇f, ∇q and q at u = (α, θ) for one optimizer step's batch (steps 1–3 above).
 
@@ -71,7 +74,13 @@ def bome_terms(
         swapping the parameters' data).
     alpha, theta : dict name → tensor requiring grad (the live parameters).
     inner_steps : int ≥ 0, T.  inner_learning_rate : float > 0, ξ_in.
+    upper_gradient : "all" (default) or "adjustment"
+        Which parameters ∇f covers. "all": ∇_α f and ∇_θ f (BOME). "adjustment": ∇_α f only, ∇_θ f set to 0, so θ
+        moves only along λ∇_θ q (the lower-level constraint) and f's backward stays at the output layer when α
+        sits there (docs/methods.md, 'CALM: BOME step'). ValueError on any other value.
     """
+    if upper_gradient not in UPPER_GRADIENTS:
+        raise ValueError(f"upper_gradient: must be one of {UPPER_GRADIENTS}, got {upper_gradient!r}")
     both = {**alpha, **theta}
     lower = lower_loss(alpha, theta)
     g_lower = _grad(lower, both)
@@ -88,8 +97,12 @@ def bome_terms(
     g_alpha_tilde = _grad(lower_tilde, alpha) if alpha else {}
     grad_q = {n: g_lower[n] - g_alpha_tilde[n] if n in alpha else g_lower[n] for n in both}
     upper = upper_loss(alpha, theta)
+    if upper_gradient == "adjustment":
+        grad_f = {**(_grad(upper, alpha) if alpha else {}), **{n: torch.zeros_like(p) for n, p in theta.items()}}
+    else:
+        grad_f = _grad(upper, both)
     return BOMETerms(
-        grad_f=_grad(upper, both), grad_q=grad_q, q=(lower - lower_tilde).detach(),
+        grad_f=grad_f, grad_q=grad_q, q=(lower - lower_tilde).detach(),
         lower=lower.detach(), upper=upper.detach(),
     )
 

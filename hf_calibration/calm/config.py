@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from trl import SFTConfig
 
 from hf_calibration.calm.cft import CFT_NORMALIZATIONS, CFT_TARGETS
+from hf_calibration.calm.bome import UPPER_GRADIENTS
 from hf_calibration.errors import ParameterError
 
 METHODS = ("bome", "iterate", "regularization", "scalar", "sft", "cft")
@@ -116,6 +117,13 @@ class CALMConfig(SFTConfig):
                   "longer, so the step would shrink by that factor and with it the guaranteed decrease of q (BOME's "
                   "code does not clip). weight_decay / alpha_weight_decay still add wd·u to d (keep them 0 for "
                   "BOME's exact step).", "choices": list(BOME_OPTIMIZERS)},
+    )
+    upper_gradient: str = field(
+        default="all",
+        metadata={"help": "Which parameters the upper-level gradient ∇f of methods 'bome' and 'scalar' covers. 'all': α "
+                  "and θ (BOME, the default). 'adjustment': α only (∇_θ f = 0), so the LoRA weights θ move only along "
+                  "λ∇_θ q, the lower-level constraint's direction, and the entropy term acts through the logit "
+                  "adjustment alone (ours; docs/methods.md, 'CALM: BOME step').", "choices": list(UPPER_GRADIENTS)},
     )
     bome_momentum: float = field(
         default=0.9,
@@ -243,6 +251,12 @@ class CALMConfig(SFTConfig):
             raise ParameterError("bome_optimizer", self.bome_optimizer, f"applies to {{method}} 'bome' or 'scalar', got "
                                  f"{{method}} {self.method!r} (the other methods step with {{optim}})",
                                  related=("method", "optim"))
+        if self.upper_gradient not in UPPER_GRADIENTS:
+            raise ParameterError("upper_gradient", self.upper_gradient,
+                                 f"must be one of {UPPER_GRADIENTS}, got {self.upper_gradient!r}")
+        if self.upper_gradient != "all" and self.method not in ("bome", "scalar"):
+            raise ParameterError("upper_gradient", self.upper_gradient, f"applies to {{method}} 'bome' or 'scalar', "
+                                 f"got {{method}} {self.method!r}", related=("method",))
         if not 0 <= self.bome_momentum < 1:
             raise ParameterError("bome_momentum", self.bome_momentum, f"must lie in [0, 1), got {self.bome_momentum!r}")
         if self.max_grad_norm is None:

@@ -9,7 +9,7 @@ import numpy as np
 
 # the CALMConfig fields a model card records
 CARD_FIELDS = ("method", "inner_steps", "inner_learning_rate", "eta", "phi_rule", "bome_epsilon", "bome_optimizer",
-               "bome_momentum", "max_grad_norm", "cft_weight", "cft_coefficient", "cft_target", "cft_normalization",
+               "upper_gradient", "bome_momentum", "max_grad_norm", "cft_weight", "cft_coefficient", "cft_target", "cft_normalization",
                "cft_num_bins", "cft_refresh_steps", "alpha_learning_rate",
                "alpha_weight_decay", "adjustment_mode", "temperature_parameterization", "adjustment_tokens",
                "entropy_domain", "num_options", "regularization_beta", "label_smoothing_factor", "learning_rate",

@@ -320,7 +320,7 @@ class BOMEStrategy(CALMStrategy):
         lower = self._at([trainer.lower_value(b, window["train_items"]) for b in self.batches], reduce)
         upper = self._at([trainer.upper_value(b, window["calibration_items"]) for b in window["calibration"]], reduce)
         terms = bome_terms(lower, upper, alpha, theta, inner_steps=args.inner_steps,
-                           inner_learning_rate=args.inner_learning_rate)
+                           inner_learning_rate=args.inner_learning_rate, upper_gradient=args.upper_gradient)
         lam = bome_lambda(terms.grad_f, terms.grad_q, terms.q, eta=args.eta, phi_rule=args.phi_rule,
                           epsilon=args.bome_epsilon)
         logs = {"lower_loss": terms.lower, "residual_q": terms.q, "calibration_entropy": -terms.upper,

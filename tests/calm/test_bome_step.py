@@ -94,6 +94,29 @@ def test_sgd_step_is_minus_lr_times_the_bome_direction(tmp_path, tiny_tokenizer,
     assert decrease == pytest.approx(LR * PHI, rel=0, abs=slack)
 
 
+def test_upper_gradient_on_the_adjustment_only(tmp_path, tiny_tokenizer, mcqa_data):
+    """upper_gradient='adjustment': ∇f = (9, 0) (∂f/∂t dropped); ⟨∇f, ∇q⟩ = 9 > φ = 8, so λ = max((8 − 9)/401, 0)
+    = 0 and d = (9, 0): with BOME's SGD step α moves by −9·lr and θ stays exactly where it was (with ∇f on both,
+    the test above moves θ by +0.1·lr)."""
+    trainer = toy_trainer(tmp_path, tiny_tokenizer, mcqa_data, bome_optimizer="sgd", upper_gradient="adjustment")
+    before, after = run(trainer)
+    assert [e["bome_lambda"] for e in trainer.state.log_history if "bome_lambda" in e] == [0.0]
+    (da, dt), others = moves(before, after)
+    assert others == [] and dt == 0.0
+    # d_a = 9 exactly in float32; the update p − lr·9 rounds once: u·(|p'| + 9·lr)
+    assert da == pytest.approx(-LR * 9.0, rel=0, abs=U * (abs(float(after[ALPHA][0])) + 9 * LR) + LR * U * 9)
+
+
+def test_upper_gradient_is_bome_only(tmp_path, tiny_tokenizer, mcqa_data):
+    from hf_calibration.calm import CALMConfig
+    from hf_calibration.errors import ParameterError
+
+    with pytest.raises(ParameterError, match="upper_gradient.*'sideways'"):
+        CALMConfig(output_dir=str(tmp_path), upper_gradient="sideways", report_to="none", use_cpu=True)
+    with pytest.raises(ParameterError, match="upper_gradient.*'sft'"):
+        CALMConfig(output_dir=str(tmp_path), method="sft", upper_gradient="adjustment", report_to="none", use_cpu=True)
+
+
 def test_trainer_adamw_breaks_the_control_barrier(tmp_path, tiny_tokenizer, mcqa_data):
     """The fault the SGD step fixes: AdamW's first step is lr·m̂/(√v̂ + eps) = lr·d/(|d| + eps) ≈ lr·sign(d) per
     coordinate (after clipping d to norm 1, which Adam's normalisation undoes), so q rises: ⟨−Δu, ∇q⟩ ≈ −19·lr."""

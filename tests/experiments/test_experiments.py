@@ -182,6 +182,7 @@ def test_calm_splits_are_disjoint_and_each_balanced_on_its_own():
         (["calm", "--seeds", "1,1"], "--seeds: must be distinct integers"),
         (["calm", "--open-ended", "yes"], "--open-ended"),
         (["calm", "--eta", "1.5"], "--eta: must be in (0, 1], got 1.5"),
+        (["calm", "--upper-gradient", "theta"], "experiments: error: --upper-gradient: invalid choice: 'theta'"),
         (["calm", "--open-domains", "gsm8k_open,nope"], "--open-domains: must be distinct names among"),
         (["calm", "--open-samples", "0"], "--open-samples: must be a positive integer, got 0"),
         (["calm", "--open-ended", "also", "--open-samples", "101"], "--open-samples: must be at most 100"),
