@@ -663,3 +663,40 @@ def test_calm_experiment_entropy_domain_vocab(tiny_model_dir, tmp_path, capsys, 
     assert main([*argv, "--phase", "report"]) == 2  # the default 'options' is not the run's setting
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("experiments: error: --entropy-domain: "), err
+
+
+def test_calm_levers_share_the_baselines_and_report_the_rule(tiny_model_dir, tmp_path, capsys, monkeypatch):
+    """experiments.calm_levers (issue 51 item 5): a 48-question setting reads the defaults' base-model and SFT
+    scores (same splits) and trains its own CALM with its lever; the report's CALM − base OOD conf-ECE is the
+    mean over the OOD sets of the two methods' ECE computed here from items.jsonl."""
+    from experiments import calm_levers as levers
+    from hf_calibration.metrics import expected_calibration_error
+
+    monkeypatch.setattr(levers, "COMMON", ["--models", str(tiny_model_dir), "--n-calibration", "4", "--n-validation",
+                                           "4", "--n-test", "4", "--n-ood", "4", "--select-every", "1",
+                                           "--train-batch-size", "2", "--n-resamples", "20"])
+    monkeypatch.setattr(levers, "SETTINGS", {"defaults": ([], 4, 1),
+                                             "upper_adjustment": (["--upper-gradient", "adjustment"], 4, 1)})
+    out = tmp_path / "levers"
+    assert levers.main(["run", "--output-dir", str(out)]) == 0
+    base, lever = out / "defaults" / "seed_0", out / "upper_adjustment" / "seed_0"
+    for name in sorted(p.name for p in (base / "scores").iterdir() if p.name.split(".")[0] in ("uncalibrated", "sft")):
+        assert (lever / "scores" / name).read_bytes() == (base / "scores" / name).read_bytes()
+    assert json.loads((lever / "run.json").read_text())["upper_gradient"] == "adjustment"
+    assert json.loads((base / "run.json").read_text())["upper_gradient"] == "all"
+    capsys.readouterr()
+    assert levers.main(["report", "--output-dir", str(out), "--n-resamples", "20"]) == 0
+    assert "| upper_adjustment | seed_0 |" in capsys.readouterr().out
+    rows = json.loads((out / "report.json").read_text())
+    items = _read_jsonl(lever / "items.jsonl")
+    ood = sorted({r["split"] for r in items} - {"validation", "id_test"})
+
+    def ece(method, split):
+        rs = [r for r in items if r["split"] == split]
+        return expected_calibration_error(np.array([r[f"{method}_prediction"] == r["answer"] for r in rs], int),
+                                          np.array([r[f"{method}_confidence"] for r in rs]))
+
+    by_hand = np.mean([ece("bome", s) - ece("uncalibrated", s) for s in ood])
+    assert rows["upper_adjustment"]["bome − uncalibrated"]["value"] == pytest.approx(by_hand, abs=1e-12)
+    assert levers.main(["run", "--output-dir", str(out), "--settings", "nope"]) == 2
+    assert "--settings: unknown setting 'nope'" in capsys.readouterr().err

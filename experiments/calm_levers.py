@@ -1,0 +1,173 @@
+"""Issue 51 item 5: the CALM levers never tried on Qwen, as a grid of ``python -m experiments calm`` runs, and the
+rule's verdict (docs/calm_results.md, "The CALM levers on Qwen: the rule").
+
+    python -m experiments.calm_levers run --output-dir outputs/calm_levers [--settings a,b] [--seeds 0]
+    python -m experiments.calm_levers report --output-dir outputs/calm_levers [--seeds 1,2,3]
+
+``run`` trains and scores each setting × seed into ``<output-dir>/<setting>/seed_<s>/`` one after the other; every
+run resumes (the calm experiment keeps each scored method), so the command is simply given again after a stop. The
+settings with 48 training questions share the splits of ``defaults`` and read its base-model and SFT scores
+(copied, as ``experiments.calm_sensitivity`` does); ``train_480`` draws its own splits and trains its own SFT.
+``report`` prints, per setting, the three intervals of the rule pooled over the seeds given (and the OOD sets,
+equal weights): CALM − base model and CALM − TS out-of-domain conf-ECE, CALM − 0.95·SFT in-domain accuracy, with
+each method's OOD conf-ECE, AUROC and Brier and the constant-accuracy reference beside them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+# The sizes of the rule (docs/calm_results.md): the Qwen confirmation's, with 200 test questions per split.
+COMMON = ["--models", "qwen", "--datasets", "halueval_qa_lm", "--ood-domains", "halueval_dialogue_lm,mmlu:stem",
+          "--n-calibration", "48", "--n-validation", "36", "--n-test", "200", "--n-ood", "200", "--select-every", "8"]
+SGD = ["--bome-optimizer", "sgd_momentum", "--learning-rate", "0.02", "--alpha-learning-rate", "0.005"]
+# setting → (extra options, training questions, optimizer steps); order = run order
+SETTINGS = {
+    "defaults": ([], 48, 24),
+    "sgd": (SGD, 48, 24),
+    "upper_adjustment": (["--upper-gradient", "adjustment"], 48, 24),
+    "sgd_upper_adjustment": (SGD + ["--upper-gradient", "adjustment"], 48, 24),
+    "sgd_inner5": (SGD + ["--inner-steps", "5"], 48, 24),
+    "eta_0.1": (["--eta", "0.1"], 48, 24),
+    "eta_1": (["--eta", "1.0"], 48, 24),
+    "train_480": ([], 480, 120),
+}
+BASELINES = ("uncalibrated", "sft")
+
+
+def command(setting: str, seed: int, folder: Path) -> list[str]:
+    """The ``python -m experiments`` argument list of one setting × seed."""
+    extra, n_train, steps = SETTINGS[setting]
+    # a 48-question setting reads the copied base-model and SFT scores back and trains bome alone
+    return ["calm", *COMMON, "--n-train", str(n_train), "--max-steps", str(steps), *extra,
+            "--methods", "uncalibrated", "ts", "sft", "bome", "--seed", str(seed), "--output-dir", str(folder)]
+
+
+def copy_baselines(out: Path, setting: str, seed: int) -> None:
+    """Copy the base model's and SFT's scores of ``defaults`` (same splits) into a 48-question setting's folder."""
+    if setting == "defaults" or SETTINGS[setting][1] != SETTINGS["defaults"][1]:
+        return
+    source, target = out / "defaults" / f"seed_{seed}" / "scores", out / setting / f"seed_{seed}" / "scores"
+    target.mkdir(parents=True, exist_ok=True)
+    for f in source.iterdir():
+        if f.name.split(".")[0] in BASELINES and not (target / f.name).exists():
+            shutil.copy2(f, target / f.name)
+
+
+def run(out: Path, settings: list[str], seeds: list[int]) -> int:
+    from experiments.cli import main as experiments
+
+    for seed in seeds:
+        for setting in settings:
+            copy_baselines(out, setting, seed)
+            code = experiments(command(setting, seed, out / setting / f"seed_{seed}"))
+            if code:
+                return code
+    return 0
+
+
+def _top(probs, labels, method, split):
+    p = probs[method][split]
+    return (p.argmax(1) == labels[split]).astype(int), p.max(1)
+
+
+def summarize(folders: list[Path], *, n_resamples: int) -> dict:
+    """One setting's row over its seed folders: the rule's three pooled intervals and the OOD metrics."""
+    from hf_calibration.metrics import brier_score, confidence_auroc, expected_calibration_error, interval_verdict
+
+    from experiments.calm import method_probabilities, read_scored
+    from experiments.calm_claims import ACCURACY_SHARE, pooled_difference
+
+    ood = [k for k in json.loads((folders[0] / "run.json").read_text())["sizes"] if k not in
+           ("train", "calibration", "validation", "id_test")]
+    runs = [method_probabilities(read_scored(f)[0], ("validation", "id_test", *ood)) for f in folders]
+    kw = dict(n_resamples=n_resamples, seed=0)
+    row = {"seeds": [f.name for f in folders], "n_ood": int(sum(len(r[1][s]) for r in runs for s in ood))}
+    for b in ("uncalibrated", "ts"):
+        row[f"bome − {b}"] = pooled_difference(runs, ood, "bome", b, **kw)
+    row["bome − 0.95·sft"] = pooled_difference(runs, ["id_test"], "bome", "sft", key="accuracy",
+                                               share=ACCURACY_SHARE, **kw)
+    held = [interval_verdict(row["bome − uncalibrated"]), interval_verdict(row["bome − ts"]),
+            interval_verdict(row["bome − 0.95·sft"], held_when="above")]
+    row["verdict"] = "held" if all(h == "held" for h in held) else (
+        "not held" if "not held" in held else "undecided")
+    for m in ("uncalibrated", "ts", "sft", "bome"):
+        per = [(expected_calibration_error(*_top(p, lab, m, s)), confidence_auroc(*_top(p, lab, m, s)),
+                brier_score(*_top(p, lab, m, s))) for p, lab in runs for s in ood]
+        row[m] = dict(zip(("ood_conf_ece", "ood_auroc", "ood_brier"), np.nanmean(np.array(per, float), axis=0)))
+        row[m]["id_accuracy"] = float(np.mean([_top(p, lab, m, "id_test")[0].mean() for p, lab in runs]))
+    # the constant-accuracy reference: confidence = the base model's validation accuracy on every OOD question
+    row["constant_ood_conf_ece"] = float(np.mean([abs(_top(p, lab, "uncalibrated", s)[0].mean()
+                                                      - _top(p, lab, "uncalibrated", "validation")[0].mean())
+                                                  for p, lab in runs for s in ood]))
+    return row
+
+
+def report(out: Path, settings: list[str], seeds: list[int], *, n_resamples: int) -> int:
+    from experiments.common import format_interval
+
+    print("| setting | seeds | n OOD | OOD conf-ECE CALM (base, TS, SFT; constant) | OOD AUROC CALM (base) | "
+          "OOD Brier CALM (base) | CALM − base OOD conf-ECE | CALM − TS | ID acc CALM / SFT | CALM − 0.95·SFT acc | "
+          "verdict |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    rows = {}
+    for setting in settings:
+        folders = [out / setting / f"seed_{s}" for s in seeds if (out / setting / f"seed_{s}" / "scores").is_dir()]
+        try:
+            row = rows[setting] = summarize(folders, n_resamples=n_resamples) if folders else None
+        except (KeyError, ValueError, OSError) as exc:  # a setting not scored yet: report the others
+            print(f"| {setting} | not complete ({type(exc).__name__}: {exc}) |||||||||")
+            continue
+        if row is None:
+            continue
+        b, u, t, s = row["bome"], row["uncalibrated"], row["ts"], row["sft"]
+        print(f"| {setting} | {', '.join(row['seeds'])} | {row['n_ood']} | {b['ood_conf_ece']:.3f} "
+              f"({u['ood_conf_ece']:.3f}, {t['ood_conf_ece']:.3f}, {s['ood_conf_ece']:.3f}; "
+              f"{row['constant_ood_conf_ece']:.3f}) | {b['ood_auroc']:.3f} ({u['ood_auroc']:.3f}) | "
+              f"{b['ood_brier']:.3f} ({u['ood_brier']:.3f}) | {format_interval(row['bome − uncalibrated'])} | "
+              f"{format_interval(row['bome − ts'])} | {b['id_accuracy']:.3f} / {s['id_accuracy']:.3f} | "
+              f"{format_interval(row['bome − 0.95·sft'])} | {row['verdict']} |")
+    (out / "report.json").write_text(json.dumps(rows, indent=2, default=float) + "\n")
+    return 0
+
+
+def main(argv=None) -> int:
+    from hf_calibration.cli import script_parser
+
+    parser = script_parser("python -m experiments.calm_levers", __doc__.split("\n\n")[0])
+    parser.add_argument("action", choices=["run", "report"])
+    parser.add_argument("--output-dir", required=True)
+    parser.add_argument("--settings", default=",".join(SETTINGS), help="comma-separated, of " + ", ".join(SETTINGS))
+    parser.add_argument("--seeds", default="0", help="comma-separated training seeds (default 0: the screen)")
+    parser.add_argument("--n-resamples", type=int, default=1000)
+    args = parser.parse_args(argv)
+    settings = [s.strip() for s in args.settings.split(",") if s.strip()]
+    bad = [s for s in settings if s not in SETTINGS]
+    if bad or not settings:
+        print(f"experiments.calm_levers: error: --settings: unknown setting {bad[0] if bad else args.settings!r}; "
+              f"choose among {', '.join(SETTINGS)}", file=sys.stderr)
+        return 2
+    try:
+        seeds = [int(s) for s in args.seeds.split(",")]
+        if not seeds or min(seeds) < 0:
+            raise ValueError
+    except ValueError:
+        print(f"experiments.calm_levers: error: --seeds: must be integers ≥ 0 separated by commas, got "
+              f"{args.seeds!r}", file=sys.stderr)
+        return 2
+    out = Path(args.output_dir)
+    if args.action == "run":
+        return run(out, settings, seeds)
+    return report(out, settings, seeds, n_resamples=args.n_resamples)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
