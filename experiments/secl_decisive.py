@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments.common import read_jsonl
+from experiments.common import by_domain_position, read_jsonl
 from hf_calibration.modeling.prompts import LETTERS
 
 ROWS = ("norm_p_true", "verbalized", "option_prob_platt")
@@ -109,13 +109,11 @@ def joined(reads: list[dict], records: list[dict]) -> list[dict]:
     """The stream job's records (stream order) with each question's ``option_probs`` and ``parsed`` from the reads
     (matched by domain and position within it). ValueError when a question is missing or its answer differs."""
     by = {(r["domain"], r["index"]): r for r in reads}
-    seen: dict = {}
     out = []
-    for rec in records:
-        k = seen[rec["domain"]] = seen.get(rec["domain"], -1) + 1
-        read = by.get((rec["domain"], k))
+    for (domain, k), rec in by_domain_position(records).items():  # dicts keep the records' stream order
+        read = by.get((domain, k))
         if read is None or read["answer"].strip() != rec["answer"].strip():
-            raise ValueError(f"records: question {k} of {rec['domain']} has no read with the same answer (reads "
+            raise ValueError(f"records: question {k} of {domain} has no read with the same answer (reads "
                              f"{None if read is None else read['answer']!r}, records {rec['answer']!r})")
         out.append({**rec, "option_probs": read["option_probs"], "parsed": read["parsed"]})
     return out
