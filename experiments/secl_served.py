@@ -136,15 +136,19 @@ def _report(y, c, n_resamples: int, seed: int) -> dict:
 
 
 def analyse(args) -> dict:
+    """The comparison of step 3 (module docstring) on what the output folder and ``args.analyse`` hold."""
+    return compare(served_rows(args), read_jsonl(Path(args.analyse)), n_resamples=args.n_resamples, seed=args.seed)
+
+
+def compare(served: list[dict], records: list[dict], *, n_resamples: int, seed: int) -> dict:
+    """Served rows (``served_rows``) against the in-process stream job's records, matched by domain and position
+    within it → the report of step 3: per domain each row's n, accuracy, AUROC, ECE, Brier − constant and passes,
+    the gate's counts, and the paired served − in-process AUROC and Brier differences of the returned confidence on
+    the questions answered alike. SystemExit naming ``--analyse`` when a served question has no record."""
     from hf_calibration.metrics.paired import paired_strata_difference
 
-    served = served_rows(args)
-    by_pos = by_domain_position(read_jsonl(Path(args.analyse)))
-    seen = {}
-    pairs = []
-    for s in served:
-        k = seen[s["domain"]] = seen.get(s["domain"], -1) + 1
-        pairs.append((s, by_pos.get((s["domain"], k))))
+    by_pos = by_domain_position(records)
+    pairs = [(s, by_pos.get(key)) for key, s in by_domain_position(served).items()]
     missing = sum(r is None for _, r in pairs)
     if missing:
         raise SystemExit(f"--analyse: {missing} served questions have no in-process record at the same position")
@@ -155,19 +159,19 @@ def analyse(args) -> dict:
         dom = [(s, r) for s, r in pairs if s["domain"] == d]
         ys = np.array([int(s["correct"]) for s, _ in dom])
         yl = np.array([int(r["correct"]) for _, r in dom])
-        row = {"served_returned": _report(ys, np.array([s["confidence"] for s, _ in dom]), args.n_resamples,
-                                          args.seed),
-               "in_process_returned": _report(yl, np.array([r["secl"] for _, r in dom]), args.n_resamples, args.seed),
-               "norm_p_true": _report(yl, np.array([r["norm_p_true"] for _, r in dom]), args.n_resamples, args.seed)}
+        row = {"served_returned": _report(ys, np.array([s["confidence"] for s, _ in dom]), n_resamples,
+                                          seed),
+               "in_process_returned": _report(yl, np.array([r["secl"] for _, r in dom]), n_resamples, seed),
+               "norm_p_true": _report(yl, np.array([r["norm_p_true"] for _, r in dom]), n_resamples, seed)}
         held_s = [(s, r) for s, r in dom if not s["updated"] and s["final"] is not None]
         if held_s:
             row["served_student_held_out"] = _report(np.array([int(s["correct"]) for s, _ in held_s]),
-                                                     np.array([s["final"] for s, _ in held_s]), args.n_resamples,
-                                                     args.seed)
+                                                     np.array([s["final"] for s, _ in held_s]), n_resamples,
+                                                     seed)
         held_l = [(s, r) for s, r in dom if not r.get("updated")]
         row["in_process_student_held_out"] = _report(np.array([int(r["correct"]) for _, r in held_l]),
                                                      np.array([r["secl_final"] for _, r in held_l]),
-                                                     args.n_resamples, args.seed)
+                                                     n_resamples, seed)
         row["passes"] = {"served_returned": float(np.mean([s["passes"] for s, _ in dom])),
                          "in_process_returned": float(np.mean([r["passes"]["secl"] for _, r in dom])),
                          "norm_p_true": float(np.mean([r["passes"]["norm_p_true"] for _, r in dom])),
@@ -187,8 +191,8 @@ def analyse(args) -> dict:
             strata.append(((y, np.clip(np.array([s["confidence"] for s, _ in dom])[same], 0, 1)),
                            (y, np.clip(np.array([r["secl"] for _, r in dom])[same], 0, 1))))
     for metric in ("auroc", "brier"):
-        diff = paired_strata_difference(strata, metric=metric, weights="size", n_resamples=args.n_resamples,
-                                        seed=args.seed)
+        diff = paired_strata_difference(strata, metric=metric, weights="size", n_resamples=n_resamples,
+                                        seed=seed)
         rep["differences"][metric] = {k: diff[k] for k in ("value", "low", "high")}
     return rep
 
