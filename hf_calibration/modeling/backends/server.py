@@ -66,6 +66,28 @@ def model_not_served(status: int, error: dict | None) -> bool:
                                                           or error.get("code") == "model_not_found")
 
 
+def lora_refusal(base_url: str, status: int, error: dict | None, text: str, *, folder, rank) -> ParameterError:
+    """The refusal of a LoRA load or unload, decided from the HTTP status and the error object (vLLM 0.32: the endpoint
+    missing without VLLM_ALLOW_RUNTIME_LORA_UPDATING is a 404 without vLLM's ``NotFoundError`` type, or a 405; an
+    adapter folder it cannot find, a 404 of type ``NotFoundError``; a name already loaded, 400; a failure of the engine
+    to load it (rank above ``--max-lora-rank``, no ``--enable-lora``, weights it cannot read), 500 with the engine's
+    message). The server's message is quoted, never parsed. ``folder`` and ``rank``: the adapter's, named in the
+    refusal (None for an unload, or a rank not known)."""
+    said = (error or {}).get("message") or text or f"HTTP {status}"
+    endpoint_answered = isinstance(error, dict) and error.get("type") == "NotFoundError"
+    if status == 405 or (status == 404 and not endpoint_answered):
+        return ParameterError("base_url", base_url, f"the server has no runtime LoRA loading (/v1/load_lora_adapter "
+                              f"answered HTTP {status}): start vLLM with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True and "
+                              "--enable-lora")
+    if status == 404:
+        return ServerError("base_url", base_url, f"the server found no adapter at {folder} (HTTP 404: {said}): it "
+                           "must read the same folder (a shared disk when it runs elsewhere)")
+    if status >= 500 and rank is not None:
+        return ParameterError("lora_r", rank, f"the server could not load the rank-{rank} adapter (HTTP {status}: "
+                              f"{said}): start it with --enable-lora --max-lora-rank {rank} or more, or lower lora_r")
+    return ServerError("base_url", base_url, f"the server refused the adapter: HTTP {status}: {said}")
+
+
 class OpenAICompatibleBackend(ScoringBackend):
     """Scores through ``base_url`` (e.g. ``http://127.0.0.1:8000/v1``), the model served as ``served_model``.
 
@@ -207,16 +229,32 @@ class OpenAICompatibleBackend(ScoringBackend):
         self._client.close()
 
     def load_lora_adapter(self, name: str, path: str) -> None:
-        """Load a PEFT LoRA folder into the server under ``name`` (vLLM's ``/v1/load_lora_adapter``; the server
-        needs ``--enable-lora`` and ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``), then score through it: this
-        backend's ``served_model`` becomes ``name``. Raises ParameterError naming ``base_url`` when the engine has
-        no runtime LoRA loading (llama.cpp loads adapters at start only, ``--lora``), ServerError naming
-        ``base_url`` with the server's answer when it refuses (e.g. a rank above ``--max-lora-rank``). A relative
-        ``path`` is sent absolute (the server resolves it from its own working directory)."""
-        self.require_runtime_lora("loading a LoRA adapter")
-        self._request("POST", "/load_lora_adapter", {"lora_name": name, "lora_path": os.path.abspath(path)})
+        """Load a PEFT LoRA folder into the server under ``name`` (``post_lora_adapter``; the server needs
+        ``--enable-lora`` and ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``), then score through it: this backend's
+        ``served_model`` becomes ``name``. Raises what ``post_lora_adapter`` raises: ParameterError naming
+        ``base_url`` when the engine has no runtime LoRA loading (llama.cpp loads adapters at start only,
+        ``--lora``), ServerError naming ``base_url`` with the server's answer when it refuses (e.g. a rank above
+        ``--max-lora-rank``)."""
+        self.post_lora_adapter(name, path)
         self.served_model = name
         self.check_server()
+
+    def post_lora_adapter(self, name: str, path, *, rank: int | None = None,
+                          what: str = "loading a LoRA adapter") -> None:
+        """The one sender of vLLM's ``POST /v1/load_lora_adapter``: ``{"lora_name": name, "lora_path": <path made
+        absolute>}`` (the server resolves a relative path from its own working directory), sent once, never retried
+        (a repeated load is refused as a duplicate). ``served_model`` is left as it is.
+
+        rank : the adapter's LoRA rank, named in the refusal when the engine fails to load it (None: not known).
+        what : the caller's purpose, quoted when the probed engine has no runtime LoRA loading.
+        Raises ``lora_refusal``'s error for an HTTP error answer (ParameterError naming ``base_url`` or
+        ``lora_r``, ServerError naming ``base_url``), ParameterError naming ``base_url`` before sending when the
+        probe found no runtime LoRA loading, ServerError naming ``base_url`` when the server cannot be reached."""
+        self.require_runtime_lora(what)
+        folder = os.path.abspath(path)
+        status, text, error = self.post_once("/load_lora_adapter", {"lora_name": name, "lora_path": folder})
+        if status >= 400:
+            raise lora_refusal(self.base_url, status, error, text, folder=folder, rank=rank)
 
     def require_runtime_lora(self, what: str) -> None:
         """ParameterError naming ``base_url`` when the probed engine cannot load LoRA adapters at run time."""
