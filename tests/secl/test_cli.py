@@ -83,18 +83,6 @@ def test_judge():
     assert parse_stream("mmlu:stem+other,gsm8k") == [("mmlu", "stem,other"), ("gsm8k", None)]
 
 
-@pytest.fixture()
-def no_model_load(monkeypatch):
-    """Bad input must be rejected before the model is loaded: loading fails the test."""
-    import hf_calibration.modeling
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("the model was loaded before the bad input was rejected")
-
-    monkeypatch.setattr(hf_calibration.modeling, "load_model", refuse)
-    monkeypatch.setattr(hf_calibration.modeling, "resolve_model_path", refuse)
-
-
 @pytest.mark.parametrize("option, value, field, expected", [
     ("--burst-size", "0", "burst_size", "must be an integer ≥ 1, got 0"),
     ("--num-distractors", "-2", "num_distractors", "must be an integer ≥ 1, got -2"),
