@@ -112,6 +112,24 @@ def test_secl_unknown_mmlu_subject_fails_before_loading(tmp_path, capsys, no_mod
     assert not out.exists()
 
 
+def test_secl_serve_open_ended_stream_fails_before_any_load(tmp_path, capsys, no_model_load):
+    """Before: ``secl-serve --stream mmlu:stem,gsm8k`` asked the server and loaded the model (tokenizer, local
+    copy, both domains' questions) before refusing gsm8k. The refusal now comes at the config, before anything is
+    loaded or the server asked (the URL's port 1 has no server: asking it would name --base-url instead)."""
+    from hf_calibration.jobs.secl_service import SECLServiceConfig
+
+    out = tmp_path / "out"
+    assert main(["secl-serve", "--stream", "mmlu:stem,gsm8k", "--base-url", "http://127.0.0.1:1/v1",
+                 "--output-dir", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("hf-calibration: error: --stream: ") and "'gsm8k'" in err, err
+    assert not out.exists()
+    with pytest.raises(ParameterError) as refused:
+        SECLServiceConfig(output_dir=str(out), base_url="http://127.0.0.1:1/v1", stream="gsm8k")
+    assert refused.value.parameter == "stream" and "'gsm8k'" in str(refused.value)
+    SECLServiceConfig(output_dir=str(out), base_url="http://127.0.0.1:1/v1", stream="mmlu:stem,gpqa")  # MCQA only
+
+
 def test_secl_limit_above_domain_size_warns(tiny_dir, tmp_path, capsys, monkeypatch):
     import hf_calibration.data
 
