@@ -182,8 +182,11 @@ class OpenAICompatibleBackend(ScoringBackend):
         with ThreadPoolExecutor(self.max_in_flight) as pool:
             return list(pool.map(fn, items))
 
-    def _complete(self, prompts: list[list[int]], **options) -> list[dict]:
-        """POST /completions for a batch of token-id prompts → the choices, in prompt order."""
+    def complete(self, prompts: list[list[int]], **options) -> list[dict]:
+        """POST /completions for a batch of token-id prompts (greedy: temperature 0; ``options``, the request's other
+        fields: ``max_tokens``, ``logprobs``, ...) with the retries of ``request`` → the choices, in prompt order. The
+        read strategies of ``engines`` send their reads through it. ServerError naming ``base_url`` when the server
+        answers another number of choices than prompts."""
         payload = {"model": self.served_model, "prompt": prompts, "temperature": 0.0, **options}
         choices = self._request("POST", "/completions", payload).get("choices") or []
         if len(choices) != len(prompts):
@@ -209,6 +212,27 @@ class OpenAICompatibleBackend(ScoringBackend):
             raise ServerUnreachable("base_url", self.base_url, f"cannot reach {url}: {type(err).__name__}") from None
         error = error_object(response) if response.status_code >= 400 else None
         return response.status_code, " ".join(response.text.split())[:300], error
+
+    @property
+    def root_url(self) -> str:
+        """The server's root: ``base_url`` without its ``/v1`` (where vLLM's ``/tokenize`` and llama.cpp's ``/props``
+        and ``/lora-adapters`` are)."""
+        return self.base_url[: -len("/v1")] if self.base_url.endswith("/v1") else self.base_url
+
+    def request_at_root(self, method: str, path: str, payload: dict | None = None) -> tuple[int, object] | None:
+        """One request to ``root_url + path``, not retried (the probe's questions, ``engines.probe``): ``(HTTP
+        status, the decoded JSON or, for a plain-text answer, the text)``, whatever the status; None when the server
+        cannot be reached."""
+        import httpx
+
+        try:
+            response = self._client.request(method, f"{self.root_url}{path}", json=payload)
+        except httpx.TransportError:
+            return None
+        try:
+            return response.status_code, response.json()
+        except ValueError:
+            return response.status_code, response.text
 
     def with_served_model(self, served_model: str, *, on_missing_model=None) -> "OpenAICompatibleBackend":
         """This backend reading through ``served_model`` instead (the base model or a LoRA adapter the server has
