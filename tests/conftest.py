@@ -60,6 +60,31 @@ def real_model():
     return load_model(name)
 
 
+@pytest.fixture()
+def no_model_load(monkeypatch):
+    """Bad input must be refused before any model loads: every model loader raises AssertionError, failing the test.
+
+    Refused: ``load_model`` in ``hf_calibration.modeling`` and ``hf_calibration.modeling.loading`` (a caller may
+    import either), the packaged model's conversion (``loading._convert_packaged``, the one load inside
+    ``resolve_model_path``), and transformers' ``PreTrainedModel.from_pretrained`` and PEFT's
+    ``PeftModel.from_pretrained``, which every other model load goes through. ``resolve_model_path`` itself runs:
+    it is the check that refuses a bad ``--model`` before any load."""
+    import peft
+    import transformers
+
+    import hf_calibration.modeling
+    import hf_calibration.modeling.loading
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a model load was attempted before the bad input was refused")
+
+    for owner in (hf_calibration.modeling, hf_calibration.modeling.loading):
+        monkeypatch.setattr(owner, "load_model", refuse)
+    monkeypatch.setattr(hf_calibration.modeling.loading, "_convert_packaged", refuse)
+    monkeypatch.setattr(transformers.PreTrainedModel, "from_pretrained", classmethod(refuse))
+    monkeypatch.setattr(peft.PeftModel, "from_pretrained", classmethod(refuse))
+
+
 # Tests whose results pass through float kernels that differ between CPU kinds: ``.ci/run`` runs them a
 # second time under ATEN_CPU_CAPABILITY=default (torch's portable kernels), as a machine of another
 # kind would. Marked by folder or file, so a new test there is covered without remembering a marker.

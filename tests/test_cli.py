@@ -222,15 +222,26 @@ def test_rerun_into_the_same_folder_replaces_outputs(tiny_model_dir, tmp_path, c
 # ---------------------------------------------------------------- issue 14: bad input found late or not at all
 
 
-@pytest.fixture()
-def no_model_load(monkeypatch):
-    """Bad input must be rejected before the model is loaded: loading fails the test."""
+def test_no_model_load_refuses_every_loader(tiny_model_dir, no_model_load):
+    """The shared ``no_model_load`` fixture (tests/conftest.py) fails a test at any model load, whichever way the
+    code reaches it: before, each file had its own copy, most patching ``hf_calibration.modeling.load_model`` only,
+    so a load through ``modeling.loading`` (``backends.registry``), ``resolve_model_path``'s conversion of the
+    packaged model, or transformers/PEFT directly went through. ``resolve_model_path`` of a folder, a check, runs."""
+    import peft
+    import transformers
+
     import hf_calibration.modeling
+    import hf_calibration.modeling.loading as loading
 
-    def refuse(*args, **kwargs):
-        raise AssertionError("the model was loaded before the bad input was rejected")
-
-    monkeypatch.setattr(hf_calibration.modeling, "load_model", refuse)
+    folder = str(tiny_model_dir)
+    for load in (lambda: hf_calibration.modeling.load_model(folder), lambda: loading.load_model(folder),
+                 lambda: loading._convert_packaged("HuggingFaceTB/SmolLM2-135M-Instruct"),
+                 lambda: transformers.AutoModelForCausalLM.from_pretrained(folder),
+                 lambda: transformers.LlamaForCausalLM.from_pretrained(folder),
+                 lambda: peft.PeftModel.from_pretrained(None, folder)):
+        with pytest.raises(AssertionError, match="a model load was attempted"):
+            load()
+    assert hf_calibration.modeling.resolve_model_path(folder) == folder
 
 
 def _exit_code(argv):

@@ -9,7 +9,7 @@ import pytest
 
 from hf_calibration.cli import main
 
-from tests.test_cli import _exit_code as _code, _one_line, no_model_load  # noqa: F401  (a fixture)
+from tests.test_cli import _exit_code as _code, _one_line
 
 QUIZ = os.path.join(os.path.dirname(__file__), "..", "examples", "data", "quiz.csv")  # 20 questions, 4 options
 

@@ -30,7 +30,7 @@ class SECLServiceConfig:
     model: str = model_field()
     stream: str = field(default="mmlu:stem,mmlu:humanities", metadata={
         "help": "Comma-separated MCQA domains in stream order (as `secl --stream`; a served burst reads P(True) of "
-                "the options)."})
+                "the options; another domain is refused before any model loads)."})
     limit_per_domain: int = field(default=20, metadata={"help": "Questions per domain."})
     stream_per_domain: bool = field(default=False, metadata={
         "help": "One SECL stream (its own adapter, gate and records) per domain, questions interleaved round-robin; "
@@ -47,12 +47,17 @@ class SECLServiceConfig:
     device: str = device_field()
 
     def __post_init__(self):
+        from hf_calibration.data import MCQA_DATASETS
         from hf_calibration.modeling.backends import check_backend_options
         from hf_calibration.modeling.streams import parse_stream
 
         check_path(self.output_dir, "output_dir")
         check_backend_options("openai", self.base_url, self.served_model)
-        parse_stream(self.stream)
+        open_ended = [name for name, _ in parse_stream(self.stream) if name not in MCQA_DATASETS]
+        if open_ended:  # refused here, before any server is asked or model loaded
+            raise ParameterError("stream", self.stream, f"the served SECL stream takes MCQA domains only, got "
+                                 f"{open_ended[0]!r} (a burst reads P(True) of the options; open-ended alternatives "
+                                 f"need a beam search); MCQA domains: {', '.join(MCQA_DATASETS)}")
         for name in ("limit_per_domain", "max_new_tokens"):
             check_int(getattr(self, name), name)
         check_choice(self.swap, "swap", SWAP_MODES)
@@ -91,9 +96,9 @@ def _plan(config: SECLServiceConfig, items) -> list[tuple[str, object]]:
 def served_stream(config: SECLServiceConfig, trainer, tokenizer, server_context: int | None) -> list:
     """The stream's questions (``modeling.streams.build_stream`` items) as the in-process stream job builds them
     (``jobs.secl_stream.stream_context``: the same questions, gold letters, ids and cuts), fitted to the smaller of
-    the model's context and the server's (``server_context`` tokens; None: the model's). ParameterError naming
-    ``stream`` when a domain is not MCQA (a served burst reads P(True) of the options; open-ended alternatives need
-    a beam search), naming ``on_overflow`` under "error" for a question that does not fit."""
+    the model's context and the server's (``server_context`` tokens; None: the model's). The stream's domains are
+    MCQA (``SECLServiceConfig`` refuses others at construction). ParameterError naming ``on_overflow`` under "error"
+    for a question that does not fit."""
     from hf_calibration.jobs.secl_stream import stream_context
     from hf_calibration.modeling.streams import build_stream
 
@@ -101,12 +106,8 @@ def served_stream(config: SECLServiceConfig, trainer, tokenizer, server_context:
                              on_overflow=config.on_overflow)
     if server_context is not None:
         context["context"] = min(c for c in (context["context"], server_context) if c is not None)
-    items = build_stream(tokenizer, config.stream, limit_per_domain=config.limit_per_domain, seed=config.seed,
-                         balance_gold=config.balance_gold, prompt_format=trainer.secl_config.prompt_format, **context)
-    if any(item.kind != "mcqa" for item in items):
-        raise ParameterError("stream", config.stream, "the served SECL stream takes MCQA domains only (a burst reads "
-                             "P(True) of the options; open-ended alternatives need a beam search)")
-    return items
+    return build_stream(tokenizer, config.stream, limit_per_domain=config.limit_per_domain, seed=config.seed,
+                        balance_gold=config.balance_gold, prompt_format=trainer.secl_config.prompt_format, **context)
 
 
 def run_secl_service(config: SECLServiceConfig, secl_config: SECLConfig | None = None, *,

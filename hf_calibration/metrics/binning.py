@@ -163,7 +163,8 @@ def uniform_bin_index(conf, n_bins: int):
         input's own precision: a float32 value is not rounded to float64 first (that is exact anyway)
         nor a long double to float64.
     n_bins : int
-        Number of bins (> 0).
+        Number of bins, 1 to ``MAX_STATE_BINS`` (2**20: its lookup table is built before any confidence is binned,
+        as a streaming state's sums are; docs/methods.md, "Binned ECE family").
 
     Returns
     -------
@@ -176,7 +177,7 @@ def uniform_bin_index(conf, n_bins: int):
         (also a TypeError) Non-numeric ``conf`` (or complex), non-integer ``n_bins``.
     ParameterError
         (a ValueError) A value of ``conf`` outside [0, 1] or NaN (the message names its value and position),
-        ``n_bins <= 0``.
+        ``n_bins <= 0`` or above ``MAX_STATE_BINS``, naming ``n_bins``.
 
     Examples
     --------
@@ -185,7 +186,7 @@ def uniform_bin_index(conf, n_bins: int):
     >>> int(uniform_bin_index(0.57, 100))  # int(0.57 * 100) would give 56
     57
     """
-    n_bins = check_n_bins(n_bins)
+    n_bins = check_n_bins(n_bins, up_front="the bin rule's lookup table")
     c = np.asarray(conf)
     if c.dtype.kind not in "biuf":
         raise ParameterTypeError("conf", conf, f"must hold real numbers, got dtype {c.dtype} "

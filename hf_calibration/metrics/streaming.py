@@ -70,7 +70,7 @@ class BinnedCalibrationState:
     """
 
     def __init__(self, n_bins: int = 15, *, classwise: bool = False, n_classes: int | None = None):
-        self.n_bins = check_n_bins(n_bins, state=True)
+        self.n_bins = check_n_bins(n_bins, up_front="a streaming state's per-bin sums")
         self.classwise = bool(classwise)
         self.n_classes = _check_n_classes(n_classes, self.classwise)
         self.reset()

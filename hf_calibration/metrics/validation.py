@@ -96,17 +96,18 @@ def max_bins(n: int) -> int:
     return max(int(n), MIN_BIN_LIMIT)
 
 
-#: The most bins a streaming state (``BinnedCalibrationState``) takes. Its per-bin sums exist before any prediction
-#: is counted, so ``max_bins(n)`` cannot bound them up front; 2**20 is ``max_bins(n)`` for a million predictions
+#: The most bins a streaming state (``BinnedCalibrationState``) or the bin rule (``binning.uniform_bin_index``) takes.
+#: The state's per-bin sums and the rule's lookup table exist before the predictions are counted, so ``max_bins(n)``
+#: cannot bound them up front; 2**20 is ``max_bins(n)`` for a million predictions
 #: (24 MiB of top-label sums) (docs/methods.md, "Binned ECE family").
 MAX_STATE_BINS = 1 << 20
 
 
-def check_n_bins(n_bins, n: int | None = None, *, of: str = "predictions", state: bool = False) -> int:
+def check_n_bins(n_bins, n: int | None = None, *, of: str = "predictions", up_front: str | None = None) -> int:
     """``n_bins`` as a positive int, at most ``max_bins(n)`` when ``n`` (the number of predictions) is given, at
-    most ``MAX_STATE_BINS`` when ``state`` (a streaming state's bins, allocated before ``n`` is known);
-    ParameterTypeError for non-integers, ParameterError for values <= 0 or above the bound (``of`` names what
-    ``n`` counts in the message)."""
+    most ``MAX_STATE_BINS`` when ``up_front`` names what is allocated per bin before ``n`` is known (a streaming
+    state's per-bin sums, the bin rule's lookup table); ParameterTypeError for non-integers, ParameterError naming
+    ``n_bins`` for values <= 0 or above the bound (``of`` names what ``n`` counts in the message)."""
     if isinstance(n_bins, bool) or not isinstance(n_bins, (int, np.integer)):
         raise ParameterTypeError("n_bins", n_bins, f"must be an int, got {n_bins!r} ({type(n_bins).__name__})")
     if n_bins <= 0:
@@ -114,10 +115,9 @@ def check_n_bins(n_bins, n: int | None = None, *, of: str = "predictions", state
     if n is not None and n_bins > max_bins(n):
         raise ParameterError("n_bins", n_bins, f"must be ≤ {max_bins(n)} for {n} {of} (at most one bin per "
                              f"prediction, or {MIN_BIN_LIMIT}: more bins are necessarily empty), got {n_bins}")
-    if state and n_bins > MAX_STATE_BINS:
-        raise ParameterError("n_bins", n_bins, f"must be ≤ {MAX_STATE_BINS} for a streaming state (its per-bin sums "
-                             f"are allocated before any prediction arrives; {MAX_STATE_BINS} bins serve a million "
-                             f"predictions), got {n_bins}")
+    if up_front is not None and n_bins > MAX_STATE_BINS:
+        raise ParameterError("n_bins", n_bins, f"must be ≤ {MAX_STATE_BINS} for {up_front} (allocated before any "
+                             f"prediction arrives; {MAX_STATE_BINS} bins serve a million predictions), got {n_bins}")
     return int(n_bins)
 
 

@@ -98,7 +98,7 @@ class StreamState:
 
 class LoRAAdmin:
     """The server's runtime LoRA endpoints (vLLM), each refusal turned into one line naming the cause, decided from the
-    HTTP status and the error's structure (``_lora_refusal``)."""
+    HTTP status and the error's structure (``OpenAICompatibleBackend.post_lora_adapter``, ``lora_refusal``)."""
 
     def __init__(self, backend):
         self.backend = backend
@@ -114,44 +114,16 @@ class LoRAAdmin:
         """``/v1/load_lora_adapter``. ParameterError naming ``base_url`` (no runtime LoRA loading: the probe found
         none, or the endpoint is missing) or ``lora_r`` (the server failed to load the adapter: a rank above its
         ``--max-lora-rank``, LoRA not enabled); ServerError naming ``base_url`` for the other refusals."""
-        require = getattr(self.backend, "require_runtime_lora", None)
-        if require is not None:
-            require("SECL's adapter hot-swap")
-        # absolute: the server resolves a relative path from its own working directory
-        status, text, error = self._post("/load_lora_adapter", {"lora_name": name,
-                                                                "lora_path": os.path.abspath(folder)})
-        if status >= 400:
-            raise _lora_refusal(self.backend.base_url, status, error, text, folder=folder, rank=rank)
+        self.backend.post_lora_adapter(name, folder, rank=rank, what="SECL's adapter hot-swap")
 
     def unload(self, name: str) -> None:
         """``/v1/unload_lora_adapter``; HTTP 404 is no error (the server does not hold the name: already gone, or
         restarted since)."""
+        from hf_calibration.modeling.backends.server import lora_refusal
+
         status, text, error = self._post("/unload_lora_adapter", {"lora_name": name})
         if status >= 400 and status != 404:
-            raise _lora_refusal(self.backend.base_url, status, error, text, folder=None, rank=None)
-
-
-def _lora_refusal(base_url: str, status: int, error: dict | None, text: str, *, folder, rank) -> ParameterError:
-    """The refusal of a LoRA load or unload, decided from the HTTP status and the error object (vLLM 0.32: the endpoint
-    missing without VLLM_ALLOW_RUNTIME_LORA_UPDATING is a 404 without vLLM's ``NotFoundError`` type, or a 405; an
-    adapter folder it cannot find, a 404 of type ``NotFoundError``; a name already loaded, 400; a failure of the engine
-    to load it (rank above ``--max-lora-rank``, no ``--enable-lora``, weights it cannot read), 500 with the engine's
-    message). The server's message is quoted, never parsed."""
-    from hf_calibration.modeling.backends import ServerError
-
-    said = (error or {}).get("message") or text or f"HTTP {status}"
-    endpoint_answered = isinstance(error, dict) and error.get("type") == "NotFoundError"
-    if status == 405 or (status == 404 and not endpoint_answered):
-        return ParameterError("base_url", base_url, f"the server has no runtime LoRA loading (/v1/load_lora_adapter "
-                              f"answered HTTP {status}): start vLLM with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True and "
-                              "--enable-lora")
-    if status == 404:
-        return ServerError("base_url", base_url, f"the server found no adapter at {folder} (HTTP 404: {said}): it "
-                           "must read the same folder (a shared disk when it runs elsewhere)")
-    if status >= 500 and rank is not None:
-        return ParameterError("lora_r", rank, f"the server could not load the rank-{rank} adapter (HTTP {status}: "
-                              f"{said}): start it with --enable-lora --max-lora-rank {rank} or more, or lower lora_r")
-    return ServerError("base_url", base_url, f"the server refused the adapter: HTTP {status}: {said}")
+            raise lora_refusal(self.backend.base_url, status, error, text, folder=None, rank=None)
 
 
 def _view(backend, served_model: str, *, on_missing_model=None):

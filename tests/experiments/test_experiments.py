@@ -214,17 +214,6 @@ def test_unknown_experiment_is_a_usage_error(capsys):
     assert exc.value.code == 2
 
 
-@pytest.fixture()
-def no_model_load(monkeypatch):
-    """Bad input must be rejected before a model is loaded: loading fails the test."""
-    import hf_calibration.modeling
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("a model was loaded before the bad input was rejected")
-
-    monkeypatch.setattr(hf_calibration.modeling, "load_model", refuse)
-
-
 @pytest.mark.parametrize(
     "argv, prefix, value",
     [

@@ -10,17 +10,6 @@ from experiments.calm_config import CALMExperimentConfig
 from experiments.run import ExperimentConfig, run_experiment
 
 
-@pytest.fixture()
-def no_model_load(monkeypatch):
-    """Bad input must be rejected before a model is loaded: loading fails the test."""
-    import hf_calibration.modeling
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("a model was loaded before the bad input was rejected")
-
-    monkeypatch.setattr(hf_calibration.modeling, "load_model", refuse)
-
-
 def test_run_experiment_passes_results_in_memory(tiny_model_dir, tmp_path, monkeypatch):
     """A fresh run reads no file it wrote: the table comes from the sub-runs' results."""
     from pathlib import Path

@@ -12,16 +12,6 @@ from hf_calibration.runtime.outputs import MANIFEST, AtomicOutputDir, read_manif
 from tests.test_lm_eval_import import _two_subjects
 
 
-@pytest.fixture()
-def no_model_load(monkeypatch):
-    import hf_calibration.modeling
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("a model was loaded before the bad output place was rejected")
-
-    monkeypatch.setattr(hf_calibration.modeling, "load_model", refuse)
-
-
 def _error_line(capsys) -> str:
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("hf-calibration: error:")]
     assert len(lines) == 1, lines

@@ -80,3 +80,26 @@ def test_a_streaming_state_takes_the_bound_and_agrees_with_the_function():
     y, conf = make_binary(40, seed=5)
     state = BinnedCalibrationState(40).update(y[:25], conf[:25]).update(y[25:], conf[25:])
     assert state.compute() == pytest.approx(lib.expected_calibration_error(y, conf, n_bins=40), abs=1e-12)
+
+
+def test_the_bin_rule_takes_the_state_bound():
+    """Before: ``uniform_bin_index`` took any n_bins and built its lookup table of about 2·n_bins entries first
+    (10^9 bins: 16 GB). It takes the streaming state's bound, MAX_STATE_BINS, with the same error naming n_bins;
+    at the bound it bins as the exact comparison with the edges k / n_bins does."""
+    from hf_calibration.metrics.binning import uniform_bin_index
+
+    for n_bins in (MAX_STATE_BINS + 1, 10**9):
+        tracemalloc.start()
+        try:
+            with pytest.raises(ParameterError) as err:
+                uniform_bin_index([0.0, 0.5, 1.0], n_bins)
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert err.value.parameter == "n_bins" and err.value.value == n_bins
+        assert str(err.value).startswith(f"n_bins: must be ≤ {MAX_STATE_BINS} for ") and str(n_bins) in str(err.value)
+        assert peak < 1 << 20
+    conf = np.array([0.0, 1 / 3, 0.5, 0.999999, 1.0])
+    exact = np.minimum(np.searchsorted(np.arange(1, MAX_STATE_BINS) / MAX_STATE_BINS, conf, side="right"),
+                       MAX_STATE_BINS - 1)
+    assert uniform_bin_index(conf, MAX_STATE_BINS).tolist() == exact.tolist()

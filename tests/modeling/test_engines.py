@@ -67,3 +67,32 @@ def test_a_top_k_only_server_is_refused_naming_what_is_missing(topk_server, tiny
     assert "logprob_token_ids" in message and "logit_bias" in message and "docs/serving.md" in message
     assert "tokenizer" not in message  # no /tokenize: nothing compared, no mismatch claimed
     assert "/v1/completions" in TopKOnly.requests
+
+
+def test_the_probe_reads_through_the_backends_public_methods(topk_server, tiny_tokenizer):
+    """``engines`` (the probe and the read strategies) sends through the backend's public methods — ``request``,
+    ``complete``, ``request_at_root`` — never its transport (before: ``_request``, ``_client``, ``_complete``).
+    ``request_at_root`` asks the server's root (outside /v1) once: the status and decoded body whatever the status,
+    None when nothing answers."""
+    import inspect
+    import re
+    import socket
+
+    from hf_calibration.modeling.backends import ServerError, engines
+
+    assert not re.findall(r"backend\._\w+", inspect.getsource(engines))
+    backend = OpenAICompatibleBackend(topk_server, "m", tiny_tokenizer, check=False)
+    assert backend.root_url + "/v1" == topk_server
+    assert backend.request_at_root("GET", "/props") == (404, {"error": {"message": "Not Found"}})
+    assert TopKOnly.requests[-1] == "/props"  # the root's path, not /v1/props
+    assert [c["text"] for c in backend.complete([[1, 2]], max_tokens=1)] == ["w0"]
+    with pytest.raises(ServerError) as err:  # the server answers one choice whatever it is sent
+        backend.complete([[1, 2], [3]], max_tokens=1)
+    assert err.value.parameter == "base_url" and "1 choices for 2 prompts" in str(err.value)
+    backend.close()
+    with socket.socket() as s:  # a port with nothing listening
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    closed = OpenAICompatibleBackend(f"http://127.0.0.1:{port}/v1", "m", tiny_tokenizer, check=False, retries=0)
+    assert closed.request_at_root("GET", "/props") is None
+    closed.close()

@@ -83,18 +83,6 @@ def test_judge():
     assert parse_stream("mmlu:stem+other,gsm8k") == [("mmlu", "stem,other"), ("gsm8k", None)]
 
 
-@pytest.fixture()
-def no_model_load(monkeypatch):
-    """Bad input must be rejected before the model is loaded: loading fails the test."""
-    import hf_calibration.modeling
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("the model was loaded before the bad input was rejected")
-
-    monkeypatch.setattr(hf_calibration.modeling, "load_model", refuse)
-    monkeypatch.setattr(hf_calibration.modeling, "resolve_model_path", refuse)
-
-
 @pytest.mark.parametrize("option, value, field, expected", [
     ("--burst-size", "0", "burst_size", "must be an integer ≥ 1, got 0"),
     ("--num-distractors", "-2", "num_distractors", "must be an integer ≥ 1, got -2"),
@@ -122,6 +110,24 @@ def test_secl_unknown_mmlu_subject_fails_before_loading(tmp_path, capsys, no_mod
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--stream" in err and "'astrologyy'" in err and "'mmlu:astrologyy'" in err
     assert not out.exists()
+
+
+def test_secl_serve_open_ended_stream_fails_before_any_load(tmp_path, capsys, no_model_load):
+    """Before: ``secl-serve --stream mmlu:stem,gsm8k`` asked the server and loaded the model (tokenizer, local
+    copy, both domains' questions) before refusing gsm8k. The refusal now comes at the config, before anything is
+    loaded or the server asked (the URL's port 1 has no server: asking it would name --base-url instead)."""
+    from hf_calibration.jobs.secl_service import SECLServiceConfig
+
+    out = tmp_path / "out"
+    assert main(["secl-serve", "--stream", "mmlu:stem,gsm8k", "--base-url", "http://127.0.0.1:1/v1",
+                 "--output-dir", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("hf-calibration: error: --stream: ") and "'gsm8k'" in err, err
+    assert not out.exists()
+    with pytest.raises(ParameterError) as refused:
+        SECLServiceConfig(output_dir=str(out), base_url="http://127.0.0.1:1/v1", stream="gsm8k")
+    assert refused.value.parameter == "stream" and "'gsm8k'" in str(refused.value)
+    SECLServiceConfig(output_dir=str(out), base_url="http://127.0.0.1:1/v1", stream="mmlu:stem,gpqa")  # MCQA only
 
 
 def test_secl_limit_above_domain_size_warns(tiny_dir, tmp_path, capsys, monkeypatch):

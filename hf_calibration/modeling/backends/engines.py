@@ -103,7 +103,7 @@ class TokenIdReads:
         self.backend = backend
 
     def _complete(self, prompts, **options):
-        return self.backend._complete(prompts, return_tokens_as_token_ids=True, **options)
+        return self.backend.complete(prompts, return_tokens_as_token_ids=True, **options)
 
     def next_token(self, row: list[int], ids: list[int]):
         """(log-probabilities of ``ids``, greedy id, its log-probability) after ``row``."""
@@ -159,7 +159,7 @@ class DistributionReads:
         options = {"max_tokens": max_tokens, "n_probs": n_probs, "cache_prompt": False}
         if force is not None:
             options["logit_bias"] = [[int(force), FORCE_BIAS]]
-        choice = self.backend._complete([row], **options)[0]
+        choice = self.backend.complete([row], **options)[0]
         content = (choice.get("logprobs") or {}).get("content")
         if not isinstance(content, list):
             raise ServerError("base_url", self.backend.base_url, "a completion came back without log-probabilities "
@@ -225,7 +225,7 @@ def probe(backend):
     """``(reads, Capabilities)`` for the server behind ``backend`` (module docstring). Raises ParameterError naming
     ``served_model`` (a name-checking server that does not serve it) or ``base_url`` (a tokenizer that splits
     differently, another vocabulary, no exact way to read chosen ids), ServerError when it cannot be reached."""
-    cards = backend._request("GET", "/models").get("data") or []
+    cards = backend.request("GET", "/models").get("data") or []
     owners = {str(c.get("owned_by", "")).lower() for c in cards}
     llama = "llamacpp" in owners or any(isinstance(c.get("meta"), dict) for c in cards)
     engine = "llama.cpp" if llama else "vllm" if "vllm" in owners else (sorted(owners - {""}) or ["unknown"])[0]
@@ -261,34 +261,16 @@ def _context(backend, cards, card) -> tuple[int | None, int | None]:
     meta = card.get("meta") if isinstance(card.get("meta"), dict) else {}
     ctx = card.get("max_model_len") or parent.get("max_model_len") or meta.get("n_ctx")
     if ctx is None and meta:
-        got = _post_root(backend, "/props", None, method="GET")
+        got = backend.request_at_root("GET", "/props")
         if got is not None and got[0] < 400 and isinstance(got[1], dict):
             ctx = (got[1].get("default_generation_settings") or {}).get("n_ctx")
     return (int(ctx) if ctx else None), meta.get("n_vocab")
 
 
-def _root(backend) -> str:
-    return backend.base_url[: -len("/v1")] if backend.base_url.endswith("/v1") else backend.base_url
-
-
-def _post_root(backend, path: str, payload: dict | None, method: str = "POST"):
-    """(status, decoded JSON or text) of one request at the server root; None when it cannot be reached."""
-    import httpx
-
-    try:
-        r = backend._client.request(method, f"{_root(backend)}{path}", json=payload)
-    except httpx.TransportError:
-        return None
-    try:
-        return r.status_code, r.json()
-    except ValueError:
-        return r.status_code, r.text
-
-
 def _tokenize(backend, text: str, shape: str) -> list[int] | None:
     payload = ({"model": backend.served_model, "prompt": text, "add_special_tokens": False} if shape == "vllm"
                else {"content": text, "add_special": False, "parse_special": True})
-    got = _post_root(backend, "/tokenize", payload)
+    got = backend.request_at_root("POST", "/tokenize", payload)
     if got is None or got[0] >= 400 or not isinstance(got[1], dict):
         return None
     tokens = got[1].get("tokens")
@@ -362,12 +344,12 @@ def _vllm_lora(backend) -> str:
     there a load naming no adapter (empty ``lora_name`` and ``lora_path``) is refused as a bad request, HTTP 400,
     and nothing is loaded; without the route the answer is 404 (405 for a path that exists for other methods).
     Decided from the status only."""
-    got = _post_root(backend, "/v1/load_lora_adapter", {"lora_name": "", "lora_path": ""})
+    got = backend.request_at_root("POST", "/v1/load_lora_adapter", {"lora_name": "", "lora_path": ""})
     return "runtime" if got is not None and got[0] == 400 else "none"
 
 
 def _llamacpp_lora(backend) -> str:
-    got = _post_root(backend, "/lora-adapters", None, method="GET")
+    got = backend.request_at_root("GET", "/lora-adapters")
     if got is None or got[0] >= 400 or not isinstance(got[1], list):
         return "none"
     return f"start-up only (--lora; {len(got[1])} loaded, scaled per request)"

@@ -66,6 +66,28 @@ def model_not_served(status: int, error: dict | None) -> bool:
                                                           or error.get("code") == "model_not_found")
 
 
+def lora_refusal(base_url: str, status: int, error: dict | None, text: str, *, folder, rank) -> ParameterError:
+    """The refusal of a LoRA load or unload, decided from the HTTP status and the error object (vLLM 0.32: the endpoint
+    missing without VLLM_ALLOW_RUNTIME_LORA_UPDATING is a 404 without vLLM's ``NotFoundError`` type, or a 405; an
+    adapter folder it cannot find, a 404 of type ``NotFoundError``; a name already loaded, 400; a failure of the engine
+    to load it (rank above ``--max-lora-rank``, no ``--enable-lora``, weights it cannot read), 500 with the engine's
+    message). The server's message is quoted, never parsed. ``folder`` and ``rank``: the adapter's, named in the
+    refusal (None for an unload, or a rank not known)."""
+    said = (error or {}).get("message") or text or f"HTTP {status}"
+    endpoint_answered = isinstance(error, dict) and error.get("type") == "NotFoundError"
+    if status == 405 or (status == 404 and not endpoint_answered):
+        return ParameterError("base_url", base_url, f"the server has no runtime LoRA loading (/v1/load_lora_adapter "
+                              f"answered HTTP {status}): start vLLM with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True and "
+                              "--enable-lora")
+    if status == 404:
+        return ServerError("base_url", base_url, f"the server found no adapter at {folder} (HTTP 404: {said}): it "
+                           "must read the same folder (a shared disk when it runs elsewhere)")
+    if status >= 500 and rank is not None:
+        return ParameterError("lora_r", rank, f"the server could not load the rank-{rank} adapter (HTTP {status}: "
+                              f"{said}): start it with --enable-lora --max-lora-rank {rank} or more, or lower lora_r")
+    return ServerError("base_url", base_url, f"the server refused the adapter: HTTP {status}: {said}")
+
+
 class OpenAICompatibleBackend(ScoringBackend):
     """Scores through ``base_url`` (e.g. ``http://127.0.0.1:8000/v1``), the model served as ``served_model``.
 
@@ -160,8 +182,11 @@ class OpenAICompatibleBackend(ScoringBackend):
         with ThreadPoolExecutor(self.max_in_flight) as pool:
             return list(pool.map(fn, items))
 
-    def _complete(self, prompts: list[list[int]], **options) -> list[dict]:
-        """POST /completions for a batch of token-id prompts → the choices, in prompt order."""
+    def complete(self, prompts: list[list[int]], **options) -> list[dict]:
+        """POST /completions for a batch of token-id prompts (greedy: temperature 0; ``options``, the request's other
+        fields: ``max_tokens``, ``logprobs``, ...) with the retries of ``request`` → the choices, in prompt order. The
+        read strategies of ``engines`` send their reads through it. ServerError naming ``base_url`` when the server
+        answers another number of choices than prompts."""
         payload = {"model": self.served_model, "prompt": prompts, "temperature": 0.0, **options}
         choices = self._request("POST", "/completions", payload).get("choices") or []
         if len(choices) != len(prompts):
@@ -188,6 +213,27 @@ class OpenAICompatibleBackend(ScoringBackend):
         error = error_object(response) if response.status_code >= 400 else None
         return response.status_code, " ".join(response.text.split())[:300], error
 
+    @property
+    def root_url(self) -> str:
+        """The server's root: ``base_url`` without its ``/v1`` (where vLLM's ``/tokenize`` and llama.cpp's ``/props``
+        and ``/lora-adapters`` are)."""
+        return self.base_url[: -len("/v1")] if self.base_url.endswith("/v1") else self.base_url
+
+    def request_at_root(self, method: str, path: str, payload: dict | None = None) -> tuple[int, object] | None:
+        """One request to ``root_url + path``, not retried (the probe's questions, ``engines.probe``): ``(HTTP
+        status, the decoded JSON or, for a plain-text answer, the text)``, whatever the status; None when the server
+        cannot be reached."""
+        import httpx
+
+        try:
+            response = self._client.request(method, f"{self.root_url}{path}", json=payload)
+        except httpx.TransportError:
+            return None
+        try:
+            return response.status_code, response.json()
+        except ValueError:
+            return response.status_code, response.text
+
     def with_served_model(self, served_model: str, *, on_missing_model=None) -> "OpenAICompatibleBackend":
         """This backend reading through ``served_model`` instead (the base model or a LoRA adapter the server has
         loaded): the same connection, probe and read strategy, the strategy rebound to the new name, and
@@ -207,16 +253,32 @@ class OpenAICompatibleBackend(ScoringBackend):
         self._client.close()
 
     def load_lora_adapter(self, name: str, path: str) -> None:
-        """Load a PEFT LoRA folder into the server under ``name`` (vLLM's ``/v1/load_lora_adapter``; the server
-        needs ``--enable-lora`` and ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``), then score through it: this
-        backend's ``served_model`` becomes ``name``. Raises ParameterError naming ``base_url`` when the engine has
-        no runtime LoRA loading (llama.cpp loads adapters at start only, ``--lora``), ServerError naming
-        ``base_url`` with the server's answer when it refuses (e.g. a rank above ``--max-lora-rank``). A relative
-        ``path`` is sent absolute (the server resolves it from its own working directory)."""
-        self.require_runtime_lora("loading a LoRA adapter")
-        self._request("POST", "/load_lora_adapter", {"lora_name": name, "lora_path": os.path.abspath(path)})
+        """Load a PEFT LoRA folder into the server under ``name`` (``post_lora_adapter``; the server needs
+        ``--enable-lora`` and ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``), then score through it: this backend's
+        ``served_model`` becomes ``name``. Raises what ``post_lora_adapter`` raises: ParameterError naming
+        ``base_url`` when the engine has no runtime LoRA loading (llama.cpp loads adapters at start only,
+        ``--lora``), ServerError naming ``base_url`` with the server's answer when it refuses (e.g. a rank above
+        ``--max-lora-rank``)."""
+        self.post_lora_adapter(name, path)
         self.served_model = name
         self.check_server()
+
+    def post_lora_adapter(self, name: str, path, *, rank: int | None = None,
+                          what: str = "loading a LoRA adapter") -> None:
+        """The one sender of vLLM's ``POST /v1/load_lora_adapter``: ``{"lora_name": name, "lora_path": <path made
+        absolute>}`` (the server resolves a relative path from its own working directory), sent once, never retried
+        (a repeated load is refused as a duplicate). ``served_model`` is left as it is.
+
+        rank : the adapter's LoRA rank, named in the refusal when the engine fails to load it (None: not known).
+        what : the caller's purpose, quoted when the probed engine has no runtime LoRA loading.
+        Raises ``lora_refusal``'s error for an HTTP error answer (ParameterError naming ``base_url`` or
+        ``lora_r``, ServerError naming ``base_url``), ParameterError naming ``base_url`` before sending when the
+        probe found no runtime LoRA loading, ServerError naming ``base_url`` when the server cannot be reached."""
+        self.require_runtime_lora(what)
+        folder = os.path.abspath(path)
+        status, text, error = self.post_once("/load_lora_adapter", {"lora_name": name, "lora_path": folder})
+        if status >= 400:
+            raise lora_refusal(self.base_url, status, error, text, folder=folder, rank=rank)
 
     def require_runtime_lora(self, what: str) -> None:
         """ParameterError naming ``base_url`` when the probed engine cannot load LoRA adapters at run time."""
