@@ -79,9 +79,20 @@ def _top(probs, labels, method, split):
     return (p.argmax(1) == labels[split]).astype(int), p.max(1)
 
 
+def rule_verdict(minus_base: dict, minus_ts: dict, minus_sft_share: dict) -> str:
+    """The rule's verdict from its three intervals (``{"low", "high"}``): "held" when CALM − base and CALM − TS lie
+    wholly below 0 and CALM − 0.95·SFT accuracy wholly above 0, "not held" when any lies wholly on the other side,
+    else "undecided"."""
+    from hf_calibration.metrics import interval_verdict
+
+    # interval_verdict: True = on the claim's side, False = wholly on the other side, None = contains 0
+    held = [interval_verdict(minus_base), interval_verdict(minus_ts), interval_verdict(minus_sft_share, held_when="above")]
+    return "held" if all(h is True for h in held) else "not held" if False in held else "undecided"
+
+
 def summarize(folders: list[Path], *, n_resamples: int) -> dict:
     """One setting's row over its seed folders: the rule's three pooled intervals and the OOD metrics."""
-    from hf_calibration.metrics import brier_score, confidence_auroc, expected_calibration_error, interval_verdict
+    from hf_calibration.metrics import brier_score, confidence_auroc, expected_calibration_error
 
     from experiments.calm import method_probabilities, read_scored
     from experiments.calm_claims import ACCURACY_SHARE, pooled_difference
@@ -95,10 +106,7 @@ def summarize(folders: list[Path], *, n_resamples: int) -> dict:
         row[f"bome − {b}"] = pooled_difference(runs, ood, "bome", b, **kw)
     row["bome − 0.95·sft"] = pooled_difference(runs, ["id_test"], "bome", "sft", key="accuracy",
                                                share=ACCURACY_SHARE, **kw)
-    held = [interval_verdict(row["bome − uncalibrated"]), interval_verdict(row["bome − ts"]),
-            interval_verdict(row["bome − 0.95·sft"], held_when="above")]
-    row["verdict"] = "held" if all(h == "held" for h in held) else (
-        "not held" if "not held" in held else "undecided")
+    row["verdict"] = rule_verdict(row["bome − uncalibrated"], row["bome − ts"], row["bome − 0.95·sft"])
     for m in ("uncalibrated", "ts", "sft", "bome"):
         per = [(expected_calibration_error(*_top(p, lab, m, s)), confidence_auroc(*_top(p, lab, m, s)),
                 brier_score(*_top(p, lab, m, s))) for p, lab in runs for s in ood]

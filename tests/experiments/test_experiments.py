@@ -687,5 +687,26 @@ def test_calm_levers_share_the_baselines_and_report_the_rule(tiny_model_dir, tmp
 
     by_hand = np.mean([ece("bome", s) - ece("uncalibrated", s) for s in ood])
     assert rows["upper_adjustment"]["bome − uncalibrated"]["value"] == pytest.approx(by_hand, abs=1e-12)
+    # the rule's verdict from the three intervals' signs (docs/calm_results.md)
+    for row in rows.values():
+        sides = [(row["bome − uncalibrated"], "below"), (row["bome − ts"], "below"), (row["bome − 0.95·sft"], "above")]
+        good = [d["high"] < 0 if side == "below" else d["low"] > 0 for d, side in sides]
+        bad = [d["low"] > 0 if side == "below" else d["high"] < 0 for d, side in sides]
+        assert row["verdict"] == ("held" if all(good) else "not held" if any(bad) else "undecided")
     assert levers.main(["run", "--output-dir", str(out), "--settings", "nope"]) == 2
     assert "--settings: unknown setting 'nope'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("base, ts, share, verdict", [
+    ((-0.2, -0.1), (-0.2, -0.01), (0.01, 0.1), "held"),
+    ((-0.2, -0.1), (-0.2, 0.01), (0.01, 0.1), "undecided"),
+    ((0.03, 0.16), (0.07, 0.2), (-0.49, -0.34), "not held"),  # every interval on the wrong side
+    ((-0.2, -0.1), (-0.2, -0.01), (-0.1, -0.01), "not held"),  # the accuracy alone
+])
+def test_calm_levers_rule_verdict(base, ts, share, verdict):
+    from experiments.calm_levers import rule_verdict
+
+    def iv(pair):
+        return {"low": pair[0], "high": pair[1]}
+
+    assert rule_verdict(iv(base), iv(ts), iv(share)) == verdict
