@@ -74,11 +74,6 @@ def run(out: Path, settings: list[str], seeds: list[int]) -> int:
     return 0
 
 
-def _top(probs, labels, method, split):
-    p = probs[method][split]
-    return (p.argmax(1) == labels[split]).astype(int), p.max(1)
-
-
 def rule_verdict(minus_base: dict, minus_ts: dict, minus_sft_share: dict) -> str:
     """The rule's verdict from its three intervals (``{"low", "high"}``): "held" when CALM − base and CALM − TS lie
     wholly below 0 and CALM − 0.95·SFT accuracy wholly above 0, "not held" when any lies wholly on the other side,
@@ -91,15 +86,15 @@ def rule_verdict(minus_base: dict, minus_ts: dict, minus_sft_share: dict) -> str
 
 
 def summarize(folders: list[Path], *, n_resamples: int) -> dict:
-    """One setting's row over its seed folders: the rule's three pooled intervals and the OOD metrics."""
-    from hf_calibration.metrics import brier_score, confidence_auroc, expected_calibration_error
-
+    """One setting's row over its seed folders: the rule's three pooled intervals (from the saved scores) and,
+    averaged over the seeds, the OOD metrics and references each seed's calm run saved in its report.json."""
     from experiments.calm import method_probabilities, read_scored
     from experiments.calm_claims import ACCURACY_SHARE, pooled_difference
 
     ood = [k for k in json.loads((folders[0] / "run.json").read_text())["sizes"] if k not in
            ("train", "calibration", "validation", "id_test")]
     runs = [method_probabilities(read_scored(f)[0], ("validation", "id_test", *ood)) for f in folders]
+    saved = [json.loads((f / "report.json").read_text()) for f in folders]
     kw = dict(n_resamples=n_resamples, seed=0)
     row = {"seeds": [f.name for f in folders], "n_ood": int(sum(len(r[1][s]) for r in runs for s in ood))}
     for b in ("uncalibrated", "ts"):
@@ -108,14 +103,11 @@ def summarize(folders: list[Path], *, n_resamples: int) -> dict:
                                                share=ACCURACY_SHARE, **kw)
     row["verdict"] = rule_verdict(row["bome − uncalibrated"], row["bome − ts"], row["bome − 0.95·sft"])
     for m in ("uncalibrated", "ts", "sft", "bome"):
-        per = [(expected_calibration_error(*_top(p, lab, m, s)), confidence_auroc(*_top(p, lab, m, s)),
-                brier_score(*_top(p, lab, m, s))) for p, lab in runs for s in ood]
-        row[m] = dict(zip(("ood_conf_ece", "ood_auroc", "ood_brier"), np.nanmean(np.array(per, float), axis=0)))
-        row[m]["id_accuracy"] = float(np.mean([_top(p, lab, m, "id_test")[0].mean() for p, lab in runs]))
+        row[m] = {f"ood_{k}": float(np.mean([r["ood_mean"][m][k] for r in saved])) for k in ("conf_ece", "auroc", "brier")}
+        row[m]["id_accuracy"] = float(np.mean([r["tables"][m]["id_test"]["accuracy"]["value"] for r in saved]))
     # the constant-accuracy reference: confidence = the base model's validation accuracy on every OOD question
-    row["constant_ood_conf_ece"] = float(np.mean([abs(_top(p, lab, "uncalibrated", s)[0].mean()
-                                                      - _top(p, lab, "uncalibrated", "validation")[0].mean())
-                                                  for p, lab in runs for s in ood]))
+    row["constant_ood_conf_ece"] = float(np.mean([r["references"][s]["constant_accuracy"]["conf_ece"]["value"]
+                                                  for r in saved for s in ood]))
     return row
 
 
