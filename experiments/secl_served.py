@@ -143,8 +143,12 @@ def analyse(args) -> dict:
 def compare(served: list[dict], records: list[dict], *, n_resamples: int, seed: int) -> dict:
     """Served rows (``served_rows``) against the in-process stream job's records, matched by domain and position
     within it → the report of step 3: per domain each row's n, accuracy, AUROC, ECE, Brier − constant and passes,
-    the gate's counts, and the paired served − in-process AUROC and Brier differences of the returned confidence on
-    the questions answered alike. SystemExit naming ``--analyse`` when a served question has no record."""
+    the gate's counts, and the paired within-domain AUROC and Brier differences (n-weighted): served − in-process of
+    the returned confidence on the questions answered alike (``differences['auroc'|'brier']``), of the student's
+    final read on the questions held out in both runs and answered alike (``differences['student_held_out']``), and
+    the served student held out − P(True)Norm used directly on the same questions
+    (``differences['served_student_held_out_minus_a']``). SystemExit naming ``--analyse`` when a served question has
+    no record."""
     from hf_calibration.metrics.paired import paired_strata_difference
 
     by_pos = by_domain_position(records)
@@ -154,7 +158,7 @@ def compare(served: list[dict], records: list[dict], *, n_resamples: int, seed: 
         raise SystemExit(f"--analyse: {missing} served questions have no in-process record at the same position")
     same_answer = np.array([s["answer"].strip() == r["answer"].strip() for s, r in pairs])
     rep = {"n": len(pairs), "same_answer": int(same_answer.sum()), "domains": {}, "gate": {}, "differences": {}}
-    strata = []
+    strata, held_strata, held_vs_a = [], [], []
     for d in dict.fromkeys(s["domain"] for s, _ in pairs):
         dom = [(s, r) for s, r in pairs if s["domain"] == d]
         ys = np.array([int(s["correct"]) for s, _ in dom])
@@ -190,10 +194,29 @@ def compare(served: list[dict], records: list[dict], *, n_resamples: int, seed: 
             y = yl[same]
             strata.append(((y, np.clip(np.array([s["confidence"] for s, _ in dom])[same], 0, 1)),
                            (y, np.clip(np.array([r["secl"] for _, r in dom])[same], 0, 1))))
-    for metric in ("auroc", "brier"):
-        diff = paired_strata_difference(strata, metric=metric, weights="size", n_resamples=n_resamples,
-                                        seed=seed)
-        rep["differences"][metric] = {k: diff[k] for k in ("value", "low", "high")}
+        both = [(s, r) for s, r in held_s if not r.get("updated")
+                and s["answer"].strip() == r["answer"].strip()]
+        if both:  # the student held out in both runs, on the same answers
+            y = np.array([int(r["correct"]) for _, r in both])
+            held_strata.append(((y, np.clip([s["final"] for s, _ in both], 0, 1)),
+                                (y, np.clip([r["secl_final"] for _, r in both], 0, 1))))
+        if held_s:  # the served student held out against (a), P(True)Norm used directly, on the same questions
+            y = np.array([int(s["correct"]) for s, _ in held_s])
+            held_vs_a.append(((y, np.clip([s["final"] for s, _ in held_s], 0, 1)),
+                              (np.array([int(r["correct"]) for _, r in held_s]),
+                               np.clip([r["norm_p_true"] for _, r in held_s], 0, 1))))
+    for name, groups in (("returned", strata), ("student_held_out", held_strata),
+                         ("served_student_held_out_minus_a", held_vs_a)):
+        for metric in ("auroc", "brier"):
+            if not groups:
+                continue
+            diff = paired_strata_difference(groups, metric=metric, weights="size", n_resamples=n_resamples,
+                                            seed=seed)
+            cell = {k: diff[k] for k in ("value", "low", "high")}
+            if name == "returned":
+                rep["differences"][metric] = cell
+            else:
+                rep["differences"].setdefault(name, {})[metric] = cell
     return rep
 
 
@@ -218,6 +241,11 @@ def format_report(rep: dict) -> str:
                      f"{g['in_process_alarms']} | {g['in_process_burst_questions']} | {g['mean_entropy_gap']:.3f} |")
     lines += ["", "Served − in-process, returned confidence, within domains (same answers only): AUROC "
               f"{_cell(rep['differences']['auroc'])}, Brier {_cell(rep['differences']['brier'])}."]
+    for name, what in (("student_held_out", "Served − in-process, the student held out in both (same answers only)"),
+                       ("served_student_held_out_minus_a", "Served student held out − (a) P(True)Norm used directly")):
+        if name in rep["differences"]:
+            d = rep["differences"][name]
+            lines.append(f"{what}, within domains: AUROC {_cell(d['auroc'])}, Brier {_cell(d['brier'])}.")
     return "\n".join(lines) + "\n"
 
 

@@ -44,6 +44,26 @@ def test_rows_are_sklearn_and_an_agreeing_stream_differs_by_zero():
     for metric in ("auroc", "brier"):
         assert (rep["differences"][metric]["value"], rep["differences"][metric]["low"],
                 rep["differences"][metric]["high"]) == (0.0, 0.0, 0.0)
+        held = rep["differences"]["student_held_out"][metric]
+        assert (held["value"], held["low"], held["high"]) == (0.0, 0.0, 0.0)
+
+
+def test_the_served_student_against_p_true_norm_is_the_n_weighted_sklearn_difference():
+    # the teacher's read is 1 − c: per domain the AUROC difference is AUROC(c) − AUROC(1 − c) and the Brier
+    # difference Brier(c) − Brier(1 − c), on the 10 held-out questions (the 2 updated ones left out)
+    served, records = streams()
+    rep = compare(served, records, n_resamples=50, seed=0)
+    auroc, brier = [], []
+    for d in ("qa", "mmlu"):
+        held = [s for s in served if s["domain"] == d and not s["updated"]]
+        y = np.array([int(s["correct"]) for s in held])
+        c = np.array([s["final"] for s in held])
+        auroc.append(roc_auc_score(y, c) - roc_auc_score(y, 1 - c))
+        brier.append(brier_score_loss(y, c) - brier_score_loss(y, 1 - c))
+    got = rep["differences"]["served_student_held_out_minus_a"]
+    assert got["auroc"]["value"] == pytest.approx(np.mean(auroc), abs=1e-12)  # equal sizes: the plain mean
+    assert got["brier"]["value"] == pytest.approx(np.mean(brier), abs=1e-12)
+    assert got["auroc"]["low"] <= got["auroc"]["value"] <= got["auroc"]["high"]
 
 
 def test_a_question_answered_differently_is_left_out_of_the_paired_difference():
