@@ -93,7 +93,7 @@ def summarize(folders: list[Path], *, n_resamples: int) -> dict:
 
     ood = [k for k in json.loads((folders[0] / "run.json").read_text())["sizes"] if k not in
            ("train", "calibration", "validation", "id_test")]
-    runs = [method_probabilities(read_scored(f)[0], ("validation", "id_test", *ood)) for f in folders]
+    runs = [method_probabilities(read_scored(f)[0], ("id_test", *ood)) for f in folders]
     saved = [json.loads((f / "report.json").read_text()) for f in folders]
     kw = dict(n_resamples=n_resamples, seed=0)
     row = {"seeds": [f.name for f in folders], "n_ood": int(sum(len(r[1][s]) for r in runs for s in ood))}
