@@ -23,7 +23,9 @@ in-domain accuracy at least 95 % of SFT's, and, with ``open_ended`` (``experimen
 free-form answers, Semantic ECE), the lowest mean Semantic-ECE out of domain.
 
 Two phases, so a long run can be resumed: ``train`` writes ``<output>/scores/<method>.npz`` (option
-log-scores per split) and skips methods already scored; ``report`` builds the table (``report.md``,
+log-scores per split) and skips methods already scored, and keeps each trained method in
+``<output>/runs/<method>/trained`` as soon as its training ends, so a run stopped while scoring scores that model
+instead of training again; ``report`` builds the table (``report.md``,
 ``report.json``, ``items.jsonl``, reliability diagrams ``reliability_<split>.png``) from them.
 """
 
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 import warnings
 import zipfile
@@ -157,6 +160,47 @@ def train_method(method: str, splits, config: CALMExperimentConfig, *, model_nam
                            "mean_temperature": float(trainer.model.logit_adjustment.temperature.detach().mean())}
 
 
+TRAINED_INFO = "train_info.json"
+
+
+def kept_training(out: Path, method: str, *, overwrite: bool = False) -> bool:
+    """Whether ``out/runs/<method>/trained`` holds a finished training to score (never with ``overwrite``). Raises
+    ParameterError naming ``output_dir`` when the folder is there without its ``train_info.json``."""
+    folder = out / "runs" / method / "trained"
+    if overwrite or not folder.is_dir():
+        return False
+    if not (folder / TRAINED_INFO).is_file():
+        raise ParameterError("output_dir", str(out), f"{str(folder)!r} has no {TRAINED_INFO}; remove the folder "
+                             f"to train {method} again, or give {{overwrite}}", related=("overwrite",))
+    return True
+
+
+def trained_or_train(method: str, splits, config: CALMExperimentConfig, *, model_name: str, out: Path, seed: int,
+                     device: str, tokenizer, overwrite: bool = False):
+    """``train_method``'s (model, info), kept in ``out/runs/<method>/trained`` (the selected model as
+    ``CALMModel.save_pretrained`` writes it, and the info as ``train_info.json``) as soon as training ends, so a run
+    stopped while scoring resumes by scoring that folder instead of training again. The folder is written under a
+    temporary name and renamed whole: it is either complete or absent. ``overwrite`` trains again."""
+    from hf_calibration.calm import CALMModel
+
+    folder = out / "runs" / method / "trained"
+    if kept_training(out, method, overwrite=overwrite):
+        info = json.loads((folder / TRAINED_INFO).read_text())
+        base, _ = modeling.load_model(model_name, device=device)  # a fresh copy: PEFT adapts it in place
+        model = CALMModel.from_pretrained(folder, base_model=base)
+        model.eval()
+        return model, {**info, "trained_in_an_earlier_run": True}
+    model, info = train_method(method, splits, config, model_name=model_name, out=out, seed=seed, device=device,
+                               tokenizer=tokenizer)
+    partial = folder.with_name(".trained.partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    shutil.rmtree(folder, ignore_errors=True)
+    model.save_pretrained(partial)
+    (partial / TRAINED_INFO).write_text(json.dumps(info, indent=2, default=float) + "\n")
+    os.replace(partial, folder)
+    return model, info
+
+
 def _scored_file(out: Path, method: str, suffix: str) -> Path:
     """Where a method's scores (.npz) or info (.json) are; TS reuses the uncalibrated scores."""
     return out / "scores" / f"{'uncalibrated' if method == 'ts' else method}.{suffix}"
@@ -206,6 +250,9 @@ def train_and_score(out: Path, splits, config: CALMExperimentConfig, *, model_na
     methods = list(config.methods)
     if "ts" in methods and "uncalibrated" not in methods:  # TS is fitted on the uncalibrated scores
         methods.insert(0, "uncalibrated")
+    for method in methods:  # a broken kept training is refused before any model loads
+        if method not in scores and method not in ("uncalibrated", "ts"):
+            kept_training(out, method, overwrite=overwrite)
     for method in methods:
         if method in scores:  # checked per method, so two processes can share the list of methods
             progress_line(f"{method}: already scored", progress)
@@ -218,8 +265,8 @@ def train_and_score(out: Path, splits, config: CALMExperimentConfig, *, model_na
         if method == "uncalibrated":
             method_scores, info = _score_all(base, tokenizer, splits, batch_size, ood), {}
         else:
-            model, info = train_method(method, splits, config, model_name=model_name, out=out, seed=seed,
-                                        device=device, tokenizer=tokenizer)
+            model, info = trained_or_train(method, splits, config, model_name=model_name, out=out, seed=seed,
+                                           device=device, tokenizer=tokenizer, overwrite=overwrite)
             method_scores = _score_all(model, tokenizer, splits, batch_size, ood)
         info["wall_seconds"] = time.perf_counter() - start
         # the .npz marks the method scored (read_scored): written last, and whole (a temporary file renamed), so a

@@ -603,6 +603,48 @@ def test_calm_corrupt_score_file_names_the_output_folder(tmp_path, capsys, no_mo
     assert sorted(p.name for p in out.rglob("*")) == before
 
 
+def test_calm_run_stopped_while_scoring_scores_the_kept_model_without_training_again(tiny_model_dir, tmp_path,
+                                                                                     capsys, monkeypatch):
+    """A run stopped after training but before a method's scores were written resumes from
+    ``runs/<method>/trained``: the reloaded model (LoRA through PEFT, α from its safetensors) gives the scores the
+    model in memory gave, and nothing is trained again."""
+    import experiments.calm
+
+    out = tmp_path / "calm"
+    argv = ["calm", "--models", str(tiny_model_dir), "--n-resamples", "20", "--output-dir", str(out),
+            *("--n-train 4 --n-calibration 4 --n-validation 4 --n-test 4 --n-ood 4 --max-steps 2 "
+              "--train-batch-size 2 --methods uncalibrated sft bome").split()]
+    assert main(argv) == 0
+    first = {m: dict(np.load(out / "scores" / f"{m}.npz")) for m in ("sft", "bome")}
+    trained = {m: json.loads((out / "runs" / m / "trained" / "train_info.json").read_text()) for m in first}
+    assert not list((out / "runs").rglob(".trained.partial"))
+    for m in first:  # the stop: trained, not scored
+        (out / "scores" / f"{m}.npz").unlink()
+        (out / "scores" / f"{m}.json").unlink()
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("trained again")
+
+    monkeypatch.setattr(experiments.calm, "train_method", refuse)
+    assert main(argv) == 0
+    capsys.readouterr()
+    for m, arrays in first.items():
+        again = np.load(out / "scores" / f"{m}.npz")
+        assert sorted(again.files) == sorted(arrays)
+        for key, value in arrays.items():
+            np.testing.assert_allclose(again[key], value, rtol=1e-5, atol=1e-5, err_msg=f"{m} {key}")
+        info = json.loads((out / "scores" / f"{m}.json").read_text())
+        assert info["trained_in_an_earlier_run"] is True
+        assert info["selection"] == trained[m]["selection"] and info["log"] == trained[m]["log"]
+    # a kept folder without its info is one error line naming --output-dir and the folder; nothing trains
+    (out / "scores" / "bome.npz").unlink()
+    (out / "runs" / "bome" / "trained" / "train_info.json").unlink()
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("experiments: error: --output-dir:"), err
+    assert "has no train_info.json" in err[0] and "--overwrite" in err[0]
+
+
 def test_score_file_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
     """``write_npz_atomic``: a write that fails midway leaves an earlier complete file as it was and no partial
     file beside it; a write that succeeds reads back equal."""
