@@ -163,16 +163,16 @@ def train_method(method: str, splits, config: CALMExperimentConfig, *, model_nam
 TRAINED_INFO = "train_info.json"
 
 
-def kept_training(out: Path, method: str, *, overwrite: bool = False) -> bool:
-    """Whether ``out/runs/<method>/trained`` holds a finished training to score (never with ``overwrite``). Raises
-    ParameterError naming ``output_dir`` when the folder is there without its ``train_info.json``."""
+def kept_training(out: Path, method: str, *, overwrite: bool = False) -> Path | None:
+    """``out/runs/<method>/trained`` when it holds a finished training to score (never with ``overwrite``), else
+    None. Raises ParameterError naming ``output_dir`` when the folder is there without its ``train_info.json``."""
     folder = out / "runs" / method / "trained"
     if overwrite or not folder.is_dir():
-        return False
+        return None
     if not (folder / TRAINED_INFO).is_file():
         raise ParameterError("output_dir", str(out), f"{str(folder)!r} has no {TRAINED_INFO}; remove the folder "
                              f"to train {method} again, or give {{overwrite}}", related=("overwrite",))
-    return True
+    return folder
 
 
 def trained_or_train(method: str, splits, config: CALMExperimentConfig, *, model_name: str, out: Path, seed: int,
@@ -183,8 +183,8 @@ def trained_or_train(method: str, splits, config: CALMExperimentConfig, *, model
     temporary name and renamed whole: it is either complete or absent. ``overwrite`` trains again."""
     from hf_calibration.calm import CALMModel
 
-    folder = out / "runs" / method / "trained"
-    if kept_training(out, method, overwrite=overwrite):
+    folder = kept_training(out, method, overwrite=overwrite)
+    if folder is not None:
         info = json.loads((folder / TRAINED_INFO).read_text())
         base, _ = modeling.load_model(model_name, device=device)  # a fresh copy: PEFT adapts it in place
         model = CALMModel.from_pretrained(folder, base_model=base)
@@ -192,6 +192,7 @@ def trained_or_train(method: str, splits, config: CALMExperimentConfig, *, model
         return model, {**info, "trained_in_an_earlier_run": True}
     model, info = train_method(method, splits, config, model_name=model_name, out=out, seed=seed, device=device,
                                tokenizer=tokenizer)
+    folder = out / "runs" / method / "trained"
     partial = folder.with_name(".trained.partial")
     shutil.rmtree(partial, ignore_errors=True)
     shutil.rmtree(folder, ignore_errors=True)
