@@ -25,7 +25,8 @@ free-form answers, Semantic ECE), the lowest mean Semantic-ECE out of domain.
 Two phases, so a long run can be resumed: ``train`` writes ``<output>/scores/<method>.npz`` (option
 log-scores per split) and skips methods already scored, and keeps each trained method in
 ``<output>/runs/<method>/trained`` as soon as its training ends, so a run stopped while scoring scores that model
-instead of training again; ``report`` builds the table (``report.md``,
+instead of training again; a run stopped while training goes on from the method's last checkpoint (every
+``select_every`` steps); ``report`` builds the table (``report.md``,
 ``report.json``, ``items.jsonl``, reliability diagrams ``reliability_<split>.png``) from them.
 """
 
@@ -118,13 +119,25 @@ def _selection_info(trainer, config: CALMExperimentConfig) -> dict:
             "selected_step": trainer.state.best_global_step, "validation_curve": curve}
 
 
+def last_checkpoint(folder: Path) -> Path | None:
+    """The ``checkpoint-<step>`` folder of ``folder`` with the highest step among those the Trainer finished
+    writing (``trainer_state.json`` is written after the weights, optimizer and scheduler), else None."""
+    done = [(int(p.name.split("-")[1]), p) for p in folder.glob("checkpoint-*")
+            if p.name.split("-")[1].isdigit() and (p / "trainer_state.json").is_file()]
+    return max(done)[1] if done else None
+
+
 def train_method(method: str, splits, config: CALMExperimentConfig, *, model_name: str, out: Path, seed: int,
-                 device: str, tokenizer, callbacks=None):
+                 device: str, tokenizer, callbacks=None, resume: bool = True):
     """Train one method of ``TABLE_METHODS`` (not "uncalibrated" or "ts") with LoRA (``calm.default_lora_config``)
     on ``splits["train"]`` (S_V: ``splits["calibration"]``, labels unused) from a fresh copy of ``model_name``,
     keeping the checkpoint of ``config.select_by`` → (the trained model in eval mode, its info: option count,
     seconds, the training log, the selection and CALM's mean temperature). ``callbacks``: extra ``Trainer``
-    callbacks."""
+    callbacks. A training stopped midway left its checkpoints (every ``select_every`` steps) in
+    ``out/runs/<method>``; with ``resume`` (the default) it goes on from the last one
+    (``Trainer.train(resume_from_checkpoint=...)``: weights, α, optimizer, scheduler, RNG and the selection's
+    evaluations so far), and ``resumed_from_step`` in the info says so; ``resume=False`` removes them and starts at
+    step 0."""
     from hf_calibration.calm import CALMConfig, CALMTrainer, default_lora_config, mcqa_to_prompt_completion
 
     model, _ = modeling.load_model(model_name)
@@ -149,13 +162,20 @@ def train_method(method: str, splits, config: CALMExperimentConfig, *, model_nam
     peft = default_lora_config(config.lora_r)
     trainer = CALMTrainer(model, args=training, train_dataset=train, calibration_dataset=calibration,
                           eval_dataset=validation, processing_class=tokenizer, peft_config=peft, callbacks=callbacks)
+    runs = out / "runs" / method
+    checkpoint = last_checkpoint(runs) if resume else None
+    if not resume:
+        for stale in runs.glob("checkpoint-*"):
+            shutil.rmtree(stale)
+    first_step = 0 if checkpoint is None else int(checkpoint.name.split("-")[1])
     start = time.perf_counter()
-    trainer.train()  # ends with the selected checkpoint restored (CALMTrainer._load_best_model)
+    # ends with the selected checkpoint restored (CALMTrainer._load_best_model)
+    trainer.train(resume_from_checkpoint=None if checkpoint is None else str(checkpoint))
     seconds = time.perf_counter() - start
     trainer.model.eval()
     logs = [e for e in trainer.state.log_history if "lower_loss" in e]
-    return trainer.model, {"num_options": num_options, "train_seconds": seconds,
-                           "seconds_per_step": seconds / config.max_steps, "log": logs,
+    return trainer.model, {"num_options": num_options, "train_seconds": seconds, "resumed_from_step": first_step,
+                           "seconds_per_step": seconds / max(config.max_steps - first_step, 1), "log": logs,
                            "selection": _selection_info(trainer, config),
                            "mean_temperature": float(trainer.model.logit_adjustment.temperature.detach().mean())}
 
@@ -191,7 +211,7 @@ def trained_or_train(method: str, splits, config: CALMExperimentConfig, *, model
         model.eval()
         return model, {**info, "trained_in_an_earlier_run": True}
     model, info = train_method(method, splits, config, model_name=model_name, out=out, seed=seed, device=device,
-                               tokenizer=tokenizer)
+                               tokenizer=tokenizer, resume=not overwrite)
     folder = out / "runs" / method / "trained"
     partial = folder.with_name(".trained.partial")
     shutil.rmtree(partial, ignore_errors=True)

@@ -645,6 +645,61 @@ def test_calm_run_stopped_while_scoring_scores_the_kept_model_without_training_a
     assert "has no train_info.json" in err[0] and "--overwrite" in err[0]
 
 
+def test_calm_run_stopped_while_training_goes_on_from_the_last_checkpoint(tiny_model_dir, tmp_path, capsys,
+                                                                          monkeypatch):
+    """A run killed after bome's checkpoint at step 2 (of 4; ``select_every`` 2) trains steps 3 and 4 only on the
+    rerun, from that checkpoint, and ends with the model, the selection and the scores of a run never stopped."""
+    from transformers import TrainerCallback
+
+    import experiments.calm
+
+    def argv(out):
+        return ["calm", "--models", str(tiny_model_dir), "--n-resamples", "20", "--output-dir", str(out),
+                *("--n-train 4 --n-calibration 4 --n-validation 4 --n-test 4 --n-ood 4 --max-steps 4 "
+                  "--train-batch-size 1 --methods uncalibrated bome").split()]
+
+    whole = tmp_path / "whole"
+    assert main(argv(whole)) == 0
+    train_method = experiments.calm.train_method
+
+    class Killed(Exception):
+        pass
+
+    class KillAfterSave(TrainerCallback):
+        def on_save(self, args, state, control, **kwargs):
+            raise Killed(state.global_step)
+
+    class CountSteps(TrainerCallback):
+        steps = []
+
+        def on_step_end(self, args, state, control, **kwargs):
+            self.steps.append(state.global_step)
+
+    def with_callback(callback):
+        def train(*args, **kwargs):
+            return train_method(*args, **kwargs, callbacks=[callback])
+        return train
+
+    stopped = tmp_path / "stopped"
+    monkeypatch.setattr(experiments.calm, "train_method", with_callback(KillAfterSave()))
+    with pytest.raises(Killed):
+        main(argv(stopped))
+    assert (stopped / "runs" / "bome" / "checkpoint-2" / "trainer_state.json").is_file()
+    assert not (stopped / "runs" / "bome" / "trained").exists() and not (stopped / "scores" / "bome.npz").exists()
+    monkeypatch.setattr(experiments.calm, "train_method", with_callback(CountSteps()))
+    assert main(argv(stopped)) == 0
+    capsys.readouterr()
+    assert CountSteps.steps == [3, 4]
+    info = json.loads((stopped / "scores" / "bome.json").read_text())
+    expected = json.loads((whole / "scores" / "bome.json").read_text())
+    assert info["resumed_from_step"] == 2 and expected["resumed_from_step"] == 0
+    assert info["selection"] == expected["selection"] and info["log"] == expected["log"]
+    again, first = np.load(stopped / "scores" / "bome.npz"), np.load(whole / "scores" / "bome.npz")
+    assert sorted(again.files) == sorted(first.files)
+    for key in first.files:
+        np.testing.assert_allclose(again[key], first[key], rtol=1e-5, atol=1e-6, err_msg=key)
+
+
 def test_score_file_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
     """``write_npz_atomic``: a write that fails midway leaves an earlier complete file as it was and no partial
     file beside it; a write that succeeds reads back equal."""
