@@ -119,12 +119,12 @@ def _selection_info(trainer, config: CALMExperimentConfig) -> dict:
             "selected_step": trainer.state.best_global_step, "validation_curve": curve}
 
 
-def last_checkpoint(folder: Path) -> Path | None:
-    """The ``checkpoint-<step>`` folder of ``folder`` with the highest step among those the Trainer finished
-    writing (``trainer_state.json`` is written after the weights, optimizer and scheduler), else None."""
+def last_checkpoint(folder: Path) -> tuple[int, Path] | None:
+    """(step, folder) of the ``checkpoint-<step>`` folder of ``folder`` with the highest step among those the Trainer
+    finished writing (``trainer_state.json`` is written after the weights, optimizer and scheduler), else None."""
     done = [(int(p.name.split("-")[1]), p) for p in folder.glob("checkpoint-*")
             if p.name.split("-")[1].isdigit() and (p / "trainer_state.json").is_file()]
-    return max(done)[1] if done else None
+    return max(done) if done else None
 
 
 def train_method(method: str, splits, config: CALMExperimentConfig, *, model_name: str, out: Path, seed: int,
@@ -163,11 +163,10 @@ def train_method(method: str, splits, config: CALMExperimentConfig, *, model_nam
     trainer = CALMTrainer(model, args=training, train_dataset=train, calibration_dataset=calibration,
                           eval_dataset=validation, processing_class=tokenizer, peft_config=peft, callbacks=callbacks)
     runs = out / "runs" / method
-    checkpoint = last_checkpoint(runs) if resume else None
     if not resume:
         for stale in runs.glob("checkpoint-*"):
             shutil.rmtree(stale)
-    first_step = 0 if checkpoint is None else int(checkpoint.name.split("-")[1])
+    first_step, checkpoint = (last_checkpoint(runs) if resume else None) or (0, None)
     start = time.perf_counter()
     # ends with the selected checkpoint restored (CALMTrainer._load_best_model)
     trainer.train(resume_from_checkpoint=None if checkpoint is None else str(checkpoint))
