@@ -119,9 +119,15 @@ def _selection_info(trainer, config: CALMExperimentConfig) -> dict:
             "selected_step": trainer.state.best_global_step, "validation_curve": curve}
 
 
+def method_folder(out: Path, method: str) -> Path:
+    """``out/runs/<method>``: the method's Trainer checkpoints and, once training ends, its ``trained`` folder."""
+    return out / "runs" / method
+
+
 def last_checkpoint(folder: Path) -> tuple[int, Path] | None:
     """(step, folder) of the ``checkpoint-<step>`` folder of ``folder`` with the highest step among those the Trainer
-    finished writing (``trainer_state.json`` is written after the weights, optimizer and scheduler), else None."""
+    finished writing (``trainer_state.json`` is written after the weights, optimizer and scheduler), else None.
+    ``transformers.trainer_utils.get_last_checkpoint`` would also return a folder a kill left half written."""
     done = [(int(p.name.split("-")[1]), p) for p in folder.glob("checkpoint-*")
             if p.name.split("-")[1].isdigit() and (p / "trainer_state.json").is_file()]
     return max(done) if done else None
@@ -141,10 +147,11 @@ def train_method(method: str, splits, config: CALMExperimentConfig, *, model_nam
     from hf_calibration.calm import CALMConfig, CALMTrainer, default_lora_config, mcqa_to_prompt_completion
 
     model, _ = modeling.load_model(model_name)
+    runs = method_folder(out, method)
     # the entropy and L_tr read these letters only (K = 2 for HaluEval)
     num_options = len(splits["train"][0]["choices"])
     training = CALMConfig(
-        output_dir=str(out / "runs" / method), method="sft" if method == "label_smoothing" else method,
+        output_dir=str(runs), method="sft" if method == "label_smoothing" else method,
         max_steps=config.max_steps, per_device_train_batch_size=config.train_batch_size,
         learning_rate=config.learning_rate, alpha_learning_rate=config.alpha_learning_rate,
         inner_steps=config.inner_steps, num_options=num_options, inner_learning_rate=config.inner_learning_rate,
@@ -162,7 +169,6 @@ def train_method(method: str, splits, config: CALMExperimentConfig, *, model_nam
     peft = default_lora_config(config.lora_r)
     trainer = CALMTrainer(model, args=training, train_dataset=train, calibration_dataset=calibration,
                           eval_dataset=validation, processing_class=tokenizer, peft_config=peft, callbacks=callbacks)
-    runs = out / "runs" / method
     if not resume:
         for stale in runs.glob("checkpoint-*"):
             shutil.rmtree(stale)
@@ -182,10 +188,15 @@ def train_method(method: str, splits, config: CALMExperimentConfig, *, model_nam
 TRAINED_INFO = "train_info.json"
 
 
+def trained_folder(out: Path, method: str) -> Path:
+    """``out/runs/<method>/trained``: the method's finished training (``trained_or_train``)."""
+    return method_folder(out, method) / "trained"
+
+
 def kept_training(out: Path, method: str, *, overwrite: bool = False) -> Path | None:
     """``out/runs/<method>/trained`` when it holds a finished training to score (never with ``overwrite``), else
     None. Raises ParameterError naming ``output_dir`` when the folder is there without its ``train_info.json``."""
-    folder = out / "runs" / method / "trained"
+    folder = trained_folder(out, method)
     if overwrite or not folder.is_dir():
         return None
     if not (folder / TRAINED_INFO).is_file():
@@ -211,7 +222,7 @@ def trained_or_train(method: str, splits, config: CALMExperimentConfig, *, model
         return model, {**info, "trained_in_an_earlier_run": True}
     model, info = train_method(method, splits, config, model_name=model_name, out=out, seed=seed, device=device,
                                tokenizer=tokenizer, resume=not overwrite)
-    folder = out / "runs" / method / "trained"
+    folder = trained_folder(out, method)
     partial = folder.with_name(".trained.partial")
     shutil.rmtree(partial, ignore_errors=True)
     shutil.rmtree(folder, ignore_errors=True)
