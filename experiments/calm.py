@@ -126,7 +126,8 @@ def method_folder(out: Path, method: str) -> Path:
 
 def last_checkpoint(folder: Path) -> tuple[int, Path] | None:
     """(step, folder) of the ``checkpoint-<step>`` folder of ``folder`` with the highest step among those the Trainer
-    finished writing (``trainer_state.json`` is written after the weights, optimizer and scheduler), else None.
+    finished writing (``trainer_state.json`` is written after the weights, optimizer, scheduler and CFT's bin state:
+    ``CALMTrainer._save_optimizer_and_scheduler``), else None.
     ``transformers.trainer_utils.get_last_checkpoint`` would also return a folder a kill left half written."""
     done = [(int(p.name.split("-")[1]), p) for p in folder.glob("checkpoint-*")
             if p.name.split("-")[1].isdigit() and (p / "trainer_state.json").is_file()]

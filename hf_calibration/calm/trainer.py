@@ -568,15 +568,13 @@ class CALMTrainer(SFTTrainer):
             raise ValueError(f"resume_from_checkpoint: {resume_from_checkpoint!r} has no {ADJUSTMENT_WEIGHTS_NAME}")
         self.calm_model.load_calibration(resume_from_checkpoint)
 
-    # private Trainer override: the only hook that knows the checkpoint folder, for the method's own state (CFT's
-    # bin accuracies)
-    def _save_checkpoint(self, model, trial):
-        super()._save_checkpoint(model, trial)
+    # private Trainer override: the save-side twin of _load_optimizer_and_scheduler, for the method's own state (CFT's
+    # bin accuracies). Trainer._save_checkpoint calls it before it writes trainer_state.json, so a checkpoint with a
+    # trainer_state.json (what resume tools take as finished) always holds the method's state too.
+    def _save_optimizer_and_scheduler(self, output_dir):
+        super()._save_optimizer_and_scheduler(output_dir)
         if self.args.should_save:
-            from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
-
-            folder = Path(self._get_output_dir(trial=trial)) / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
-            self.strategy.save_state(folder)
+            self.strategy.save_state(Path(output_dir))
 
     # private Trainer override: runs on every resume and backend (DDP, DeepSpeed), so the method's own state loads here
     def _load_optimizer_and_scheduler(self, checkpoint):

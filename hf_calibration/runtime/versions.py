@@ -1,8 +1,8 @@
 """The transformers and TRL versions the trainers are tested with, and the check that enforces them.
 
 ``CALMTrainer`` relies on more than the public API of ``transformers.Trainer`` and ``trl.SFTTrainer``:
-it overrides private methods (``_save_checkpoint``, ``_load_from_checkpoint``, ``_load_optimizer_and_scheduler``,
-``_load_best_model``, ``_save``), calls private ones (``_prepare_inputs``, ``_get_output_dir``, TRL's
+it overrides private methods (``_save_optimizer_and_scheduler``, ``_load_from_checkpoint``,
+``_load_optimizer_and_scheduler``, ``_load_best_model``, ``_save``), calls private ones (``_prepare_inputs``, TRL's
 ``_prepare_dataset``), uses the training loop's contract (``get_batch_samples`` once per optimizer step,
 ``accelerator.sync_gradients`` at the last micro-batch) and TRL's ``_metrics`` dict, and silences warnings
 of TRL 1.16, transformers 5.24 and PEFT 0.21 by their exact text. None of that is covered by semantic

@@ -1,4 +1,5 @@
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -162,6 +163,27 @@ def test_resume_equals_uninterrupted(tmp_path, tiny_tokenizer, mcqa_data, method
     a, b = trainable(full), trainable(resumed)
     for n in a:
         torch.testing.assert_close(a[n], b[n], rtol=0, atol=1e-6)
+
+
+def test_cft_state_is_written_before_the_checkpoint_counts_as_finished(tmp_path, tiny_tokenizer, mcqa_data,
+                                                                       monkeypatch):
+    """Resume tools (transformers' checkpoint rotation, experiments.calm.last_checkpoint) take a checkpoint with a
+    trainer_state.json as finished: a kill between that file and CFT's bin state would leave a checkpoint that
+    looks whole and cannot be resumed. So at the moment trainer_state.json is written, the state must be there."""
+    from transformers import TrainerState
+
+    seen = []
+    original = TrainerState.save_to_json
+
+    def save_to_json(self, json_path):
+        seen.append((Path(json_path).parent / "cft_state.safetensors").is_file())
+        return original(self, json_path)
+
+    monkeypatch.setattr(TrainerState, "save_to_json", save_to_json)
+    trainer = make_trainer(tmp_path, tiny_tokenizer, mcqa_data, method="cft", max_steps=4, save_strategy="steps",
+                           save_steps=2, per_device_train_batch_size=2)
+    trainer.train()
+    assert seen == [True, True]  # checkpoints 2 and 4
 
 
 def test_bad_input_fails_at_construction(tmp_path, tiny_tokenizer, mcqa_data):
