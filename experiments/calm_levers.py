@@ -7,7 +7,8 @@ rule's verdict (docs/calm_results.md, "The CALM levers on Qwen: the rule").
 ``run`` trains and scores each setting × seed into ``<output-dir>/<setting>/seed_<s>/`` one after the other; every
 run resumes (the calm experiment keeps each scored method), so the command is simply given again after a stop. The
 settings with 48 training questions share the splits of ``defaults`` and read its base-model and SFT scores
-(copied, as ``experiments.calm_sensitivity`` does); ``train_480`` draws its own splits and trains its own SFT.
+(copied, as ``experiments.calm_sensitivity`` does; where ``defaults`` has not scored them, they are scored there
+first, without its CALM); ``train_480`` draws its own splits and trains its own SFT.
 ``report`` prints, per setting, the three intervals of the rule pooled over the seeds given (and the OOD sets,
 equal weights): CALM − base model and CALM − TS out-of-domain conf-ECE, CALM − 0.95·SFT in-domain accuracy, with
 each method's OOD conf-ECE, AUROC and Brier and the constant-accuracy reference beside them.
@@ -41,25 +42,35 @@ SETTINGS = {
     "train_480": ([], 480, 120),
 }
 BASELINES = ("uncalibrated", "sft")
+METHODS = ("uncalibrated", "ts", "sft", "bome")
 
 
-def command(setting: str, seed: int, folder: Path) -> list[str]:
-    """The ``python -m experiments`` argument list of one setting × seed."""
+def command(setting: str, seed: int, folder: Path, methods=METHODS) -> list[str]:
+    """The ``python -m experiments`` argument list of one setting × seed, scoring ``methods``."""
     extra, n_train, steps = SETTINGS[setting]
     # a 48-question setting reads the copied base-model and SFT scores back and trains bome alone
     return ["calm", *COMMON, "--n-train", str(n_train), "--max-steps", str(steps), *extra,
-            "--methods", "uncalibrated", "ts", "sft", "bome", "--seed", str(seed), "--output-dir", str(folder)]
+            "--methods", *methods, "--seed", str(seed), "--output-dir", str(folder)]
 
 
-def copy_baselines(out: Path, setting: str, seed: int) -> None:
-    """Copy the base model's and SFT's scores of ``defaults`` (same splits) into a 48-question setting's folder."""
+def copy_baselines(out: Path, setting: str, seed: int) -> int:
+    """Copy the base model's and SFT's scores of ``defaults`` (same splits) into a 48-question setting's folder;
+    where ``defaults`` has not scored them yet (a setting run before it, or on a new machine), score them there
+    first, without training its CALM. → the exit code of that run (0 when nothing had to run)."""
     if setting == "defaults" or SETTINGS[setting][1] != SETTINGS["defaults"][1]:
-        return
+        return 0
     source, target = out / "defaults" / f"seed_{seed}" / "scores", out / setting / f"seed_{seed}" / "scores"
+    if not all(any(f.name.split(".")[0] == b for f in source.glob("*.npz")) for b in BASELINES):
+        from experiments.cli import main as experiments
+
+        code = experiments(command("defaults", seed, source.parent, methods=("uncalibrated", "ts", "sft")))
+        if code:
+            return code
     target.mkdir(parents=True, exist_ok=True)
     for f in source.iterdir():
         if f.name.split(".")[0] in BASELINES and not (target / f.name).exists():
             shutil.copy2(f, target / f.name)
+    return 0
 
 
 def run(out: Path, settings: list[str], seeds: list[int]) -> int:
@@ -67,8 +78,8 @@ def run(out: Path, settings: list[str], seeds: list[int]) -> int:
 
     for seed in seeds:
         for setting in settings:
-            copy_baselines(out, setting, seed)
-            code = experiments(command(setting, seed, out / setting / f"seed_{seed}"))
+            folder = out / setting / f"seed_{seed}"
+            code = copy_baselines(out, setting, seed) or experiments(command(setting, seed, folder))
             if code:
                 return code
     return 0

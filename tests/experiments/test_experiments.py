@@ -794,6 +794,30 @@ def test_calm_levers_share_the_baselines_and_report_the_rule(tiny_model_dir, tmp
     assert "--settings: unknown setting 'nope'" in capsys.readouterr().err
 
 
+def test_calm_levers_setting_run_alone_scores_the_baselines_it_reads_first(tiny_model_dir, tmp_path, monkeypatch):
+    """A 48-question setting run before ``defaults`` (or on a new machine, where outputs/ is gone) scores the base
+    model and SFT in ``defaults`` first, without its CALM, then reads them; before, it stopped at a missing folder."""
+    from experiments import calm_levers as levers
+
+    monkeypatch.setattr(levers, "COMMON", ["--models", str(tiny_model_dir), "--n-calibration", "4", "--n-validation",
+                                           "4", "--n-test", "4", "--n-ood", "4", "--select-every", "1",
+                                           "--train-batch-size", "2", "--n-resamples", "20"])
+    monkeypatch.setattr(levers, "SETTINGS", {"defaults": ([], 4, 1),
+                                             "upper_adjustment": (["--upper-gradient", "adjustment"], 4, 1)})
+    out = tmp_path / "levers"
+    assert levers.main(["run", "--output-dir", str(out), "--settings", "upper_adjustment"]) == 0
+    base, lever = out / "defaults" / "seed_0", out / "upper_adjustment" / "seed_0"
+    assert sorted(p.stem for p in (base / "scores").glob("*.npz")) == ["sft", "uncalibrated"]
+    assert not (base / "runs" / "bome").exists()
+    assert sorted(p.stem for p in (lever / "scores").glob("*.npz")) == ["bome", "sft", "uncalibrated"]
+    for name in ("sft.npz", "uncalibrated.npz"):
+        assert (lever / "scores" / name).read_bytes() == (base / "scores" / name).read_bytes()
+    kept = (base / "scores" / "sft.npz").stat().st_mtime_ns
+    assert levers.main(["run", "--output-dir", str(out), "--settings", "defaults"]) == 0  # trains its CALM only
+    assert (base / "scores" / "sft.npz").stat().st_mtime_ns == kept
+    assert (base / "scores" / "bome.npz").is_file()
+
+
 @pytest.mark.parametrize("base, ts, share, verdict", [
     ((-0.2, -0.1), (-0.2, -0.01), (0.01, 0.1), "held"),
     ((-0.2, -0.1), (-0.2, 0.01), (0.01, 0.1), "undecided"),
