@@ -751,6 +751,15 @@ def test_calm_experiment_entropy_domain_vocab(tiny_model_dir, tmp_path, capsys, 
     assert len(err) == 1 and err[0].startswith("experiments: error: --entropy-domain: "), err
 
 
+def tiny_levers(monkeypatch, levers, tiny_model_dir):
+    """experiments.calm_levers at a tiny model's sizes, with two of its settings."""
+    monkeypatch.setattr(levers, "COMMON", ["--models", str(tiny_model_dir), "--n-calibration", "4", "--n-validation",
+                                           "4", "--n-test", "4", "--n-ood", "4", "--select-every", "1",
+                                           "--train-batch-size", "2", "--n-resamples", "20"])
+    monkeypatch.setattr(levers, "SETTINGS", {"defaults": ([], 4, 1),
+                                             "upper_adjustment": (["--upper-gradient", "adjustment"], 4, 1)})
+
+
 def test_calm_levers_share_the_baselines_and_report_the_rule(tiny_model_dir, tmp_path, capsys, monkeypatch):
     """experiments.calm_levers (issue 51 item 5): a 48-question setting reads the defaults' base-model and SFT
     scores (same splits) and trains its own CALM with its lever; the report's CALM − base OOD conf-ECE is the
@@ -758,11 +767,7 @@ def test_calm_levers_share_the_baselines_and_report_the_rule(tiny_model_dir, tmp
     from experiments import calm_levers as levers
     from hf_calibration.metrics import expected_calibration_error
 
-    monkeypatch.setattr(levers, "COMMON", ["--models", str(tiny_model_dir), "--n-calibration", "4", "--n-validation",
-                                           "4", "--n-test", "4", "--n-ood", "4", "--select-every", "1",
-                                           "--train-batch-size", "2", "--n-resamples", "20"])
-    monkeypatch.setattr(levers, "SETTINGS", {"defaults": ([], 4, 1),
-                                             "upper_adjustment": (["--upper-gradient", "adjustment"], 4, 1)})
+    tiny_levers(monkeypatch, levers, tiny_model_dir)
     out = tmp_path / "levers"
     assert levers.main(["run", "--output-dir", str(out)]) == 0
     base, lever = out / "defaults" / "seed_0", out / "upper_adjustment" / "seed_0"
@@ -799,11 +804,7 @@ def test_calm_levers_setting_run_alone_scores_the_baselines_it_reads_first(tiny_
     model and SFT in ``defaults`` first, without its CALM, then reads them; before, it stopped at a missing folder."""
     from experiments import calm_levers as levers
 
-    monkeypatch.setattr(levers, "COMMON", ["--models", str(tiny_model_dir), "--n-calibration", "4", "--n-validation",
-                                           "4", "--n-test", "4", "--n-ood", "4", "--select-every", "1",
-                                           "--train-batch-size", "2", "--n-resamples", "20"])
-    monkeypatch.setattr(levers, "SETTINGS", {"defaults": ([], 4, 1),
-                                             "upper_adjustment": (["--upper-gradient", "adjustment"], 4, 1)})
+    tiny_levers(monkeypatch, levers, tiny_model_dir)
     out = tmp_path / "levers"
     assert levers.main(["run", "--output-dir", str(out), "--settings", "upper_adjustment"]) == 0
     base, lever = out / "defaults" / "seed_0", out / "upper_adjustment" / "seed_0"
