@@ -60,7 +60,9 @@ def copy_baselines(out: Path, setting: str, seed: int) -> int:
     if setting == "defaults" or SETTINGS[setting][1] != SETTINGS["defaults"][1]:
         return 0
     source, target = out / "defaults" / f"seed_{seed}" / "scores", out / setting / f"seed_{seed}" / "scores"
-    if not all(any(f.name.split(".")[0] == b for f in source.glob("*.npz")) for b in BASELINES):
+    from experiments.calm import _scored_file
+
+    if not all(_scored_file(source.parent, b, "npz").is_file() for b in BASELINES):
         from experiments.cli import main as experiments
 
         code = experiments(command("defaults", seed, source.parent, methods=("uncalibrated", "ts", "sft")))
