@@ -1,6 +1,7 @@
 """`python -m experiments NAME` on a tiny random model and a handful of items (smoke + consistency)."""
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -645,10 +646,14 @@ def test_calm_run_stopped_while_scoring_scores_the_kept_model_without_training_a
     assert "has no train_info.json" in err[0] and "--overwrite" in err[0]
 
 
+@pytest.mark.parametrize("moved", [False, True], ids=["in_place", "folder_moved"])
 def test_calm_run_stopped_while_training_goes_on_from_the_last_checkpoint(tiny_model_dir, tmp_path, capsys,
-                                                                          monkeypatch):
+                                                                          monkeypatch, moved):
     """A run killed after bome's checkpoint at step 2 (of 4; ``select_every`` 2) trains steps 3 and 4 only on the
-    rerun, from that checkpoint, and ends with the model, the selection and the scores of a run never stopped."""
+    rerun, from that checkpoint, and ends with the model, the selection and the scores of a run never stopped; also
+    when its folder was moved between the two: the checkpoint's ``best_model_checkpoint`` names the old folder, the
+    Trainer drops it on resume and finds the best step again in the new folder at its next save (from
+    ``best_global_step``), so the step kept before the stop is still restored."""
     from transformers import TrainerCallback
 
     import experiments.calm
@@ -656,10 +661,12 @@ def test_calm_run_stopped_while_training_goes_on_from_the_last_checkpoint(tiny_m
     def argv(out):
         return ["calm", "--models", str(tiny_model_dir), "--n-resamples", "20", "--output-dir", str(out),
                 *("--n-train 4 --n-calibration 4 --n-validation 4 --n-test 4 --n-ood 4 --max-steps 4 "
-                  "--train-batch-size 1 --methods uncalibrated bome").split()]
+                  "--train-batch-size 1 --methods uncalibrated bome --seed 1").split()]
 
     whole = tmp_path / "whole"
     assert main(argv(whole)) == 0
+    # the selection keeps step 2, the checkpoint before the stop, so a resume that lost it would end elsewhere
+    assert json.loads((whole / "scores" / "bome.json").read_text())["selection"]["selected_step"] == 2
     train_method = experiments.calm.train_method
 
     class Killed(Exception):
@@ -686,6 +693,9 @@ def test_calm_run_stopped_while_training_goes_on_from_the_last_checkpoint(tiny_m
         main(argv(stopped))
     assert (stopped / "runs" / "bome" / "checkpoint-2" / "trainer_state.json").is_file()
     assert not (stopped / "runs" / "bome" / "trained").exists() and not (stopped / "scores" / "bome.npz").exists()
+    if moved:
+        shutil.move(stopped, tmp_path / "moved")
+        stopped = tmp_path / "moved"
     monkeypatch.setattr(experiments.calm, "train_method", with_callback(CountSteps()))
     assert main(argv(stopped)) == 0
     capsys.readouterr()
