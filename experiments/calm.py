@@ -62,9 +62,39 @@ def load_domain(spec: str, *, limit=None, seed=0, balance_gold=False):
     return load_mcqa(name, subjects=subjects, limit=limit, seed=seed, balance_gold=balance_gold)
 
 
+def length_balanced_extra(train_domain: str, n: int, *, seed: int = 0):
+    """``n`` questions of the HaluEval task of ``train_domain`` (``halueval_<task>_lm``) outside its length-matched
+    set: all n/2 drawn (``seed``) from those whose right answer is the longer of the two, n/2 from those whose right
+    answer is the shorter, so "pick the shorter answer" is right on exactly half (the full sets' shortcut,
+    docs/methods.md "Evaluation protocol"); unlike the length-matched set, the two answers' lengths may differ by
+    more than ``data.LENGTH_MATCH_RATIO``. Rows as ``load_mcqa`` gives them (gold position drawn with ``seed``).
+    ParameterError naming ``extra_train`` when ``train_domain`` is not a length-matched HaluEval set, ``n`` is odd,
+    or n/2 exceeds the questions with the right answer the longer."""
+    from datasets import Dataset
+
+    task = train_domain.removeprefix("halueval_").removesuffix("_lm")
+    if not (train_domain.startswith("halueval_") and train_domain.endswith("_lm")):
+        raise ParameterError("extra_train", n, f"{{extra_train}} needs a length-matched HaluEval training domain "
+                             f"(halueval_<task>_lm), got {train_domain!r}")
+    if n % 2:
+        raise ParameterError("extra_train", n, f"must be even (half with the right answer the longer), got {n}")
+    matched = {r["question"] for r in load_mcqa(train_domain, seed=seed)}
+    rest = [r for r in load_mcqa(f"halueval_{task}", seed=seed) if r["question"] not in matched]
+    length = [(len(r["choices"][r["answer"]]), len(r["choices"][1 - r["answer"]])) for r in rest]
+    longer = [i for i, (right, wrong) in enumerate(length) if right > wrong]
+    shorter = [i for i, (right, wrong) in enumerate(length) if right < wrong]
+    if n // 2 > len(longer):
+        raise ParameterError("extra_train", n, f"asks for {n // 2} questions of halueval_{task} outside "
+                             f"{train_domain!r} with the right answer the longer; there are {len(longer)}, so "
+                             f"{{extra_train}} is at most {2 * len(longer)}")
+    rng = np.random.default_rng(seed)
+    chosen = [*rng.choice(longer, n // 2, replace=False), *rng.choice(shorter, n // 2, replace=False)]
+    return Dataset.from_list([rest[i] for i in sorted(int(i) for i in chosen)], features=load_mcqa(train_domain).features)
+
+
 def build_splits(train_domain: str, config: CALMExperimentConfig, *, seed: int = 0) -> dict:
-    """S_T, S_V, validation, ID test (disjoint, from ``train_domain``) and the OOD sets (keyed by
-    ``data.domain_key``); with ``balance_gold`` each split is balanced on its own (a balanced whole splits into
+    """S_T, S_V, validation, ID test (disjoint, from ``train_domain``; S_T with ``config.extra_train`` questions of
+    ``length_balanced_extra`` added) and the OOD sets (keyed by ``data.domain_key``); with ``balance_gold`` each split is balanced on its own (a balanced whole splits into
     letter-skewed parts: the gold letter's share would differ between the training and the test data).
     ParameterError naming the split sizes when they ask for more questions than the domain has."""
     domain = load_domain(train_domain, seed=seed).shuffle(seed=seed)
@@ -75,6 +105,11 @@ def build_splits(train_domain: str, config: CALMExperimentConfig, *, seed: int =
                              related=("n_calibration", "n_validation", "n_test"))
     bounds = np.cumsum([0] + sizes)
     splits = {n: domain.select(range(bounds[i], bounds[i + 1])) for i, n in enumerate(IN_DOMAIN_SPLITS)}
+    if config.extra_train:
+        from datasets import concatenate_datasets
+
+        extra = length_balanced_extra(train_domain, config.extra_train, seed=seed)
+        splits["train"] = concatenate_datasets([splits["train"], extra]).shuffle(seed=seed)
     if config.balance_gold:
         splits = {n: balance_gold(split, seed=seed) for n, split in splits.items()}
     for spec in config.ood_specs(train_domain):

@@ -59,6 +59,12 @@ class CALMExperimentConfig:
     ood_domains: str | None = field(default=None, metadata={
         "help": f"Comma-separated OOD sets (default: {MMLU_OOD} for an MMLU domain, else {OTHER_OOD})."})
     n_train: int = field(default=32, metadata={"help": "Questions in S_T."})
+    extra_train: int = field(default=0, metadata={
+        "help": "Questions added to S_T from the HaluEval task of a length-matched training domain "
+                "(halueval_<task>_lm) that are outside its length-matched set: half with the right answer the "
+                "longer of the two, half the shorter, so picking the shorter answer is right on exactly half "
+                "(experiments.calm.length_balanced_extra; docs/calm_results.md). The other splits do not change. "
+                "Default 0: none."})
     n_calibration: int = field(default=32, metadata={"help": "Questions in S_V (labels unused)."})
     n_validation: int = field(default=20, metadata={"help": "Questions in the labelled validation split."})
     n_test: int = field(default=30, metadata={"help": "Questions in the in-domain test split."})
@@ -124,6 +130,7 @@ class CALMExperimentConfig:
                      "lora_r"):
             check_int(getattr(self, name), name)
         check_int(self.inner_steps, "inner_steps", minimum=0)
+        check_int(self.extra_train, "extra_train", minimum=0)
         check_choice(self.select_by, "select_by", SELECTION_RULES)
         check_choice(self.bome_optimizer, "bome_optimizer", BOME_OPTIMIZERS)
         check_choice(self.upper_gradient, "upper_gradient", UPPER_GRADIENTS)

@@ -8,7 +8,9 @@ rule's verdict (docs/calm_results.md, "The CALM levers on Qwen: the rule").
 run resumes (the calm experiment keeps each scored method), so the command is simply given again after a stop. The
 settings with 48 training questions share the splits of ``defaults`` and read its base-model and SFT scores
 (copied, as ``experiments.calm_sensitivity`` does; where ``defaults`` has not scored them, they are scored there
-first, without its CALM); ``train_480`` draws its own splits and trains its own SFT.
+first, without its CALM). ``train_272`` (the rule's ``train_480`` amended: HaluEval QA has too few length-balanced
+questions for 480, docs/calm_results.md) adds 224 length-balanced questions to the same 48 (``--extra-train``), so it
+reads ``defaults``' base-model scores and trains its own SFT.
 ``report`` prints, per setting, the three intervals of the rule pooled over the seeds given (and the OOD sets,
 equal weights): CALM − base model and CALM − TS out-of-domain conf-ECE, CALM − 0.95·SFT in-domain accuracy, with
 each method's OOD conf-ECE, AUROC and Brier and the constant-accuracy reference beside them.
@@ -39,25 +41,35 @@ SETTINGS = {
     "sgd_inner5": (SGD + ["--inner-steps", "5"], 48, 24),
     "eta_0.1": (["--eta", "0.1"], 48, 24),
     "eta_1": (["--eta", "1.0"], 48, 24),
-    "train_480": ([], 480, 120),
+    "train_272": (["--extra-train", "224"], 48, 68),
 }
 BASELINES = ("uncalibrated", "sft")
+
+
+def shared_baselines(setting: str) -> tuple[str, ...]:
+    """The methods whose scores ``setting`` reads from ``defaults`` (same splits): the base model's, and SFT's
+    unless the setting trains on more questions (``--extra-train``, or another ``n_train``)."""
+    extra, n_train, _ = SETTINGS[setting]
+    if setting == "defaults" or n_train != SETTINGS["defaults"][1]:
+        return ()
+    return ("uncalibrated",) if "--extra-train" in extra else BASELINES
 METHODS = ("uncalibrated", "ts", "sft", "bome")
 
 
 def command(setting: str, seed: int, folder: Path, methods=METHODS) -> list[str]:
     """The ``python -m experiments`` argument list of one setting × seed, scoring ``methods``."""
     extra, n_train, steps = SETTINGS[setting]
-    # a 48-question setting reads the copied base-model and SFT scores back and trains bome alone
+    # a setting reads the scores copied from defaults back (shared_baselines) and trains the rest
     return ["calm", *COMMON, "--n-train", str(n_train), "--max-steps", str(steps), *extra,
             "--methods", *methods, "--seed", str(seed), "--output-dir", str(folder)]
 
 
 def copy_baselines(out: Path, setting: str, seed: int) -> int:
-    """Copy the base model's and SFT's scores of ``defaults`` (same splits) into a 48-question setting's folder;
-    where ``defaults`` has not scored them yet (a setting run before it, or on a new machine), score them there
-    first, without training its CALM. → the exit code of that run (0 when nothing had to run)."""
-    if setting == "defaults" or SETTINGS[setting][1] != SETTINGS["defaults"][1]:
+    """Copy the scores of ``defaults`` (same splits) that ``setting`` shares (``shared_baselines``) into its folder;
+    where ``defaults`` has not scored them yet (a setting run before it, or on a new machine), score the base model,
+    TS and SFT there first, without training its CALM. → the exit code of that run (0 when nothing had to run)."""
+    shared = shared_baselines(setting)
+    if not shared:
         return 0
     source, target = out / "defaults" / f"seed_{seed}" / "scores", out / setting / f"seed_{seed}" / "scores"
     from experiments.calm import _scored_file
@@ -70,7 +82,7 @@ def copy_baselines(out: Path, setting: str, seed: int) -> int:
             return code
     target.mkdir(parents=True, exist_ok=True)
     for f in source.iterdir():
-        if f.name.split(".")[0] in BASELINES and not (target / f.name).exists():
+        if f.name.split(".")[0] in shared and not (target / f.name).exists():
             shutil.copy2(f, target / f.name)
     return 0
 

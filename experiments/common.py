@@ -57,7 +57,7 @@ def mean_range(values) -> str:
 # The settings of a CALM run that its scores depend on: a folder is resumed or reported only with the same ones.
 RUN_FIELDS = ("n_train", "n_calibration", "n_validation", "n_test", "n_ood", "max_steps", "train_batch_size", "lora_r",
               "learning_rate", "alpha_learning_rate", "inner_learning_rate", "inner_steps", "eta", "bome_optimizer",
-              "entropy_domain", "balance_gold", "select_by", "select_every", "upper_gradient")
+              "entropy_domain", "balance_gold", "select_by", "select_every", "upper_gradient", "extra_train")
 
 
 def check_same_run(out: Path, current: dict, *, names: dict | None = None) -> None:

@@ -829,6 +829,65 @@ def test_calm_levers_setting_run_alone_scores_the_baselines_it_reads_first(tiny_
     assert (base / "scores" / "bome.npz").is_file()
 
 
+def test_length_balanced_extra_is_outside_the_matched_set_with_the_shorter_answer_right_on_half():
+    """``length_balanced_extra`` (the amended train_480 lever, docs/calm_results.md) against the raw HaluEval QA
+    records: the questions are outside the length-matched set, half have the right answer the longer (at the largest
+    size, every such question outside it), the other splits of ``build_splits`` do not move; bad sizes are refused
+    naming ``extra_train``."""
+    from hf_calibration.data import load_mcqa
+    from hf_calibration.data.loaders import halueval_packaged_records
+    from hf_calibration.errors import ParameterError
+
+    from experiments.calm import build_splits, length_balanced_extra
+    from experiments.calm_config import CALMExperimentConfig
+
+    matched = set(load_mcqa("halueval_qa_lm")["question"])
+    raw = {f"Knowledge: {r['knowledge'].strip()}\nQuestion: {r['question'].strip()}": r
+           for r in halueval_packaged_records("qa")}
+    longer = {q for q, r in raw.items()
+              if q not in matched and len(r["right_answer"].strip()) > len(r["hallucinated_answer"].strip())}
+    extra = length_balanced_extra("halueval_qa_lm", 2 * len(longer), seed=3)
+    assert len(extra) == 2 * len(longer) and not set(extra["question"]) & matched
+    for row in extra:
+        r = raw[row["question"]]
+        assert row["choices"][row["answer"]] == r["right_answer"].strip()
+    assert set(extra["question"]) >= longer  # every one of them, and as many with the right answer the shorter
+    for n, words in ((2 * len(longer) + 2, f"at most {2 * len(longer)}"), (5, "must be even")):
+        with pytest.raises(ParameterError, match=words) as e:
+            length_balanced_extra("halueval_qa_lm", n)
+        assert e.value.parameter == "extra_train" and e.value.value == n
+    with pytest.raises(ParameterError, match="length-matched HaluEval"):
+        length_balanced_extra("mmlu", 4)
+    sizes = dict(n_train=8, n_calibration=8, n_validation=8, n_test=8, n_ood=4, ood_domains="halueval_dialogue_lm")
+    plain = build_splits("halueval_qa_lm", CALMExperimentConfig(**sizes), seed=1)
+    more = build_splits("halueval_qa_lm", CALMExperimentConfig(**sizes, extra_train=6), seed=1)
+    for name in ("calibration", "validation", "id_test", "halueval_dialogue_lm"):
+        assert more[name]["question"] == plain[name]["question"], name
+    assert len(more["train"]) == 14 and set(plain["train"]["question"]) < set(more["train"]["question"])
+
+
+def test_calm_levers_extra_training_setting_reads_the_base_model_and_trains_its_own_sft(tiny_model_dir, tmp_path,
+                                                                                       monkeypatch):
+    """A setting that adds training questions (``--extra-train``, as train_272) shares ``defaults``' splits, so it
+    reads the base model's scores; its SFT trains on its own larger S_T, so SFT's scores are not copied."""
+    from experiments import calm_levers as levers
+
+    tiny_levers(monkeypatch, levers, tiny_model_dir)
+    monkeypatch.setattr(levers, "COMMON", [*levers.COMMON, "--datasets", "halueval_qa_lm", "--ood-domains",
+                                           "halueval_dialogue_lm"])
+    monkeypatch.setattr(levers, "SETTINGS", {**levers.SETTINGS, "more": (["--extra-train", "4"], 4, 1)})
+    assert levers.shared_baselines("more") == ("uncalibrated",)
+    assert levers.shared_baselines("upper_adjustment") == ("uncalibrated", "sft")
+    out = tmp_path / "levers"
+    assert levers.main(["run", "--output-dir", str(out), "--settings", "more"]) == 0
+    base, lever = out / "defaults" / "seed_0", out / "more" / "seed_0"
+    assert (lever / "scores" / "uncalibrated.npz").read_bytes() == (base / "scores" / "uncalibrated.npz").read_bytes()
+    assert (lever / "scores" / "sft.npz").read_bytes() != (base / "scores" / "sft.npz").read_bytes()
+    stored = json.loads((lever / "run.json").read_text())
+    assert stored["extra_train"] == 4 and stored["sizes"]["train"] == 8
+    assert json.loads((base / "run.json").read_text())["sizes"]["train"] == 4
+
+
 @pytest.mark.parametrize("base, ts, share, verdict", [
     ((-0.2, -0.1), (-0.2, -0.01), (0.01, 0.1), "held"),
     ((-0.2, -0.1), (-0.2, 0.01), (0.01, 0.1), "undecided"),
