@@ -184,8 +184,9 @@ def secl_table(runs: list[list[dict]], *, labelled: int, seed: int, n_resamples:
 
 
 def format_secl(rep: dict) -> str:
-    """The SECL rows per domain, one line per row and seed, and the pooled differences with the verdicts."""
-    lines = ["| domain | row | seed | n | acc | AUROC | ECE | Brier − constant | passes/q |",
+    """The SECL rows per domain, one line per row and run (``run`` i: the i-th ``--run`` pair given, not the stream's
+    seed), and the pooled differences with the verdicts."""
+    lines = ["| domain | row | run | n | acc | AUROC | ECE | Brier − constant | passes/q |",
              "|---|---|---|---|---|---|---|---|---|"]
     for seed, per in enumerate(rep["seeds"]):
         for d, rows in per.items():
