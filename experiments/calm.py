@@ -78,7 +78,8 @@ def length_balanced_extra(train_domain: str, n: int, *, seed: int = 0):
                              f"(halueval_<task>_lm), got {train_domain!r}")
     if n % 2:
         raise ParameterError("extra_train", n, f"must be even (half with the right answer the longer), got {n}")
-    matched = {r["question"] for r in load_mcqa(train_domain, seed=seed)}
+    matched_set = load_mcqa(train_domain, seed=seed)
+    matched = set(matched_set["question"])
     rest = [r for r in load_mcqa(f"halueval_{task}", seed=seed) if r["question"] not in matched]
     length = [(len(r["choices"][r["answer"]]), len(r["choices"][1 - r["answer"]])) for r in rest]
     longer = [i for i, (right, wrong) in enumerate(length) if right > wrong]
@@ -89,13 +90,14 @@ def length_balanced_extra(train_domain: str, n: int, *, seed: int = 0):
                              f"{{extra_train}} is at most {2 * len(longer)}")
     rng = np.random.default_rng(seed)
     chosen = [*rng.choice(longer, n // 2, replace=False), *rng.choice(shorter, n // 2, replace=False)]
-    return Dataset.from_list([rest[i] for i in sorted(int(i) for i in chosen)], features=load_mcqa(train_domain).features)
+    return Dataset.from_list([rest[i] for i in sorted(int(i) for i in chosen)], features=matched_set.features)
 
 
 def build_splits(train_domain: str, config: CALMExperimentConfig, *, seed: int = 0) -> dict:
     """S_T, S_V, validation, ID test (disjoint, from ``train_domain``; S_T with ``config.extra_train`` questions of
-    ``length_balanced_extra`` added) and the OOD sets (keyed by ``data.domain_key``); with ``balance_gold`` each split is balanced on its own (a balanced whole splits into
-    letter-skewed parts: the gold letter's share would differ between the training and the test data).
+    ``length_balanced_extra`` added) and the OOD sets (keyed by ``data.domain_key``); with ``balance_gold`` each
+    split is balanced on its own (a balanced whole splits into letter-skewed parts: the gold letter's share would
+    differ between the training and the test data).
     ParameterError naming the split sizes when they ask for more questions than the domain has."""
     domain = load_domain(train_domain, seed=seed).shuffle(seed=seed)
     sizes = [config.n_train, config.n_calibration, config.n_validation, config.n_test]

@@ -44,6 +44,7 @@ SETTINGS = {
     "train_272": (["--extra-train", "224"], 48, 68),
 }
 BASELINES = ("uncalibrated", "sft")
+METHODS = ("uncalibrated", "ts", "sft", "bome")
 
 
 def shared_baselines(setting: str) -> tuple[str, ...]:
@@ -53,7 +54,6 @@ def shared_baselines(setting: str) -> tuple[str, ...]:
     if setting == "defaults" or n_train != SETTINGS["defaults"][1]:
         return ()
     return ("uncalibrated",) if "--extra-train" in extra else BASELINES
-METHODS = ("uncalibrated", "ts", "sft", "bome")
 
 
 def command(setting: str, seed: int, folder: Path, methods=METHODS) -> list[str]:
