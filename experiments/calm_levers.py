@@ -23,6 +23,7 @@ import os
 import shutil
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -32,52 +33,57 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 COMMON = ["--models", "qwen", "--datasets", "halueval_qa_lm", "--ood-domains", "halueval_dialogue_lm,mmlu:stem",
           "--n-calibration", "48", "--n-validation", "36", "--n-test", "200", "--n-ood", "200", "--select-every", "8"]
 SGD = ["--bome-optimizer", "sgd_momentum", "--learning-rate", "0.02", "--alpha-learning-rate", "0.005"]
-# setting → (extra options, training questions, optimizer steps); order = run order
-SETTINGS = {
-    "defaults": ([], 48, 24),
-    "sgd": (SGD, 48, 24),
-    "upper_adjustment": (["--upper-gradient", "adjustment"], 48, 24),
-    "sgd_upper_adjustment": (SGD + ["--upper-gradient", "adjustment"], 48, 24),
-    "sgd_inner5": (SGD + ["--inner-steps", "5"], 48, 24),
-    "eta_0.1": (["--eta", "0.1"], 48, 24),
-    "eta_1": (["--eta", "1.0"], 48, 24),
-    "train_272": (["--extra-train", "224"], 48, 68),
-}
 BASELINES = ("uncalibrated", "sft")
 METHODS = ("uncalibrated", "ts", "sft", "bome")
 
 
-def shared_baselines(setting: str) -> tuple[str, ...]:
-    """The methods whose scores ``setting`` reads from ``defaults`` (same splits): the base model's, and SFT's
-    unless the setting trains on more questions (``--extra-train``, or another ``n_train``)."""
-    extra, n_train, _ = SETTINGS[setting]
-    if setting == "defaults" or n_train != SETTINGS["defaults"][1]:
-        return ()
-    return ("uncalibrated",) if "--extra-train" in extra else BASELINES
+class Setting(NamedTuple):
+    """One row of the screen: the calm experiment's extra options, its training questions and optimizer steps, and
+    the methods whose scores it reads from ``defaults`` (same splits; ``copy_baselines``) instead of scoring them."""
+
+    extra: list[str]
+    n_train: int
+    steps: int
+    shares: tuple[str, ...] = BASELINES
+
+
+# order = run order; a setting that trains on more questions (train_272) shares only the base model's scores, as
+# its SFT trains on its own larger S_T
+SETTINGS = {
+    "defaults": Setting([], 48, 24, shares=()),
+    "sgd": Setting(SGD, 48, 24),
+    "upper_adjustment": Setting(["--upper-gradient", "adjustment"], 48, 24),
+    "sgd_upper_adjustment": Setting(SGD + ["--upper-gradient", "adjustment"], 48, 24),
+    "sgd_inner5": Setting(SGD + ["--inner-steps", "5"], 48, 24),
+    "eta_0.1": Setting(["--eta", "0.1"], 48, 24),
+    "eta_1": Setting(["--eta", "1.0"], 48, 24),
+    "train_272": Setting(["--extra-train", "224"], 48, 68, shares=("uncalibrated",)),
+}
 
 
 def command(setting: str, seed: int, folder: Path, methods=METHODS) -> list[str]:
     """The ``python -m experiments`` argument list of one setting × seed, scoring ``methods``."""
-    extra, n_train, steps = SETTINGS[setting]
-    # a setting reads the scores copied from defaults back (shared_baselines) and trains the rest
+    extra, n_train, steps, _ = SETTINGS[setting]
+    # a setting reads the scores copied from defaults back (Setting.shares) and trains the rest
     return ["calm", *COMMON, "--n-train", str(n_train), "--max-steps", str(steps), *extra,
             "--methods", *methods, "--seed", str(seed), "--output-dir", str(folder)]
 
 
 def copy_baselines(out: Path, setting: str, seed: int) -> int:
-    """Copy the scores of ``defaults`` (same splits) that ``setting`` shares (``shared_baselines``) into its folder;
-    where ``defaults`` has not scored them yet (a setting run before it, or on a new machine), score the base model,
-    TS and SFT there first, without training its CALM. → the exit code of that run (0 when nothing had to run)."""
-    shared = shared_baselines(setting)
+    """Copy the scores of ``defaults`` (same splits) that ``setting`` shares (``Setting.shares``) into its folder;
+    where ``defaults`` has not scored them yet (a setting run before it, or on a new machine), score those methods
+    there first, and only those (no CALM, and no SFT for a setting that trains its own). → the exit code of that run
+    (0 when nothing had to run)."""
+    shared = SETTINGS[setting].shares
     if not shared:
         return 0
     source, target = out / "defaults" / f"seed_{seed}" / "scores", out / setting / f"seed_{seed}" / "scores"
     from experiments.calm import _scored_file
 
-    if not all(_scored_file(source.parent, b, "npz").is_file() for b in BASELINES):
+    if not all(_scored_file(source.parent, b, "npz").is_file() for b in shared):
         from experiments.cli import main as experiments
 
-        code = experiments(command("defaults", seed, source.parent, methods=("uncalibrated", "ts", "sft")))
+        code = experiments(command("defaults", seed, source.parent, methods=shared))
         if code:
             return code
     target.mkdir(parents=True, exist_ok=True)

@@ -766,8 +766,9 @@ def tiny_levers(monkeypatch, levers, tiny_model_dir):
     monkeypatch.setattr(levers, "COMMON", ["--models", str(tiny_model_dir), "--n-calibration", "4", "--n-validation",
                                            "4", "--n-test", "4", "--n-ood", "4", "--select-every", "1",
                                            "--train-batch-size", "2", "--n-resamples", "20"])
-    monkeypatch.setattr(levers, "SETTINGS", {"defaults": ([], 4, 1),
-                                             "upper_adjustment": (["--upper-gradient", "adjustment"], 4, 1)})
+    monkeypatch.setattr(levers, "SETTINGS", {
+        "defaults": levers.Setting([], 4, 1, shares=()),
+        "upper_adjustment": levers.Setting(["--upper-gradient", "adjustment"], 4, 1)})
 
 
 def test_calm_levers_share_the_baselines_and_report_the_rule(tiny_model_dir, tmp_path, capsys, monkeypatch):
@@ -869,23 +870,28 @@ def test_length_balanced_extra_is_outside_the_matched_set_with_the_shorter_answe
 def test_calm_levers_extra_training_setting_reads_the_base_model_and_trains_its_own_sft(tiny_model_dir, tmp_path,
                                                                                        monkeypatch):
     """A setting that adds training questions (``--extra-train``, as train_272) shares ``defaults``' splits, so it
-    reads the base model's scores; its SFT trains on its own larger S_T, so SFT's scores are not copied."""
+    reads the base model's scores; its SFT trains on its own larger S_T, so SFT's scores are not copied, and run
+    alone it scores only the base model in ``defaults`` (before, it trained the defaults' SFT it never reads)."""
     from experiments import calm_levers as levers
 
     tiny_levers(monkeypatch, levers, tiny_model_dir)
     monkeypatch.setattr(levers, "COMMON", [*levers.COMMON, "--datasets", "halueval_qa_lm", "--ood-domains",
                                            "halueval_dialogue_lm"])
-    monkeypatch.setattr(levers, "SETTINGS", {**levers.SETTINGS, "more": (["--extra-train", "4"], 4, 1)})
-    assert levers.shared_baselines("more") == ("uncalibrated",)
-    assert levers.shared_baselines("upper_adjustment") == ("uncalibrated", "sft")
+    more = levers.Setting(["--extra-train", "4"], 4, 1, shares=("uncalibrated",))
+    monkeypatch.setattr(levers, "SETTINGS", {**levers.SETTINGS, "more": more})
     out = tmp_path / "levers"
     assert levers.main(["run", "--output-dir", str(out), "--settings", "more"]) == 0
     base, lever = out / "defaults" / "seed_0", out / "more" / "seed_0"
+    assert sorted(p.stem for p in (base / "scores").glob("*.npz")) == ["uncalibrated"]
+    assert not (base / "runs" / "sft").exists()
     assert (lever / "scores" / "uncalibrated.npz").read_bytes() == (base / "scores" / "uncalibrated.npz").read_bytes()
-    assert (lever / "scores" / "sft.npz").read_bytes() != (base / "scores" / "sft.npz").read_bytes()
+    assert sorted(p.stem for p in (lever / "scores").glob("*.npz")) == ["bome", "sft", "uncalibrated"]
     stored = json.loads((lever / "run.json").read_text())
     assert stored["extra_train"] == 4 and stored["sizes"]["train"] == 8
     assert json.loads((base / "run.json").read_text())["sizes"]["train"] == 4
+    # the defaults' own SFT, trained later on its 4 questions, is not the one the setting trained on 8
+    assert levers.main(["run", "--output-dir", str(out), "--settings", "defaults"]) == 0
+    assert (lever / "scores" / "sft.npz").read_bytes() != (base / "scores" / "sft.npz").read_bytes()
 
 
 @pytest.mark.parametrize("base, ts, share, verdict", [
