@@ -45,6 +45,7 @@ import numpy as np
 
 from hf_calibration import modeling
 from hf_calibration.data import MCQA_DATASETS, balance_gold, domain_key, load_mcqa, parse_domains
+from hf_calibration.data.loaders import right_answer_sides
 from hf_calibration.errors import ParameterError, ParameterWarning
 from hf_calibration.jobs.common import check_output_dir, progress_line
 
@@ -81,9 +82,8 @@ def length_balanced_extra(train_domain: str, n: int, *, seed: int = 0):
     matched_set = load_mcqa(train_domain, seed=seed)
     matched = set(matched_set["question"])
     rest = [r for r in load_mcqa(f"halueval_{task}", seed=seed) if r["question"] not in matched]
-    length = [(len(r["choices"][r["answer"]]), len(r["choices"][1 - r["answer"]])) for r in rest]
-    longer = [i for i, (right, wrong) in enumerate(length) if right > wrong]
-    shorter = [i for i, (right, wrong) in enumerate(length) if right < wrong]
+    shorter, longer, _ = right_answer_sides([r["choices"][r["answer"]] for r in rest],
+                                            [r["choices"][1 - r["answer"]] for r in rest])
     if n // 2 > len(longer):
         raise ParameterError("extra_train", n, f"asks for {n // 2} questions of halueval_{task} outside "
                              f"{train_domain!r} with the right answer the longer; there are {len(longer)}, so "

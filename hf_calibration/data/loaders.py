@@ -167,6 +167,22 @@ LENGTH_MATCH_RATIO = 0.8
 answer's characters (our choice: the smallest ratio that leaves ≥ 300 QA items after the balancing below)."""
 
 
+def right_answer_sides(right: Sequence[str], wrong: Sequence[str], ratio: float = 0.0):
+    """Where the right answer of each pair is shorter than, longer than or as long as the wrong one, in characters
+    of the stripped answers, among the pairs with ``min(len) / max(len) >= ratio`` (default 0.0: every pair).
+
+    ``right`` and ``wrong`` have one answer per pair (same length N). → three int arrays of pair indices
+    (ascending): right answer shorter, right answer longer, equal lengths. The one home of HaluEval's answer-length
+    shortcut (docs/methods.md, "Evaluation protocol"): :func:`length_matched` and the CALM experiment's
+    length-balanced extra training questions split on it.
+    """
+    lr = np.array([len(a.strip()) for a in right], dtype=int)
+    lh = np.array([len(a.strip()) for a in wrong], dtype=int)
+    keep = np.minimum(lr, lh) >= ratio * np.maximum(lr, lh)
+    return (np.flatnonzero(keep & (lr < lh)), np.flatnonzero(keep & (lr > lh)),
+            np.flatnonzero(keep & (lr == lh)))
+
+
 def length_matched(records: Iterable[dict], ratio: float = LENGTH_MATCH_RATIO, *,
                    task: str = "qa") -> list[dict]:
     """HaluEval records whose right and hallucinated answers have similar length, length-balanced.
@@ -181,12 +197,8 @@ def length_matched(records: Iterable[dict], ratio: float = LENGTH_MATCH_RATIO, *
     """
     spec = HALUEVAL_TASKS[task]
     records = list(records)
-    lr = np.array([len(r[spec.right].strip()) for r in records])
-    lh = np.array([len(r[spec.wrong].strip()) for r in records])
-    keep = np.minimum(lr, lh) >= ratio * np.maximum(lr, lh)
-    shorter = np.flatnonzero(keep & (lr < lh))
-    longer = np.flatnonzero(keep & (lr > lh))
-    ties = np.flatnonzero(keep & (lr == lh))
+    shorter, longer, ties = right_answer_sides([r[spec.right] for r in records], [r[spec.wrong] for r in records],
+                                               ratio)
     n = min(len(shorter), len(longer))
     rng = np.random.default_rng(0)
     chosen = np.concatenate([rng.choice(shorter, n, replace=False), rng.choice(longer, n, replace=False), ties])
