@@ -174,8 +174,11 @@ def right_answer_sides(right: Sequence[str], wrong: Sequence[str], ratio: float 
     ``right`` and ``wrong`` have one answer per pair (same length N). → three int arrays of pair indices
     (ascending): right answer shorter, right answer longer, equal lengths. The one home of HaluEval's answer-length
     shortcut (docs/methods.md, "Evaluation protocol"): :func:`length_matched` and the CALM experiment's
-    length-balanced extra training questions split on it.
+    length-balanced extra training questions split on it. ParameterError naming ``wrong`` when the two lengths
+    differ.
     """
+    if len(right) != len(wrong):
+        raise ParameterError("wrong", len(wrong), f"has {len(wrong)} answers for {len(right)} right ones; one per pair")
     lr = np.array([len(a.strip()) for a in right], dtype=int)
     lh = np.array([len(a.strip()) for a in wrong], dtype=int)
     keep = np.minimum(lr, lh) >= ratio * np.maximum(lr, lh)

@@ -117,6 +117,22 @@ def _lengths(row):
     return len(right), len(wrong)
 
 
+def test_right_answer_sides_by_hand():
+    """Characters of the stripped answers, counted by hand; the ratio keeps pairs with min/max ≥ ratio."""
+    from hf_calibration.data.loaders import right_answer_sides
+    from hf_calibration.errors import ParameterError
+
+    right = ["ab ", "abcd", "abc", "a", "abcdefghij"]  # lengths 2, 4, 3, 1, 10
+    wrong = ["abc", "ab", " xyz", "abcdefghij", "abcdefghi"]  # lengths 3, 2, 3, 10, 9
+    shorter, longer, ties = right_answer_sides(right, wrong)
+    assert (shorter.tolist(), longer.tolist(), ties.tolist()) == ([0, 3], [1, 4], [2])
+    shorter, longer, ties = right_answer_sides(right, wrong, 0.6)  # drops 1 (2/4) and 3 (1/10)
+    assert (shorter.tolist(), longer.tolist(), ties.tolist()) == ([0], [4], [2])
+    with pytest.raises(ParameterError, match="has 1 answers for 2 right ones") as e:
+        right_answer_sides(["a", "b"], ["c"])
+    assert e.value.parameter == "wrong"
+
+
 def test_length_matched_halueval_is_a_real_control():
     """Filter by the documented ratio, then as many right-shorter as right-longer items (hand-counted rule)."""
     import json
