@@ -63,9 +63,9 @@ SETTINGS = {
 
 def command(setting: str, seed: int, folder: Path, methods=METHODS) -> list[str]:
     """The ``python -m experiments`` argument list of one setting × seed, scoring ``methods``."""
-    extra, n_train, steps, _ = SETTINGS[setting]
+    s = SETTINGS[setting]
     # a setting reads the scores copied from defaults back (Setting.shares) and trains the rest
-    return ["calm", *COMMON, "--n-train", str(n_train), "--max-steps", str(steps), *extra,
+    return ["calm", *COMMON, "--n-train", str(s.n_train), "--max-steps", str(s.steps), *s.extra,
             "--methods", *methods, "--seed", str(seed), "--output-dir", str(folder)]
 
 
