@@ -106,10 +106,6 @@ class LoRAAdmin:
     def served(self) -> set:
         return {m.get("id") for m in self.backend.request("GET", "/models").get("data") or []}
 
-    def _post(self, path: str, payload: dict) -> tuple[int, str, dict | None]:
-        """One POST (vLLM answers success in plain text, errors as JSON): ``OpenAICompatibleBackend.post_once``."""
-        return self.backend.post_once(path, payload)
-
     def load(self, name: str, folder: Path, *, rank: int) -> None:
         """``/v1/load_lora_adapter``. ParameterError naming ``base_url`` (no runtime LoRA loading: the probe found
         none, or the endpoint is missing) or ``lora_r`` (the server failed to load the adapter: a rank above its
@@ -117,11 +113,12 @@ class LoRAAdmin:
         self.backend.post_lora_adapter(name, folder, rank=rank, what="SECL's adapter hot-swap")
 
     def unload(self, name: str) -> None:
-        """``/v1/unload_lora_adapter``; HTTP 404 is no error (the server does not hold the name: already gone, or
-        restarted since)."""
+        """``/v1/unload_lora_adapter``, sent once (``OpenAICompatibleBackend.post_once``; vLLM answers success in plain
+        text, errors as JSON); HTTP 404 is no error (the server does not hold the name: already gone, or restarted
+        since). Other refusals raise ``lora_refusal``'s error."""
         from hf_calibration.modeling.backends.server import lora_refusal
 
-        status, text, error = self._post("/unload_lora_adapter", {"lora_name": name})
+        status, text, error = self.backend.post_once("/unload_lora_adapter", {"lora_name": name})
         if status >= 400 and status != 404:
             raise lora_refusal(self.backend.base_url, status, error, text, folder=None, rank=None)
 
