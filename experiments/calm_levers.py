@@ -195,6 +195,10 @@ def main(argv=None) -> int:
               f"{args.seeds!r}", file=sys.stderr)
         return 2
     out = Path(args.output_dir)
+    if args.action == "report" and not out.is_dir():  # nothing to report: say so, before writing report.json there
+        print(f"experiments.calm_levers: error: --output-dir: no folder {args.output_dir!r} (report reads what run "
+              f"wrote there)", file=sys.stderr)
+        return 2
     if args.action == "run":
         return run(out, settings, seeds)
     return report(out, settings, seeds, n_resamples=args.n_resamples)

@@ -810,6 +810,18 @@ def test_calm_levers_share_the_baselines_and_report_the_rule(tiny_model_dir, tmp
     assert "--settings: unknown setting 'nope'" in capsys.readouterr().err
 
 
+def test_calm_levers_report_refuses_a_missing_output_dir_in_one_line(tmp_path, capsys):
+    """``report`` on a folder ``run`` never wrote is bad input: exit 2 and one line naming --output-dir and the
+    value, and nothing created there (before, a FileNotFoundError traceback writing report.json)."""
+    from experiments import calm_levers as levers
+
+    missing = tmp_path / "never_run"
+    assert levers.main(["report", "--output-dir", str(missing), "--settings", "train_272"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--output-dir" in err[0] and repr(str(missing)) in err[0]
+    assert not missing.exists()
+
+
 def test_calm_levers_setting_run_alone_scores_the_baselines_it_reads_first(tiny_model_dir, tmp_path, monkeypatch):
     """A 48-question setting run before ``defaults`` (or on a new machine, where outputs/ is gone) scores the base
     model and SFT in ``defaults`` first, without its CALM, then reads them; before, it stopped at a missing folder."""
