@@ -183,22 +183,17 @@ def main(argv=None) -> int:
     settings = [s.strip() for s in args.settings.split(",") if s.strip()]
     bad = [s for s in settings if s not in SETTINGS]
     if bad or not settings:
-        print(f"experiments.calm_levers: error: --settings: unknown setting {bad[0] if bad else args.settings!r}; "
-              f"choose among {', '.join(SETTINGS)}", file=sys.stderr)
-        return 2
+        parser.error(f"--settings: unknown setting {bad[0] if bad else args.settings!r}; "
+                     f"choose among {', '.join(SETTINGS)}")
     try:
         seeds = [int(s) for s in args.seeds.split(",")]
         if not seeds or min(seeds) < 0:
             raise ValueError
     except ValueError:
-        print(f"experiments.calm_levers: error: --seeds: must be integers ≥ 0 separated by commas, got "
-              f"{args.seeds!r}", file=sys.stderr)
-        return 2
+        parser.error(f"--seeds: must be integers ≥ 0 separated by commas, got {args.seeds!r}")
     out = Path(args.output_dir)
     if args.action == "report" and not out.is_dir():  # nothing to report: say so, before writing report.json there
-        print(f"experiments.calm_levers: error: --output-dir: no folder {args.output_dir!r} (report reads what run "
-              f"wrote there)", file=sys.stderr)
-        return 2
+        parser.error(f"--output-dir: no folder {args.output_dir!r} (report reads what run wrote there)")
     if args.action == "run":
         return run(out, settings, seeds)
     return report(out, settings, seeds, n_resamples=args.n_resamples)

@@ -806,7 +806,9 @@ def test_calm_levers_share_the_baselines_and_report_the_rule(tiny_model_dir, tmp
         good = [d["high"] < 0 if side == "below" else d["low"] > 0 for d, side in sides]
         bad = [d["low"] > 0 if side == "below" else d["high"] < 0 for d, side in sides]
         assert row["verdict"] == ("held" if all(good) else "not held" if any(bad) else "undecided")
-    assert levers.main(["run", "--output-dir", str(out), "--settings", "nope"]) == 2
+    with pytest.raises(SystemExit) as exit_:
+        levers.main(["run", "--output-dir", str(out), "--settings", "nope"])
+    assert exit_.value.code == 2
     assert "--settings: unknown setting 'nope'" in capsys.readouterr().err
 
 
@@ -816,7 +818,9 @@ def test_calm_levers_report_refuses_a_missing_output_dir_in_one_line(tmp_path, c
     from experiments import calm_levers as levers
 
     missing = tmp_path / "never_run"
-    assert levers.main(["report", "--output-dir", str(missing), "--settings", "train_272"]) == 2
+    with pytest.raises(SystemExit) as exit_:
+        levers.main(["report", "--output-dir", str(missing), "--settings", "train_272"])
+    assert exit_.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--output-dir" in err[0] and repr(str(missing)) in err[0]
     assert not missing.exists()
